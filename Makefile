@@ -13,7 +13,7 @@ $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
-	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
 test: venv

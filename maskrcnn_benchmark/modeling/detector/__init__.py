@@ -1,0 +1,1 @@
+from .detectors import build_detection_model  # noqa: F401

@@ -1,0 +1,59 @@
+import math
+
+import torch
+from torch import nn
+
+from ..layers import ROIAlign
+from ..structures.bounding_box import TO_REMOVE
+
+
+class LevelMapper:
+    """FPN level of each ROI (Feature Pyramid Networks, eq. 1), as in the reference.
+
+    ``level = floor(4 + log2(sqrt(area) / 224 + 1e-6))`` with the "+1" area, clamped to the available levels.
+    """
+
+    def __init__(self, k_min, k_max, canonical_scale=224, canonical_level=4, eps=1e-6):
+        self.k_min, self.k_max = k_min, k_max
+        self.s0, self.lvl0, self.eps = canonical_scale, canonical_level, eps
+
+    def __call__(self, boxes):
+        area = (boxes[:, 2] - boxes[:, 0] + TO_REMOVE) * (boxes[:, 3] - boxes[:, 1] + TO_REMOVE)
+        target = torch.floor(self.lvl0 + torch.log2(area.sqrt() / self.s0 + self.eps))
+        return (target.clamp(self.k_min, self.k_max) - self.k_min).to(torch.int64)
+
+
+class Pooler(nn.Module):
+    """Multi-level ROIAlign: each ROI is pooled from its FPN level.
+
+    ROIs are grouped by level with one sort and one host sync (the level counts), then each level is
+    pooled on a contiguous slice, instead of a ``nonzero`` per level.
+    """
+
+    def __init__(self, output_size, scales, sampling_ratio):
+        super().__init__()
+        self.output_size = output_size if isinstance(output_size, (tuple, list)) else (output_size, output_size)
+        self.poolers = nn.ModuleList(ROIAlign(self.output_size, s, sampling_ratio) for s in scales)
+        lvl_min = -math.log2(scales[0])
+        lvl_max = -math.log2(scales[-1])
+        self.map_levels = LevelMapper(int(round(lvl_min)), int(round(lvl_max)))
+
+    def forward(self, features, rois):
+        """``features``: list of ``(N, C, H, W)`` maps; ``rois``: ``(K, 5)`` (batch index, x1, y1, x2, y2)."""
+        if len(self.poolers) == 1:
+            return self.poolers[0](features[0], rois)
+        levels = self.map_levels(rois[:, 1:])
+        order = torch.argsort(levels)
+        counts = torch.bincount(levels, minlength=len(self.poolers)).tolist()
+        sorted_rois = rois[order]
+        x = features[0]
+        out = x.new_empty((rois.shape[0], x.shape[1]) + tuple(self.output_size))
+        pooled = []
+        start = 0
+        for level, (count, pooler) in enumerate(zip(counts, self.poolers)):
+            if count:
+                pooled.append(pooler(features[level], sorted_rois[start:start + count]).to(out.dtype))
+            start += count
+        if pooled:
+            out[order] = torch.cat(pooled) if len(pooled) > 1 else pooled[0]
+        return out

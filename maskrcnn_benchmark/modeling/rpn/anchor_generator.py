@@ -1,0 +1,85 @@
+"""Anchors as in Detectron/maskrcnn-benchmark (``generate_anchors``), with the "+1" convention and numpy's
+round-half-to-even, so every anchor matches the reference to the pixel."""
+import numpy as np
+import torch
+from torch import nn
+
+
+def _whctrs(anchor):
+    w = anchor[2] - anchor[0] + 1
+    h = anchor[3] - anchor[1] + 1
+    return w, h, anchor[0] + 0.5 * (w - 1), anchor[1] + 0.5 * (h - 1)
+
+
+def _mkanchors(ws, hs, x_ctr, y_ctr):
+    ws, hs = ws[:, None], hs[:, None]
+    return np.hstack((x_ctr - 0.5 * (ws - 1), y_ctr - 0.5 * (hs - 1), x_ctr + 0.5 * (ws - 1), y_ctr + 0.5 * (hs - 1)))
+
+
+def generate_anchors(stride, sizes, aspect_ratios):
+    """Cell anchors ``(len(ratios) * len(sizes), 4)`` centred on the first ``stride x stride`` cell."""
+    anchor = np.array([0, 0, stride - 1, stride - 1], dtype=np.float64)
+    w, h, x_ctr, y_ctr = _whctrs(anchor)
+    ratios = np.asarray(aspect_ratios, dtype=np.float64)
+    ws = np.round(np.sqrt(w * h / ratios))
+    hs = np.round(ws * ratios)
+    ratio_anchors = _mkanchors(ws, hs, x_ctr, y_ctr)
+    scales = np.asarray(sizes, dtype=np.float64) / stride
+    out = []
+    for a in ratio_anchors:
+        w, h, x_ctr, y_ctr = _whctrs(a)
+        out.append(_mkanchors(w * scales, h * scales, x_ctr, y_ctr))
+    return torch.from_numpy(np.vstack(out)).float()
+
+
+class AnchorGenerator(nn.Module):
+    """Per FPN level: one anchor size, all aspect ratios, on the level's stride grid.
+
+    Anchors depend only on the feature-map shapes, so they are cached per (shapes, device).
+    """
+
+    def __init__(self, sizes=(32, 64, 128, 256, 512), aspect_ratios=(0.5, 1.0, 2.0),
+                 anchor_strides=(4, 8, 16, 32, 64), straddle_thresh=0):
+        super().__init__()
+        if len(anchor_strides) == 1:
+            cell = [generate_anchors(anchor_strides[0], sizes, aspect_ratios)]
+        else:
+            if len(anchor_strides) != len(sizes):
+                raise ValueError("MODEL.RPN.ANCHOR_STRIDE and ANCHOR_SIZES must have the same length with FPN")
+            cell = [generate_anchors(s, (size,), aspect_ratios) for s, size in zip(anchor_strides, sizes)]
+        self.strides = tuple(anchor_strides)
+        self.cell_anchors = cell
+        self.straddle_thresh = straddle_thresh
+        self._cache = {}
+
+    def num_anchors_per_location(self):
+        return [len(c) for c in self.cell_anchors]
+
+    def grid_anchors(self, grid_sizes, device):
+        key = (tuple(grid_sizes), str(device))
+        if key not in self._cache:
+            out = []
+            for (h, w), stride, base in zip(grid_sizes, self.strides, self.cell_anchors):
+                sx = torch.arange(0, w * stride, step=stride, dtype=torch.float32, device=device)
+                sy = torch.arange(0, h * stride, step=stride, dtype=torch.float32, device=device)
+                yy, xx = torch.meshgrid(sy, sx, indexing="ij")
+                shifts = torch.stack((xx.reshape(-1), yy.reshape(-1), xx.reshape(-1), yy.reshape(-1)), dim=1)
+                out.append((shifts[:, None, :] + base.to(device)[None, :, :]).reshape(-1, 4))
+            if len(self._cache) > 32:
+                self._cache.clear()
+            self._cache[key] = out
+        return self._cache[key]
+
+    def visibility(self, anchors, image_sizes):
+        """``(N, A)`` mask of anchors inside each image (within ``straddle_thresh`` pixels)."""
+        n = image_sizes.shape[0]
+        if self.straddle_thresh < 0:
+            return torch.ones((n, anchors.shape[0]), dtype=torch.bool, device=anchors.device)
+        t = self.straddle_thresh
+        h, w = image_sizes[:, 0:1], image_sizes[:, 1:2]
+        return ((anchors[None, :, 0] >= -t) & (anchors[None, :, 1] >= -t)
+                & (anchors[None, :, 2] < w + t) & (anchors[None, :, 3] < h + t))
+
+    def forward(self, image_list, feature_maps):
+        """Anchors per level, ``(A_l, 4)`` each (shared by all images of the batch)."""
+        return self.grid_anchors([tuple(f.shape[-2:]) for f in feature_maps], feature_maps[0].device)

@@ -1,0 +1,56 @@
+"""Operations on BoxLists: IoU, NMS, concatenation, small-box removal ("+1" convention throughout)."""
+import torch
+
+from ..layers import nms as _box_nms
+from .bounding_box import TO_REMOVE, BoxList
+
+
+def pairwise_iou(boxes1, boxes2):
+    """IoU matrix ``(..., N, M)`` of ``xyxy`` boxes ``(..., N, 4)`` and ``(..., M, 4)``, "+1" convention."""
+    area1 = (boxes1[..., 2] - boxes1[..., 0] + TO_REMOVE) * (boxes1[..., 3] - boxes1[..., 1] + TO_REMOVE)
+    area2 = (boxes2[..., 2] - boxes2[..., 0] + TO_REMOVE) * (boxes2[..., 3] - boxes2[..., 1] + TO_REMOVE)
+    lt = torch.max(boxes1[..., :, None, :2], boxes2[..., None, :, :2])
+    rb = torch.min(boxes1[..., :, None, 2:], boxes2[..., None, :, 2:])
+    wh = (rb - lt + TO_REMOVE).clamp(min=0)
+    inter = wh[..., 0] * wh[..., 1]
+    return inter / (area1[..., :, None] + area2[..., None, :] - inter)
+
+
+def boxlist_iou(boxlist1, boxlist2):
+    if boxlist1.size != boxlist2.size:
+        raise ValueError(f"boxlists must be of the same image, got {boxlist1} and {boxlist2}")
+    return pairwise_iou(boxlist1.convert("xyxy").bbox, boxlist2.convert("xyxy").bbox)
+
+
+def boxlist_nms(boxlist, nms_thresh, max_proposals=-1, score_field="scores"):
+    """NMS on a BoxList by ``score_field``; keeps at most ``max_proposals`` (all when <= 0)."""
+    if nms_thresh <= 0:
+        return boxlist
+    mode = boxlist.mode
+    boxlist = boxlist.convert("xyxy")
+    keep = _box_nms(boxlist.bbox, boxlist.get_field(score_field), nms_thresh)
+    if max_proposals > 0:
+        keep = keep[:max_proposals]
+    return boxlist[keep].convert(mode)
+
+
+def remove_small_boxes(boxlist, min_size):
+    """Keep boxes whose "+1" width and height are both at least ``min_size``."""
+    wh = boxlist.convert("xywh").bbox[:, 2:]
+    keep = ((wh[:, 0] >= min_size) & (wh[:, 1] >= min_size)).nonzero().squeeze(1)
+    return boxlist[keep]
+
+
+def cat_boxlist(bboxes):
+    """Concatenate BoxLists of the same image size, mode and fields."""
+    if not bboxes:
+        raise ValueError("cat_boxlist needs at least one BoxList")
+    size, mode = bboxes[0].size, bboxes[0].mode
+    fields = set(bboxes[0].fields())
+    for b in bboxes:
+        if b.size != size or b.mode != mode or set(b.fields()) != fields:
+            raise ValueError("cat_boxlist needs BoxLists of one image size, mode and set of fields")
+    out = BoxList(torch.cat([b.bbox for b in bboxes], dim=0), size, mode)
+    for field in fields:
+        out.add_field(field, torch.cat([b.get_field(field) for b in bboxes], dim=0))
+    return out

@@ -1,0 +1,175 @@
+"""SegmentationMask: the instance masks of one image, as polygons ("poly") or binary bitmaps ("mask").
+
+Polygons follow COCO: each instance is a list of parts, each part a flat ``[x0, y0, x1, y1, ...]`` list.
+Geometry uses the same "+1" convention as BoxList for flips (``x -> width - x - 1``) and the reference's
+crop/resize (a crop shifts points, a resize scales them by ``new / old``).
+"""
+import numpy as np
+import torch
+from pycocotools import mask as mask_utils
+
+from .bounding_box import FLIP_LEFT_RIGHT, FLIP_TOP_BOTTOM, TO_REMOVE
+
+
+def _as_part(part):
+    part = torch.as_tensor(np.asarray(part, dtype=np.float32).reshape(-1))
+    if part.numel() < 6 or part.numel() % 2:
+        raise ValueError(f"a polygon needs at least 3 points (x, y pairs), got {part.numel()} numbers")
+    return part
+
+
+class SegmentationMask:
+    """Instance masks of an image of size ``(width, height)``.
+
+    ``instances`` is either a list of polygons (one list of parts per instance; mode "poly") or a
+    ``(N, H, W)`` tensor / list of ``(H, W)`` arrays (mode "mask").
+    """
+
+    def __init__(self, instances, size, mode="poly"):
+        self.size = (int(size[0]), int(size[1]))
+        if mode == "poly":
+            self.polygons = [[_as_part(p) for p in inst] for inst in instances]
+            self.masks = None
+        elif mode == "mask":
+            if isinstance(instances, (list, tuple)):
+                instances = (torch.stack([torch.as_tensor(np.asarray(m)) for m in instances])
+                             if len(instances) else torch.zeros((0, self.size[1], self.size[0])))
+            masks = torch.as_tensor(instances).to(torch.uint8)
+            if masks.dim() == 2:
+                masks = masks[None]
+            if tuple(masks.shape[-2:]) != (self.size[1], self.size[0]):
+                raise ValueError(f"mask shape {tuple(masks.shape[-2:])} does not match image size (h, w) = "
+                                 f"{(self.size[1], self.size[0])}")
+            self.masks = masks
+            self.polygons = None
+        else:
+            raise ValueError(f"mode must be 'poly' or 'mask', got {mode!r}")
+        self.mode = mode
+
+    # -- construction helpers -------------------------------------------------------------------------------
+    @classmethod
+    def _from_polygons(cls, polygons, size):
+        out = cls.__new__(cls)
+        out.size, out.mode, out.polygons, out.masks = (int(size[0]), int(size[1])), "poly", polygons, None
+        return out
+
+    def _map_parts(self, fn, size):
+        return SegmentationMask._from_polygons([[fn(p) for p in inst] for inst in self.polygons], size)
+
+    # -- geometry -------------------------------------------------------------------------------------------
+    def transpose(self, method):
+        if method not in (FLIP_LEFT_RIGHT, FLIP_TOP_BOTTOM):
+            raise NotImplementedError("only FLIP_LEFT_RIGHT and FLIP_TOP_BOTTOM are implemented")
+        if self.mode == "mask":
+            dim = 2 if method == FLIP_LEFT_RIGHT else 1
+            return SegmentationMask(self.masks.flip(dim), self.size, "mask")
+        width, height = self.size
+        axis, extent = (0, width) if method == FLIP_LEFT_RIGHT else (1, height)
+
+        def flip(p):
+            p = p.clone()
+            p[axis::2] = extent - p[axis::2] - TO_REMOVE
+            return p
+
+        return self._map_parts(flip, self.size)
+
+    def crop(self, box):
+        x1, y1, x2, y2 = [float(v) for v in box]
+        w, h = max(x2 - x1, 1.0), max(y2 - y1, 1.0)
+        if self.mode == "mask":
+            ix1, iy1 = int(round(x1)), int(round(y1))
+            masks = self.masks[:, iy1:iy1 + int(round(h)), ix1:ix1 + int(round(w))]
+            return SegmentationMask(masks, (masks.shape[2], masks.shape[1]), "mask")
+        shift = torch.tensor([x1, y1])
+
+        def crop(p):
+            return (p.view(-1, 2) - shift).reshape(-1)
+
+        return self._map_parts(crop, (int(round(w)), int(round(h))))
+
+    def resize(self, size, *args, **kwargs):
+        size = (int(size[0]), int(size[1]))
+        if self.mode == "mask":
+            if len(self.masks) == 0:
+                return SegmentationMask(torch.zeros((0, size[1], size[0]), dtype=torch.uint8), size, "mask")
+            m = torch.nn.functional.interpolate(self.masks[:, None].float(), size=(size[1], size[0]),
+                                                mode="bilinear", align_corners=False)[:, 0]
+            return SegmentationMask((m > 0.5).to(torch.uint8), size, "mask")
+        scale = torch.tensor([size[0] / self.size[0], size[1] / self.size[1]])
+
+        def resize(p):
+            return (p.view(-1, 2) * scale).reshape(-1)
+
+        return self._map_parts(resize, size)
+
+    def convert(self, mode):
+        """Return the masks in ``mode`` ("mask" rasterizes polygons with pycocotools, as the reference)."""
+        if mode == self.mode:
+            return self
+        if mode != "mask":
+            raise NotImplementedError("converting binary masks back to polygons is not supported")
+        return SegmentationMask(self.get_mask_tensor(), self.size, "mask")
+
+    def get_mask_tensor(self):
+        """``(N, H, W)`` uint8 bitmaps."""
+        if self.mode == "mask":
+            return self.masks
+        width, height = self.size
+        if not self.polygons:
+            return torch.zeros((0, height, width), dtype=torch.uint8)
+        out = []
+        for inst in self.polygons:
+            rles = mask_utils.frPyObjects([p.tolist() for p in inst], height, width)
+            out.append(torch.from_numpy(mask_utils.decode(mask_utils.merge(rles)).astype(np.uint8)))
+        return torch.stack(out)
+
+    def polygon_edges(self):
+        """All polygon edges of each instance as a ``(N, E, 4)`` tensor ``(x0, y0, x1, y1)``.
+
+        Instances with fewer edges are padded with zero-length edges, which never cross a scanline, so the
+        even-odd rule over all edges of an instance (all its parts) gives its mask. Used to rasterize mask
+        targets for all ROIs at once on the device.
+        """
+        if self.mode != "poly":
+            raise ValueError("polygon_edges needs polygon masks")
+        per_inst = []
+        for inst in self.polygons:
+            edges = []
+            for p in inst:
+                pts = p.view(-1, 2)
+                edges.append(torch.cat((pts, pts.roll(-1, dims=0)), dim=1))
+            per_inst.append(torch.cat(edges) if edges else torch.zeros((0, 4)))
+        n_max = max((len(e) for e in per_inst), default=0)
+        out = torch.zeros((len(per_inst), n_max, 4))
+        for i, e in enumerate(per_inst):
+            out[i, : len(e)] = e
+        return out
+
+    # -- containers -----------------------------------------------------------------------------------------
+    def to(self, device):
+        if self.mode == "mask":
+            return SegmentationMask(self.masks.to(device), self.size, "mask")
+        return self
+
+    def __getitem__(self, item):
+        if self.mode == "mask":
+            return SegmentationMask(self.masks[item], self.size, "mask")
+        if isinstance(item, int):
+            return SegmentationMask._from_polygons([self.polygons[item]], self.size)
+        if isinstance(item, torch.Tensor):
+            if item.dtype == torch.bool:
+                item = item.nonzero().squeeze(1)
+            item = item.tolist()
+        elif isinstance(item, slice):
+            item = range(len(self.polygons))[item]
+        return SegmentationMask._from_polygons([self.polygons[i] for i in item], self.size)
+
+    def __len__(self):
+        return len(self.masks) if self.mode == "mask" else len(self.polygons)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self):
+        return f"SegmentationMask(num_instances={len(self)}, image_width={self.size[0]}, " \
+               f"image_height={self.size[1]}, mode={self.mode})"
