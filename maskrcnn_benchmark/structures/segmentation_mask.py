@@ -132,6 +132,9 @@ class SegmentationMask:
         """
         if self.mode != "poly":
             raise ValueError("polygon_edges needs polygon masks")
+        cached = getattr(self, "_edges", None)
+        if cached is not None:
+            return cached
         per_inst = []
         for inst in self.polygons:
             edges = []
@@ -143,6 +146,7 @@ class SegmentationMask:
         out = torch.zeros((len(per_inst), n_max, 4))
         for i, e in enumerate(per_inst):
             out[i, : len(e)] = e
+        self._edges = out  # masks are immutable (every op returns a new object); data workers precompute this
         return out
 
     # -- containers -----------------------------------------------------------------------------------------

@@ -1,0 +1,75 @@
+"""Command line: ``python -m maskrcnn_benchmark.review RESULTS_DIR [--compare OTHER_DIR]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from . import rules
+
+EXIT_OK = 0        # every run compliant and converged, score computed, RCP/seeds pass (or n/a)
+EXIT_PROBLEMS = 1  # the review ran and found something a reviewer would reject
+EXIT_BAD_INPUT = 2 # bad command line, missing folder, no logs, outputs not writable
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m maskrcnn_benchmark.review",
+        description="Review a folder of MLPerf Training Mask R-CNN result logs (result_*.txt, *.log, also .gz): "
+                    "official compliance checker, time to train, olympic score, RCP and seed checks, curves.")
+    p.add_argument("results_dir", help="folder with the result logs of one system (normally 5 runs)")
+    p.add_argument("--ruleset", choices=rules.SUPPORTED_RULESETS, default=None,
+                   help="MLPerf training ruleset to check against (default: detected from each log's keys)")
+    p.add_argument("--compare", metavar="OTHER_DIR", default=None,
+                   help="also review OTHER_DIR and print a side-by-side table (e.g. a published submission)")
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="where to write mlperf_review.{md,json,png} (default: RESULTS_DIR)")
+    p.add_argument("--no-plot", action="store_true", help="do not draw the PNG")
+    p.add_argument("--no-write", action="store_true", help="print only; write no files")
+    p.add_argument("--json", action="store_true", help="print the JSON review instead of the table")
+    p.add_argument("--max-errors", type=int, default=3, metavar="N",
+                   help="compliance errors / log problems shown per log (default 3)")
+    return p
+
+
+def _fail(msg: str) -> int:
+    print(f"error: {msg}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    from .core import ReviewError, review_folder
+    from . import report
+
+    try:
+        review = review_folder(args.results_dir, ruleset=args.ruleset, max_errors=max(args.max_errors, 10))
+        other = review_folder(args.compare, ruleset=args.ruleset, max_errors=max(args.max_errors, 10)) \
+            if args.compare else None
+    except ReviewError as exc:
+        return _fail(str(exc))
+
+    if not args.no_write:
+        out = Path(args.out) if args.out else Path(args.results_dir)
+        try:
+            report.write_review_outputs(review, out, plot=not args.no_plot, max_errors=args.max_errors)
+            if other is not None:
+                review.outputs.update(report.write_compare_outputs(review, other, out))
+        except OSError as exc:
+            return _fail(f"cannot write the review files to {out}: {exc.strerror or exc} (use --out DIR or "
+                         "--no-write)")
+
+    if args.json:
+        data = review.to_dict()
+        if other is not None:
+            data = {"review": data, "compare": {"a": report.compare_metrics(review),
+                                                 "b": report.compare_metrics(other)}}
+        sys.stdout.write(report.to_json(data))
+    else:
+        print(report.render_text(review, max_errors=args.max_errors))
+        if other is not None:
+            print()
+            print(report.render_compare(review, other))
+    return EXIT_OK if review.verdict == "PASS" else EXIT_PROBLEMS

@@ -1,0 +1,123 @@
+"""Training curves of a review: box/mask AP per epoch and against time, plus loss/throughput when logged.
+
+:func:`plot_runs` returns the data actually drawn (read back from the matplotlib Line2D objects), so that tests
+and callers can check what is plotted without looking at pixels.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from . import rules
+from .summary import RunSummary, train_throughput_series
+
+AP_EPOCH_BBOX = "BBOX AP per epoch"
+AP_EPOCH_SEGM = "SEGM AP per epoch"
+AP_TIME_BBOX = "BBOX AP vs time since run_start"
+AP_TIME_SEGM = "SEGM AP vs time since run_start"
+LOSS = "training loss"
+THROUGHPUT = "training throughput"
+EPOCH_TIME = "epoch duration"
+
+
+def _series_for(runs: Sequence[RunSummary]) -> List[tuple]:
+    """Panels to draw: (title, xlabel, ylabel, {run: (xs, ys)}, target or None)."""
+    panels = []
+    for title, attr, target in ((AP_EPOCH_BBOX, "bbox", rules.TARGET_BBOX),
+                                (AP_EPOCH_SEGM, "segm", rules.TARGET_SEGM)):
+        data = {}
+        for r in runs:
+            pts = [(e.epoch, getattr(e, attr)) for e in r.evals
+                   if e.epoch is not None and getattr(e, attr) is not None]
+            if pts:
+                data[r.name] = ([p[0] for p in pts], [p[1] for p in pts])
+        panels.append((title, "epoch", attr.upper() + " AP", data, target))
+    for title, attr, target in ((AP_TIME_BBOX, "bbox", rules.TARGET_BBOX),
+                                (AP_TIME_SEGM, "segm", rules.TARGET_SEGM)):
+        data = {}
+        for r in runs:
+            pts = [(e.minutes, getattr(e, attr)) for e in r.evals
+                   if e.minutes is not None and getattr(e, attr) is not None]
+            if pts:
+                data[r.name] = ([p[0] for p in pts], [p[1] for p in pts])
+        panels.append((title, "minutes since run_start", attr.upper() + " AP", data, target))
+    loss = {}
+    for r in runs:
+        pts = [(p.iteration, p.loss) for p in r.train_points if p.loss is not None]
+        if pts:
+            loss[r.name] = ([p[0] for p in pts], [p[1] for p in pts])
+    thr = {}
+    thr_x = "iteration"
+    for r in runs:
+        xs, ys = train_throughput_series(r)
+        if xs:
+            thr[r.name] = (xs, ys)
+    if not thr:
+        for r in runs:
+            if r.tracked_throughput:
+                thr[r.name] = ([p[0] for p in r.tracked_throughput], [p[1] for p in r.tracked_throughput])
+                thr_x = "step (as logged)"
+    if loss:
+        panels.append((LOSS, "iteration", "loss", loss, None))
+    if thr:
+        panels.append((THROUGHPUT, thr_x, "images/s", thr, None))
+    elif loss or any(r.epoch_seconds for r in runs):
+        ep = {r.name: ([e for e, _ in r.epoch_seconds], [s for _, s in r.epoch_seconds])
+              for r in runs if r.epoch_seconds}
+        if ep:
+            panels.append((EPOCH_TIME, "epoch", "seconds (epoch_start to epoch_stop)", ep, None))
+    return panels
+
+
+def plot_runs(runs: Sequence[RunSummary], path: Optional[Path], title: str = "") -> Dict[str, Dict[str, tuple]]:
+    """Draw the curves and save a PNG at ``path`` (atomically; skipped when path is None).
+
+    Returns {panel title: {line label: (xs, ys)}} read back from the figure, target lines included
+    (label ``target 0.377`` / ``target 0.339``).
+    """
+    import matplotlib
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    panels = _series_for(runs)
+    ncols = 2
+    nrows = (len(panels) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(13, 4.2 * nrows), squeeze=False)
+    drawn: Dict[str, Dict[str, tuple]] = {}
+    try:
+        for ax, (ptitle, xlabel, ylabel, data, target) in zip(axes.flat, panels):
+            for name, (xs, ys) in data.items():
+                ax.plot(xs, ys, marker="o" if len(xs) <= 60 else None, markersize=3, linewidth=1.2, label=name)
+            if target is not None:
+                ax.axhline(target, color="red", linestyle="--", linewidth=1.0, label=f"target {target:g}")
+            ax.set_title(ptitle)
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(ylabel)
+            ax.grid(True, alpha=0.3)
+            if not data:
+                ax.text(0.5, 0.5, "no data in the logs", ha="center", va="center", transform=ax.transAxes)
+            elif len(data) <= 12:
+                ax.legend(fontsize=7, loc="best")
+            drawn[ptitle] = {ln.get_label(): (list(map(float, ln.get_xdata())), list(map(float, ln.get_ydata())))
+                             for ln in ax.get_lines()}
+        for ax in list(axes.flat)[len(panels):]:
+            ax.axis("off")
+        if title:
+            fig.suptitle(title)
+        fig.tight_layout()
+        if path is not None:
+            path = Path(path)
+            fd, tmp = tempfile.mkstemp(prefix="." + path.name, suffix=".tmp", dir=str(path.parent))
+            os.close(fd)
+            try:
+                fig.savefig(tmp, format="png", dpi=90)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+    finally:
+        plt.close(fig)
+    return drawn

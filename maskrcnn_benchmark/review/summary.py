@@ -1,0 +1,314 @@
+"""Per-run facts derived from a parsed log: status, time to train, epochs, AP, hyperparameters, throughput."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from . import rules
+from .parse import Issue, ParsedLog, TrainPoint
+
+# Run statuses
+CONVERGED = "converged"
+NOT_CONVERGED = "not converged"
+INCOMPLETE = "incomplete"
+WRONG_BENCHMARK = "wrong benchmark"
+INVALID = "invalid"
+
+
+@dataclass
+class EvalPoint:
+    epoch: Optional[float]
+    bbox: Optional[float]
+    segm: Optional[float]
+    minutes: Optional[float]  # since run_start
+    lineno: int
+
+    @property
+    def meets_target(self) -> bool:
+        return rules.meets_target(self.bbox, self.segm)
+
+
+@dataclass
+class ComplianceResult:
+    ruleset: str
+    passed: Optional[bool]          # None: the checker could not run
+    errors: List[str] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    parse_errors: List[str] = field(default_factory=list)
+    note: str = ""                  # e.g. "checker crashed: ..." or "mlperf_logging not installed"
+
+    @property
+    def label(self) -> str:
+        if self.passed is None:
+            return "not run"
+        return "PASS" if self.passed else "FAIL"
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"ruleset": self.ruleset, "passed": self.passed, "errors": self.errors,
+                "warnings": self.warnings, "parse_errors": self.parse_errors, "note": self.note}
+
+
+@dataclass
+class RunSummary:
+    name: str
+    path: str
+    benchmark: Optional[str] = None
+    division: Optional[str] = None
+    org: Optional[str] = None
+    platform: Optional[str] = None
+    submission_status: Optional[str] = None
+    ruleset: Optional[str] = None
+    ruleset_reason: str = ""
+    status: str = INVALID
+    status_detail: str = ""
+    run_stop_status: Optional[str] = None
+    target_reached: bool = False
+    ttt_min: Optional[float] = None
+    init_min: Optional[float] = None
+    epochs: Optional[float] = None              # epoch of the last eval_accuracy before run_stop
+    first_target_epoch: Optional[float] = None  # first eval meeting both targets
+    final_bbox: Optional[float] = None
+    final_segm: Optional[float] = None
+    gbs: Optional[Any] = None
+    seeds: List[Any] = field(default_factory=list)
+    hparams: Dict[str, Any] = field(default_factory=dict)
+    throughput_ips: Optional[float] = None
+    throughput_source: str = ""
+    evals: List[EvalPoint] = field(default_factory=list)
+    epoch_seconds: List[List[float]] = field(default_factory=list)   # [epoch, seconds]
+    tracked_throughput: List[List[float]] = field(default_factory=list)  # [step/epoch, images/s]
+    train_points: List[TrainPoint] = field(default_factory=list)
+    compliance: Optional[ComplianceResult] = None
+    issues: List[Issue] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+    n_events: int = 0
+
+    @property
+    def is_maskrcnn(self) -> bool:
+        return self.status != WRONG_BENCHMARK and self.n_events > 0
+
+    @property
+    def scored(self) -> bool:
+        """Counts as a successful run for the score: converged and not rejected by the compliance checker."""
+        if self.status != CONVERGED or self.ttt_min is None:
+            return False
+        return self.compliance is None or self.compliance.passed is not False
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "name": self.name, "file": self.path, "benchmark": self.benchmark, "division": self.division,
+            "org": self.org, "platform": self.platform, "submission_status": self.submission_status,
+            "ruleset": self.ruleset, "ruleset_reason": self.ruleset_reason,
+            "status": self.status, "status_detail": self.status_detail, "run_stop_status": self.run_stop_status,
+            "target_reached": self.target_reached, "counts_for_score": self.scored,
+            "time_to_train_min": self.ttt_min, "init_min": self.init_min,
+            "epochs_to_converge": self.epochs, "first_target_epoch": self.first_target_epoch,
+            "final_bbox_ap": self.final_bbox, "final_segm_ap": self.final_segm,
+            "global_batch_size": self.gbs, "seeds": self.seeds, "hyperparameters": self.hparams,
+            "throughput_images_per_s": self.throughput_ips, "throughput_source": self.throughput_source,
+            "evals": [{"epoch": e.epoch, "bbox": e.bbox, "segm": e.segm, "minutes": e.minutes,
+                       "line": e.lineno} for e in self.evals],
+            "epoch_seconds": self.epoch_seconds,
+            "compliance": self.compliance.to_dict() if self.compliance else None,
+            "issues": [i.to_dict() for i in self.issues],
+            "notes": self.notes,
+            "train_points": len(self.train_points),
+        }
+
+
+def _num(x) -> Optional[float]:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x)
+
+
+def _metadata_num(ev, *names) -> Optional[float]:
+    for n in names:
+        v = _num(ev.metadata.get(n))
+        if v is not None:
+            return v
+    return None
+
+
+def summarize(log: ParsedLog) -> RunSummary:
+    run = RunSummary(name=log.name, path=str(log.path), issues=list(log.issues), n_events=len(log.events))
+    run.train_points = _dedup_train_points(log.train_points)
+    if not log.events:
+        run.status = INVALID
+        run.status_detail = "no ':::MLLOG' lines in the file"
+        return run
+
+    def first_value(key):
+        ev = log.first(key)
+        return ev.value if ev is not None else None
+
+    run.benchmark = first_value("submission_benchmark")
+    run.division = first_value("submission_division")
+    run.org = first_value("submission_org")
+    run.platform = first_value("submission_platform")
+    run.submission_status = first_value("submission_status")
+    start_ev = log.first("run_start")
+    run.ruleset, run.ruleset_reason = rules.detect_ruleset(
+        log.keys(), start_ev.time_ms if start_ev else log.events[0].time_ms)
+
+    # hyperparameters (first value; differing repeats are noted)
+    for key in rules.HPARAM_KEYS:
+        evs = log.all(key)
+        if not evs:
+            continue
+        run.hparams[key] = evs[0].value
+        distinct = {repr(e.value) for e in evs}
+        if len(distinct) > 1:
+            run.notes.append(f"'{key}' logged {len(evs)} times with different values: "
+                             + ", ".join(sorted(distinct)[:4]))
+    run.gbs = run.hparams.get("global_batch_size")
+    run.seeds = [e.value for e in log.all("seed")]
+
+    # init time: first init_start .. init_stop
+    init_starts = log.all("init_start")
+    init_stop = log.first("init_stop")
+    if init_starts and init_stop:
+        run.init_min = (init_stop.time_ms - min(e.time_ms for e in init_starts)) / 60000.0
+
+    stop_ev = log.first("run_stop")
+    start_ms = start_ev.time_ms if start_ev else None
+    if start_ev and stop_ev:
+        run.ttt_min = (stop_ev.time_ms - start_ev.time_ms) / 60000.0
+    if stop_ev is not None:
+        status = stop_ev.metadata.get("status")
+        run.run_stop_status = status if isinstance(status, str) else (None if status is None else str(status))
+
+    # evaluations, in file order; the epoch to converge is the last one logged before run_stop
+    stop_line = stop_ev.lineno if stop_ev else None
+    for ev in log.all("eval_accuracy"):
+        val = ev.value if isinstance(ev.value, dict) else {}
+        bbox = _num(val.get("BBOX"))
+        segm = _num(val.get("SEGM"))
+        epoch = _metadata_num(ev, "epoch_num", "epoch")
+        minutes = (ev.time_ms - start_ms) / 60000.0 if start_ms is not None else None
+        run.evals.append(EvalPoint(epoch, bbox, segm, minutes, ev.lineno))
+        if not isinstance(ev.value, dict) or bbox is None or segm is None:
+            run.notes.append(f"line {ev.lineno}: eval_accuracy value is not {{'BBOX': x, 'SEGM': y}}: "
+                             f"{str(ev.value)[:60]}")
+    before_stop = [e for e in run.evals if stop_line is None or e.lineno < stop_line]
+    if before_stop:
+        last = before_stop[-1]
+        run.epochs = last.epoch
+        run.final_bbox, run.final_segm = last.bbox, last.segm
+    elif run.evals:
+        last = run.evals[-1]
+        run.final_bbox, run.final_segm = last.bbox, last.segm
+    hits = [e for e in before_stop if e.meets_target]
+    run.target_reached = bool(hits)
+    if hits:
+        run.first_target_epoch = hits[0].epoch
+        if run.epochs is not None and hits[0].epoch is not None and hits[0].epoch != run.epochs:
+            run.notes.append(f"target first reached at epoch {hits[0].epoch:g} but the run went on to epoch "
+                             f"{run.epochs:g} (the time to train includes the extra epochs)")
+
+    run.epoch_seconds = _epoch_seconds(log)
+    run.tracked_throughput = _tracked_throughput(log)
+    run.throughput_ips, run.throughput_source = _throughput(run, log)
+
+    # status
+    if run.benchmark is not None and run.benchmark != rules.BENCHMARK:
+        run.status = WRONG_BENCHMARK
+        run.status_detail = f"a '{run.benchmark}' log, not {rules.BENCHMARK}"
+    elif start_ev is None:
+        run.status = INVALID
+        run.status_detail = "no run_start"
+    elif stop_ev is None:
+        run.status = INCOMPLETE
+        last_epoch = run.evals[-1].epoch if run.evals else None
+        run.status_detail = ("no run_stop: the run crashed, was killed or is still running"
+                             + (f" (last eval at epoch {last_epoch:g})" if last_epoch is not None else ""))
+    elif stop_ev.time_ms < start_ev.time_ms:
+        run.status = INVALID
+        run.status_detail = "run_stop is earlier than run_start"
+    elif run.run_stop_status == "success" and run.target_reached:
+        run.status = CONVERGED
+        run.status_detail = f"target reached at epoch {run.first_target_epoch:g}" \
+            if run.first_target_epoch is not None else "target reached"
+    else:
+        run.status = NOT_CONVERGED
+        if run.run_stop_status != "success":
+            st = "no status" if run.run_stop_status is None else f"status '{run.run_stop_status}'"
+            run.status_detail = f"run_stop has {st}"
+            if run.target_reached:
+                run.status_detail += " although the target was reached"
+        else:
+            run.status_detail = "run_stop says success but no eval_accuracy reached the target " \
+                                f"(BBOX >= {rules.TARGET_BBOX}, SEGM >= {rules.TARGET_SEGM})"
+        if run.final_bbox is not None and run.final_segm is not None:
+            run.status_detail += f"; last AP {run.final_bbox:.4f}/{run.final_segm:.4f}"
+    if run.benchmark is None:
+        run.notes.append("no submission_benchmark logged")
+    return run
+
+
+def _dedup_train_points(points: List[TrainPoint]) -> List[TrainPoint]:
+    seen = set()
+    out = []
+    for p in points:
+        if p.iteration in seen:
+            continue
+        seen.add(p.iteration)
+        out.append(p)
+    return out
+
+
+def _epoch_seconds(log: ParsedLog) -> List[List[float]]:
+    starts: Dict[float, float] = {}
+    out = []
+    for ev in log.events:
+        if ev.key == "epoch_start":
+            e = _metadata_num(ev, "epoch_num")
+            if e is not None and e not in starts:
+                starts[e] = ev.time_ms
+        elif ev.key == "epoch_stop":
+            e = _metadata_num(ev, "epoch_num")
+            if e is not None and e in starts:
+                out.append([e, (ev.time_ms - starts.pop(e)) / 1000.0])
+    return out
+
+
+def _tracked_throughput(log: ParsedLog) -> List[List[float]]:
+    out = []
+    for ev in log.events:
+        val = None
+        if ev.key == "tracked_stats" and isinstance(ev.value, dict):
+            val = _num(ev.value.get("throughput"))
+        elif ev.key == "throughput":
+            val = _num(ev.value)
+        if val is None:
+            continue
+        step = _metadata_num(ev, "epoch_num", "step", "samples_count")
+        out.append([step if step is not None else float(len(out) + 1), val])
+    return out
+
+
+def _throughput(run: RunSummary, log: ParsedLog):
+    if run.tracked_throughput:
+        return statistics.median(v for _, v in run.tracked_throughput), "mllog tracked_stats/throughput"
+    if log.metric_throughputs:
+        return statistics.median(log.metric_throughputs), "'&&&& MLPERF METRIC THROUGHPUT' line"
+    gbs = _num(run.gbs)
+    times = [p.step_time for p in run.train_points if p.step_time]
+    if gbs and times:
+        return gbs / statistics.median(times), "global batch / median iteration time"
+    return None, ""
+
+
+def train_throughput_series(run: RunSummary):
+    """(iterations, images/s) from the iteration times of the training-progress lines."""
+    gbs = _num(run.gbs)
+    if not gbs:
+        return [], []
+    xs, ys = [], []
+    for p in run.train_points:
+        if p.step_time:
+            xs.append(p.iteration)
+            ys.append(gbs / p.step_time)
+    return xs, ys

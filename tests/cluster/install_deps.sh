@@ -1,0 +1,31 @@
+#!/bin/bash
+# Install the system packages the launch/cluster tests need, only if missing (idempotent).
+# Debian/Ubuntu + root only; elsewhere it prints what is missing and exits 0 (the tests then fail/skip with a reason).
+set -euo pipefail
+
+want=(slurm-wlm slurmctld slurmd slurm-client munge numactl shellcheck iproute2 util-linux)
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install_deps: all present"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "install_deps: missing ${missing[*]} (need root + apt-get to install); skipping" >&2
+  exit 0
+fi
+
+# keep apt from starting the daemons with the distribution's default config
+created_policy=0
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+  chmod 755 /usr/sbin/policy-rc.d
+  created_policy=1
+fi
+trap '[ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d' EXIT
+
+echo "install_deps: installing ${missing[*]}"
+apt-get update -q
+DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,75 @@
+"""Small models and hand-made images shared by the tests."""
+import math
+import os
+
+import torch
+
+from maskrcnn_benchmark.config import get_cfg, merge_cfg_from_file, merge_cfg_from_list
+from maskrcnn_benchmark.structures import BoxList, SegmentationMask
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+R50_YAML = os.path.join(REPO, "configs", "e2e_mask_rcnn_R_50_FPN_1x.yaml")
+
+SMALL_OVERRIDES = [
+    "MODEL.DEVICE", "cpu",
+    "MODEL.BACKBONE.CONV_BODY", "R-14-FPN",
+    "MODEL.BACKBONE.FREEZE_CONV_BODY_AT", 0,
+    "MODEL.RESNETS.STEM_FUNC", "StemWithGN",
+    "MODEL.RESNETS.TRANS_FUNC", "BottleneckWithGN",
+    "MODEL.RESNETS.WIDTH_PER_GROUP", 8,
+    "MODEL.RESNETS.STEM_OUT_CHANNELS", 16,
+    "MODEL.RESNETS.RES2_OUT_CHANNELS", 32,
+    "MODEL.GROUP_NORM.NUM_GROUPS", 8,
+    "MODEL.BACKBONE.OUT_CHANNELS", 32,
+    "MODEL.RPN.PRE_NMS_TOP_N_TRAIN", 300,
+    "MODEL.RPN.POST_NMS_TOP_N_TRAIN", 300,
+    "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", 200,
+    "MODEL.RPN.PRE_NMS_TOP_N_TEST", 300,
+    "MODEL.RPN.POST_NMS_TOP_N_TEST", 300,
+    "MODEL.RPN.FPN_POST_NMS_TOP_N_TEST", 100,
+    "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", 64,
+    "MODEL.ROI_BOX_HEAD.MLP_HEAD_DIM", 128,
+    "MODEL.ROI_BOX_HEAD.NUM_CLASSES", 4,
+    "MODEL.ROI_MASK_HEAD.CONV_LAYERS", (32, 32),
+    "DTYPE", "float32",
+]
+
+
+def small_cfg(*extra):
+    cfg = get_cfg()
+    merge_cfg_from_file(cfg, R50_YAML)
+    merge_cfg_from_list(cfg, SMALL_OVERRIDES + list(extra))
+    return cfg
+
+
+def r50_cfg(*extra):
+    cfg = get_cfg()
+    merge_cfg_from_file(cfg, R50_YAML)
+    merge_cfg_from_list(cfg, ["MODEL.DEVICE", "cpu", "DTYPE", "float32"] + list(extra))
+    return cfg
+
+
+def _disc(cx, cy, r, n=16):
+    return [c for k in range(n) for c in (cx + r * math.cos(2 * math.pi * k / n),
+                                          cy + r * math.sin(2 * math.pi * k / n))]
+
+
+def shapes_image(width=128, height=96):
+    """A dark image with a bright square (class 1) and a disc (class 2), plus its target BoxList."""
+    img = torch.full((3, height, width), -40.0)
+    img[:, 20:50, 15:45] = 80.0
+    yy, xx = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
+    img[:, ((xx - 90) ** 2 + (yy - 55) ** 2) < 18 ** 2] = 40.0
+    img[0] += 30.0
+    target = BoxList(torch.tensor([[15.0, 20.0, 44.0, 49.0], [72.0, 37.0, 108.0, 73.0]]), (width, height))
+    target.add_field("labels", torch.tensor([1, 2]))
+    target.add_field("masks", SegmentationMask(
+        [[[15.0, 20.0, 45.0, 20.0, 45.0, 50.0, 15.0, 50.0]], [_disc(90.0, 55.0, 18.0)]], (width, height)))
+    return img, target
+
+
+def empty_target(width, height):
+    t = BoxList(torch.zeros((0, 4)), (width, height))
+    t.add_field("labels", torch.zeros((0,), dtype=torch.int64))
+    t.add_field("masks", SegmentationMask([], (width, height)))
+    return t

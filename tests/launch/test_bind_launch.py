@@ -1,0 +1,358 @@
+"""bind_launch: plans (NVIDIA's worked examples), topology/Slurm defaults, binding fallbacks, failure handling."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import bind_launch as bl  # noqa: E402
+
+
+def fmt(b):
+    return bl.cpu_list_str(b.cpus), b.mem_node
+
+
+# ------------------------------------------------------------------------------------------------ plans
+def test_dgx1_plan_matches_nvidia_examples():
+    plan = bl.plan_bindings(8, nsockets=2, ncores_per_socket=20)
+    assert fmt(plan[0]) == ("0-4,40-44", 0)
+    assert fmt(plan[4]) == ("20-24,60-64", 1)
+    assert [fmt(b) for b in plan] == [
+        ("0-4,40-44", 0), ("5-9,45-49", 0), ("10-14,50-54", 0), ("15-19,55-59", 0),
+        ("20-24,60-64", 1), ("25-29,65-69", 1), ("30-34,70-74", 1), ("35-39,75-79", 1),
+    ]
+    assert [b.socket for b in plan] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_dgxa100_plan():
+    plan = bl.plan_bindings(8, nsockets=2, ncores_per_socket=64)
+    assert fmt(plan[0]) == ("0-15,128-143", 0)
+    assert fmt(plan[3]) == ("48-63,176-191", 0)
+    assert fmt(plan[4]) == ("64-79,192-207", 1)
+    assert fmt(plan[7]) == ("112-127,240-255", 1)
+
+
+def test_no_hyperthreads_no_membind():
+    plan = bl.plan_bindings(8, 2, 20, hyperthreads=False, membind=False)
+    assert fmt(plan[4]) == ("20-24", None)
+    assert plan[4].numactl_args(True) == ["--physcpubind=20-24"]
+    plan = bl.plan_bindings(8, 2, 20)
+    assert plan[4].numactl_args(True) == ["--physcpubind=20-24,60-64", "--membind=1"]
+
+
+def test_uneven_shapes():
+    # fewer processes than sockets: one socket each
+    plan = bl.plan_bindings(1, 2, 4, hyperthreads=False)
+    assert fmt(plan[0]) == ("0-3", 0)
+    # more processes than cores: share round-robin, never an empty set
+    plan = bl.plan_bindings(4, 1, 2, hyperthreads=False)
+    assert [bl.cpu_list_str(b.cpus) for b in plan] == ["0", "1", "0", "1"]
+    # 2 per socket out of 3 cores: 1 core each
+    plan = bl.plan_bindings(4, 2, 3, hyperthreads=False)
+    assert [fmt(b) for b in plan] == [("0", 0), ("1", 0), ("3", 1), ("4", 1)]
+    with pytest.raises(ValueError):
+        bl.plan_bindings(0, 1, 1)
+
+
+def test_cpu_list_roundtrip():
+    assert bl.parse_cpu_list("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11]
+    assert bl.cpu_list_str([11, 10, 8, 3, 2, 1, 0]) == "0-3,8,10-11"
+    assert bl.cpu_list_str([]) == ""
+
+
+# ------------------------------------------------------------------------------------------------ topology
+def _fake_sysfs(root: Path, sockets: int, cores: int, threads: int) -> None:
+    cpu = 0
+    ncores = sockets * cores
+    for t in range(threads):
+        for s in range(sockets):
+            for c in range(cores):
+                d = root / "devices/system/cpu" / f"cpu{cpu}" / "topology"
+                d.mkdir(parents=True)
+                (d / "physical_package_id").write_text(f"{s}\n")
+                (d / "core_id").write_text(f"{c}\n")
+                (d / "thread_siblings_list").write_text(f"{s * cores + c},{s * cores + c + ncores}\n")
+                cpu += 1
+    node = root / "devices/system/node"
+    node.mkdir(parents=True)
+    (node / "online").write_text(f"0-{sockets - 1}\n")
+
+
+def test_detect_topology_from_sysfs(tmp_path):
+    _fake_sysfs(tmp_path, sockets=2, cores=20, threads=2)
+    topo = bl.detect_topology(str(tmp_path))
+    assert (topo.nsockets, topo.ncores_per_socket, topo.threads_per_core, topo.source) == (2, 20, 2, "sysfs")
+    assert bl.numa_nodes(str(tmp_path)) == [0, 1]
+
+
+def test_detect_topology_this_machine():
+    topo = bl.detect_topology()
+    assert topo.nsockets >= 1 and topo.ncores_per_socket >= 1
+    assert topo.nsockets * topo.ncores_per_socket * topo.threads_per_core >= len(os.sched_getaffinity(0))
+
+
+# ------------------------------------------------------------------------------------------------ slurm
+def test_expand_hostlist():
+    assert bl.expand_hostlist("node[1-3,7],gpu01") == ["node1", "node2", "node3", "node7", "gpu01"]
+    assert bl.expand_hostlist("tara-dgx[008-010]") == ["tara-dgx008", "tara-dgx009", "tara-dgx010"]
+    assert bl.expand_hostlist("single") == ["single"]
+
+
+def test_slurm_defaults():
+    env = {"SLURM_JOB_NUM_NODES": "4", "SLURM_NODEID": "2", "SLURM_JOB_NODELIST": "bogusnode[3-6]",
+           "PATH": "/nonexistent"}
+    old = os.environ.copy()
+    try:
+        os.environ["PATH"] = "/nonexistent"  # no scontrol: parse the hostlist ourselves
+        assert bl.slurm_defaults(env) == {"nnodes": 4, "node_rank": 2, "master_addr": "bogusnode3"}
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    assert bl.slurm_defaults({}) == {}
+    # a one-node job keeps the loopback master
+    assert bl.slurm_defaults({"SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_NODELIST": "n1"}) == {
+        "nnodes": 1, "node_rank": 0}
+
+
+def _clean_env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("SLURM_") and k not in ("MASTER_ADDR", "MASTER_PORT")}
+    env.update(extra)
+    return env
+
+
+def run_bl(args, env=None, timeout=60, **kw):
+    return subprocess.run([sys.executable, "-m", "bind_launch", *args], cwd=ROOT, env=env or _clean_env(),
+                          capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def test_dry_run_dgx1_and_slurm_env():
+    r = run_bl(["--dry-run", "--nsockets_per_node=2", "--ncores_per_socket=20", "--nproc_per_node=8",
+                "tools/train_mlperf.py", "--config-file", "c.yaml", "SOLVER.BASE_LR", "0.06"],
+               env=_clean_env(SLURM_JOB_NUM_NODES="4", SLURM_NODEID="1", SLURM_JOB_NODELIST="dgx[01-04]",
+                              PATH="/usr/bin:/bin"))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "world_size=32" in lines[0] and "master=dgx01:29500" in lines[0] and "node_rank=1" in lines[0]
+    assert lines[1].startswith("local_rank=0 rank=8 socket=0 cpus=0-4,40-44 mem=0 cmd: ")
+    assert lines[1].endswith("tools/train_mlperf.py --local_rank=0 --config-file c.yaml SOLVER.BASE_LR 0.06")
+    assert lines[5].startswith("local_rank=4 rank=12 socket=1 cpus=20-24,60-64 mem=1")
+
+
+def test_dry_run_defaults_to_real_topology():
+    r = run_bl(["--dry-run", "--nproc_per_node=2", "x.py"])
+    assert r.returncode == 0, r.stderr
+    topo = bl.detect_topology()
+    assert f"sockets={topo.nsockets} cores_per_socket={topo.ncores_per_socket} (detected from" in r.stdout
+    assert "master=127.0.0.1:29500" in r.stdout
+
+
+# ------------------------------------------------------------------------------------------------ real launches
+CHILD = textwrap.dedent("""
+    import json, os, sys, time, signal
+    out = os.environ["TEST_OUT"]
+    lr = [a for a in sys.argv[1:] if a.startswith("--local_rank=")][0].split("=")[1]
+    info = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    info["argv"] = sys.argv[1:]
+    info["affinity"] = sorted(os.sched_getaffinity(0))
+    info["pid"] = os.getpid()
+    def on_term(signum, frame):
+        open(os.path.join(out, f"term{lr}"), "w").write(str(signum))
+        sys.exit(0 if os.environ.get("EXIT0_ON_TERM") else 1)
+    signal.signal(signal.SIGTERM, on_term)
+    with open(os.path.join(out, f"rank{lr}.json"), "w") as f:
+        json.dump(info, f)
+    mode = os.environ.get("CHILD_MODE", "ok")
+    if mode == "ok":
+        sys.exit(0)
+    if mode == "fail" and lr == "1":
+        time.sleep(0.5); sys.exit(3)
+    if mode == "kill" and lr == "1":
+        time.sleep(1.0); os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(120)
+""")
+
+
+@pytest.fixture
+def child(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    out = tmp_path / "out"
+    out.mkdir()
+    return script, out
+
+
+def _read_ranks(out, n):
+    return [json.loads((out / f"rank{i}.json").read_text()) for i in range(n)]
+
+
+def _fake_numactl(bindir: Path, refuse: str) -> None:
+    """A numactl stand-in: refuses --membind (refuse='membind') or everything (refuse='all')."""
+    bindir.mkdir()
+    exe = bindir / "numactl"
+    exe.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import os, sys
+        args = sys.argv[1:]
+        sep = args.index("--")
+        opts, cmd = args[:sep], args[sep + 1:]
+        if {refuse!r} == "all" or any(o.startswith("--membind") for o in opts):
+            print("set_mempolicy: Operation not permitted", file=sys.stderr)
+            sys.exit(1)
+        for o in opts:
+            if o.startswith("--physcpubind="):
+                spec = o.split("=", 1)[1]
+                cpus = set()
+                for p in spec.split(","):
+                    lo, _, hi = p.partition("-")
+                    cpus.update(range(int(lo), int(hi or lo) + 1))
+                os.sched_setaffinity(0, cpus)
+        os.execvp(cmd[0], cmd)
+        """))
+    exe.chmod(0o755)
+
+
+def _expected_affinity(nproc):
+    topo = bl.detect_topology()
+    plan = bl.plan_bindings(nproc, topo.nsockets, topo.ncores_per_socket, hyperthreads=topo.threads_per_core > 1)
+    allowed = os.sched_getaffinity(0)
+    return [sorted(c for c in b.cpus if c in allowed) for b in plan]
+
+
+def test_launch_env_args_and_binding(child):
+    script, out = child
+    r = run_bl(["--nproc_per_node=2", "--master_port=29123", str(script), "--foo", "bar"],
+               env=_clean_env(TEST_OUT=str(out)))
+    assert r.returncode == 0, r.stderr
+    ranks = _read_ranks(out, 2)
+    for i, info in enumerate(ranks):
+        assert info["RANK"] == str(i) and info["LOCAL_RANK"] == str(i) and info["WORLD_SIZE"] == "2"
+        assert info["MASTER_ADDR"] == "127.0.0.1" and info["MASTER_PORT"] == "29123"
+        assert info["argv"] == [f"--local_rank={i}", "--foo", "bar"]
+    assert [i["affinity"] for i in ranks] == _expected_affinity(2)
+
+
+def test_launch_multinode_ranks(child):
+    script, out = child
+    r = run_bl(["--nnodes=3", "--node_rank=2", "--nproc_per_node=2", "--master_addr=10.0.0.1", str(script)],
+               env=_clean_env(TEST_OUT=str(out)))
+    assert r.returncode == 0, r.stderr
+    ranks = _read_ranks(out, 2)
+    assert [(i["RANK"], i["WORLD_SIZE"], i["MASTER_ADDR"]) for i in ranks] == [
+        ("4", "6", "10.0.0.1"), ("5", "6", "10.0.0.1")]
+
+
+def test_fallback_when_numactl_missing(child, tmp_path):
+    script, out = child
+    empty = tmp_path / "emptybin"
+    empty.mkdir()
+    r = run_bl(["--nproc_per_node=2", str(script)], env=_clean_env(TEST_OUT=str(out), PATH=str(empty)))
+    assert r.returncode == 0, r.stderr
+    assert "numactl not found" in r.stderr and "sched_setaffinity" in r.stderr
+    assert [i["affinity"] for i in _read_ranks(out, 2)] == _expected_affinity(2)
+
+
+def test_fallback_when_membind_refused(child, tmp_path):
+    script, out = child
+    _fake_numactl(tmp_path / "fakebin", refuse="membind")
+    env = _clean_env(TEST_OUT=str(out), PATH=f"{tmp_path / 'fakebin'}:{os.environ['PATH']}")
+    r = run_bl(["--nproc_per_node=2", str(script)], env=env)
+    assert r.returncode == 0, r.stderr
+    assert "--membind=0 refused" in r.stderr and "binding cpus only" in r.stderr
+    assert [i["affinity"] for i in _read_ranks(out, 2)] == _expected_affinity(2)
+
+
+def test_fallback_when_numactl_refuses_everything(child, tmp_path):
+    script, out = child
+    _fake_numactl(tmp_path / "fakebin", refuse="all")
+    env = _clean_env(TEST_OUT=str(out), PATH=f"{tmp_path / 'fakebin'}:{os.environ['PATH']}")
+    r = run_bl(["--nproc_per_node=2", str(script)], env=env)
+    assert r.returncode == 0, r.stderr
+    assert "numactl refused" in r.stderr and "os.sched_setaffinity" in r.stderr
+    assert [i["affinity"] for i in _read_ranks(out, 2)] == _expected_affinity(2)
+
+
+def test_planned_cpus_outside_allowed_set_do_not_kill_the_job(child):
+    script, out = child
+    # DGX-1 shape on this small machine: most planned cpus do not exist; must still run
+    r = run_bl(["--nproc_per_node=2", "--nsockets_per_node=2", "--ncores_per_socket=20", str(script)],
+               env=_clean_env(TEST_OUT=str(out)))
+    assert r.returncode == 0, r.stderr
+    assert len(_read_ranks(out, 2)) == 2
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
+    except OSError:
+        return False
+
+
+def test_child_failure_propagates_and_stops_siblings(child):
+    script, out = child
+    t0 = time.monotonic()
+    r = run_bl(["--nproc_per_node=3", "--binding=none", str(script)],
+               env=_clean_env(TEST_OUT=str(out), CHILD_MODE="fail"), timeout=60)
+    assert r.returncode == 3, r.stderr
+    assert time.monotonic() - t0 < 15
+    assert "local rank 1 exited with code 3" in r.stderr
+    for i in (0, 2):
+        assert (out / f"term{i}").exists()  # siblings got SIGTERM
+        assert not _alive(_read_ranks(out, 3)[i]["pid"])
+
+
+def test_child_killed_siblings_terminated(child):
+    script, out = child
+    t0 = time.monotonic()
+    r = run_bl(["--nproc_per_node=3", str(script)],
+               env=_clean_env(TEST_OUT=str(out), CHILD_MODE="kill", EXIT0_ON_TERM="1"), timeout=60)
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 128 + signal.SIGKILL, r.stderr
+    assert elapsed < 15, elapsed
+    infos = _read_ranks(out, 3)
+    assert all(not _alive(i["pid"]) for i in infos)
+
+
+def test_stubborn_child_is_sigkilled(child, tmp_path):
+    stubborn = tmp_path / "stubborn.py"
+    stubborn.write_text(textwrap.dedent("""
+        import os, signal, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        lr = sys.argv[1].split("=")[1]
+        open(os.path.join(os.environ["TEST_OUT"], f"pid{lr}"), "w").write(str(os.getpid()))
+        if lr == "1":
+            time.sleep(0.5); sys.exit(5)
+        time.sleep(120)
+    """))
+    _script, out = child
+    t0 = time.monotonic()
+    r = run_bl(["--nproc_per_node=2", "--kill_timeout=1", "--binding=none", str(stubborn)],
+               env=_clean_env(TEST_OUT=str(out)))
+    assert r.returncode == 5
+    assert time.monotonic() - t0 < 10
+    assert not _alive(int((out / "pid0").read_text()))
+
+
+def test_signals_are_forwarded(child):
+    script, out = child
+    p = subprocess.Popen([sys.executable, "-m", "bind_launch", "--nproc_per_node=2", "--binding=none", str(script)],
+                         cwd=ROOT, env=_clean_env(TEST_OUT=str(out), CHILD_MODE="sleep"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all((out / f"rank{i}.json").exists() for i in range(2)):
+        time.sleep(0.1)
+    p.send_signal(signal.SIGTERM)
+    rc = p.wait(timeout=30)
+    assert rc == 128 + signal.SIGTERM
+    for i in range(2):
+        assert (out / f"term{i}").read_text() == str(int(signal.SIGTERM))

@@ -1,0 +1,94 @@
+import torch
+
+from maskrcnn_benchmark.modeling.balanced_positive_negative_sampler import BalancedPositiveNegativeSampler
+from maskrcnn_benchmark.modeling.box_coder import BoxCoder
+from maskrcnn_benchmark.modeling.matcher import Matcher
+from maskrcnn_benchmark.modeling.roi_heads.mask_head import Masker
+from maskrcnn_benchmark.modeling.rpn.anchor_generator import AnchorGenerator, generate_anchors
+from maskrcnn_benchmark.modeling.rpn.rpn import RPNPostProcessor
+from maskrcnn_benchmark.modeling.utils import rank_within_groups
+
+
+def test_cell_anchors_match_detectron_by_hand():
+    # stride 16, size 32: ratio 0.5 -> 23x12 base rounded (half-to-even) then x2; ratio 2 -> 11x22 then x2.
+    a = generate_anchors(16, (32,), (0.5, 1.0, 2.0))
+    assert a.tolist() == [[-15, -4, 30, 19], [-8, -8, 23, 23], [-3, -14, 18, 29]]
+
+
+def test_grid_anchor_order_is_location_major():
+    gen = AnchorGenerator(sizes=(32,), aspect_ratios=(0.5, 1.0, 2.0), anchor_strides=(16,))
+    (anchors,) = gen.grid_anchors([(2, 3)], "cpu")
+    assert anchors.shape == (18, 4)
+    # second location is one stride to the right, same three cell anchors
+    torch.testing.assert_close(anchors[3:6], anchors[0:3] + torch.tensor([16.0, 0, 16, 0]))
+    torch.testing.assert_close(anchors[9:12], anchors[0:3] + torch.tensor([0.0, 16, 0, 16]))
+    vis = gen.visibility(anchors, torch.tensor([[32.0, 48.0]]))
+    assert vis.shape == (1, 18) and not vis[0, 0] and vis[0].sum() > 0
+
+
+def test_box_coder_roundtrip_and_reference_values():
+    coder = BoxCoder((10.0, 10.0, 5.0, 5.0))
+    props = torch.tensor([[0.0, 0.0, 9.0, 9.0], [10.0, 20.0, 49.0, 39.0]])
+    gts = torch.tensor([[1.0, 1.0, 10.0, 10.0], [5.0, 25.0, 54.0, 44.0]])
+    deltas = coder.encode(gts, props)
+    torch.testing.assert_close(deltas[0], torch.tensor([1.0, 1.0, 0.0, 0.0]))
+    torch.testing.assert_close(coder.decode(deltas, props), gts, atol=1e-4, rtol=0)
+
+
+def test_matcher_thresholds_and_low_quality_matches():
+    # 2 gt (+1 padded row with -1), 4 predictions
+    iou = torch.tensor([[[0.9, 0.5, 0.2, 0.1], [0.1, 0.65, 0.25, 0.0], [-1, -1, -1, -1]]])
+    m = Matcher(0.7, 0.3, allow_low_quality_matches=False)(iou)
+    assert m.tolist() == [[0, -2, -1, -1]]
+    m = Matcher(0.7, 0.3, allow_low_quality_matches=True)(iou)
+    assert m.tolist() == [[0, 1, -1, -1]]
+
+
+def test_sampler_respects_budget_and_fraction_per_image():
+    labels = torch.full((3, 1000), -1)
+    labels[0, :50] = 1
+    labels[0, 50:900] = 0
+    labels[1, :500] = 1
+    labels[1, 500:520] = 0
+    labels[2, :10] = 0
+    pos, neg = BalancedPositiveNegativeSampler(256, 0.5)(labels)
+    assert pos.sum(1).tolist() == [50, 128, 0]
+    assert neg.sum(1).tolist() == [206, 20, 10]
+    assert (labels[pos] == 1).all() and (labels[neg] == 0).all()
+    assert not (pos & neg).any()
+
+
+def test_rank_within_groups():
+    groups = torch.tensor([2, 0, 2, 1, 0, 2])
+    assert rank_within_groups(groups).tolist() == [0, 0, 1, 0, 1, 2]
+
+
+def _post(per_batch, top_n):
+    from maskrcnn_benchmark.modeling.box_coder import BoxCoder as BC
+
+    return RPNPostProcessor(pre_nms_top_n=50, post_nms_top_n=50, nms_thresh=0.7, min_size=0,
+                            fpn_post_nms_top_n=top_n, per_batch=per_batch, box_coder=BC((1.0, 1.0, 1.0, 1.0)))
+
+
+def test_fpn_post_nms_top_n_per_batch_vs_per_image():
+    # Image 0 has high objectness everywhere, image 1 low: per batch, image 0 takes most of the budget.
+    anchors = [torch.tensor([[x * 20.0, 0.0, x * 20.0 + 15, 15.0] for x in range(10)])]
+    obj = [torch.stack((torch.linspace(5, 4, 10), torch.linspace(-4, -5, 10)))]
+    reg = [torch.zeros(2, 10, 4)]
+    sizes = [(64, 256), (64, 256)]
+    per_batch = _post(True, 12)(anchors, obj, reg, sizes)
+    assert [len(b) for b in per_batch] == [10, 2]
+    per_image = _post(False, 6)(anchors, obj, reg, sizes)
+    assert [len(b) for b in per_image] == [6, 6]
+    assert torch.allclose(per_image[1].get_field("objectness"), obj[0][1, :6].sigmoid())
+
+
+def test_masker_pastes_reference_geometry():
+    masker = Masker(threshold=0.5, padding=1)
+    mask = torch.ones(1, 1, 28, 28)
+    out = masker.paste(mask, torch.tensor([[10.0, 5.0, 37.0, 32.0]]), 50, 60)
+    assert out.shape == (1, 1, 50, 60) and out.dtype == torch.bool
+    ys, xs = out[0, 0].nonzero(as_tuple=True)
+    # A full mask covers the box (the one-pixel zero padding is what the expansion adds around it).
+    assert xs.min().item() == 10 and xs.max().item() == 37
+    assert ys.min().item() == 5 and ys.max().item() == 32

@@ -1,0 +1,94 @@
+import math
+
+import pytest
+import torch
+
+from helpers import empty_target, r50_cfg, shapes_image, small_cfg
+from maskrcnn_benchmark.modeling import build_detection_model
+from maskrcnn_benchmark.structures import BoxList
+
+LOSS_KEYS = {"loss_objectness", "loss_rpn_box_reg", "loss_classifier", "loss_box_reg", "loss_mask"}
+
+
+def test_r50_fpn_builds_from_yaml_with_44m_parameters_and_trains_one_step():
+    cfg = r50_cfg()
+    model = build_detection_model(cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    assert 43.5e6 < n_params < 44.8e6, n_params
+    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
+    assert any(n.startswith("backbone.body.stem") for n in frozen)
+    assert any(n.startswith("backbone.body.layer1") for n in frozen)
+    assert not any(n.startswith("backbone.body.layer2") for n in frozen)
+    img, target = shapes_image(160, 128)
+    model.train()
+    losses = model([img, img.flip(-1)[:, :, :150]], [target, empty_target(150, 128)])
+    assert set(losses) == LOSS_KEYS
+    assert all(torch.isfinite(v) for v in losses.values())
+    sum(losses.values()).backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None for g in grads)
+
+
+def test_eval_returns_boxlists_with_masks_of_image_size():
+    cfg = small_cfg("MODEL.ROI_MASK_HEAD.POSTPROCESS_MASKS", True, "MODEL.ROI_HEADS.SCORE_THRESH", 0.0)
+    model = build_detection_model(cfg).eval()
+    img1, _ = shapes_image(128, 96)
+    img2, _ = shapes_image(100, 80)
+    out = model([img1, img2[:, :80, :100]])
+    assert len(out) == 2
+    for det, (w, h) in zip(out, [(128, 96), (100, 80)]):
+        assert isinstance(det, BoxList) and det.size == (w, h)
+        assert set(det.fields()) == {"scores", "labels", "mask"}
+        assert len(det) > 0 and len(det) <= cfg.MODEL.ROI_HEADS.DETECTIONS_PER_IMG
+        assert det.get_field("mask").shape == (len(det), 1, h, w)
+        assert det.get_field("labels").min() >= 1
+        b = det.bbox
+        assert (b[:, 0] >= 0).all() and (b[:, 2] <= w - 1).all() and (b[:, 3] <= h - 1).all()
+
+
+def test_training_handles_batch_without_any_ground_truth():
+    model = build_detection_model(small_cfg()).train()
+    img, _ = shapes_image()
+    losses = model([img, img], [empty_target(128, 96), empty_target(128, 96)])
+    assert set(losses) == LOSS_KEYS and all(torch.isfinite(v) for v in losses.values())
+    assert losses["loss_mask"].item() == 0 and losses["loss_box_reg"].item() == 0
+
+
+def test_small_model_overfits_one_image():
+    torch.manual_seed(0)
+    cfg = small_cfg()
+    model = build_detection_model(cfg).train()
+    img, target = shapes_image()
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.01, momentum=0.9)
+    history = []
+    for _ in range(60):
+        losses = model([img], [target])
+        loss = sum(losses.values())
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        opt.step()
+        history.append(loss.item())
+    start = sum(history[:3]) / 3
+    end = sum(history[-3:]) / 3
+    assert end < 0.5 * start, (start, end)
+
+
+def _train_losses(cfg, dtype=None):
+    torch.manual_seed(0)
+    model = build_detection_model(cfg).train()
+    img, target = shapes_image()
+    torch.manual_seed(1)
+    if dtype is None:
+        return model([img], [target])
+    with torch.autocast("cpu", dtype=dtype):
+        return model([img], [target])
+
+
+def test_fp32_bf16_and_channels_last_agree():
+    ref = _train_losses(small_cfg())
+    nhwc = _train_losses(small_cfg("NHWC", True))
+    bf16 = _train_losses(small_cfg(), torch.bfloat16)
+    for k in LOSS_KEYS:
+        assert math.isclose(nhwc[k].item(), ref[k].item(), rel_tol=1e-3, abs_tol=1e-4), k
+        assert math.isclose(bf16[k].item(), ref[k].item(), rel_tol=0.1, abs_tol=0.02), k

@@ -1,0 +1,410 @@
+"""Review of hand-made logs: failures, broken lines, prefixes, other benchmarks, rulesets >= 1.0.0, CLI."""
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from review_loggen import make_lines, write_log, write_runs  # noqa: E402
+
+from maskrcnn_benchmark.review import report, review_folder  # noqa: E402
+from maskrcnn_benchmark.review.cli import main  # noqa: E402
+from maskrcnn_benchmark.review.parse import parse_lines  # noqa: E402
+from maskrcnn_benchmark.review.rules import closed_rule_warnings, detect_ruleset  # noqa: E402
+from maskrcnn_benchmark.review.score import olympic_score  # noqa: E402
+from maskrcnn_benchmark.review.summary import RunSummary  # noqa: E402
+
+TTTS = [100.0, 101.0, 102.0, 103.0, 110.0]
+
+
+def by_name(review):
+    return {r.name: r for r in review.runs}
+
+
+# ------------------------------------------------------------------------------------------------ good runs
+def test_five_good_runs(tmp_path):
+    write_runs(tmp_path, TTTS)
+    review = review_folder(tmp_path)
+    assert review.verdict == "PASS", review.problems
+    assert all(r.compliance.passed for r in review.runs)
+    assert review.score.score_min == pytest.approx(102.0, abs=1e-3)
+    assert review.score.mlperf_logging_score_min == pytest.approx(102.0, abs=1e-3)
+    assert review.score.dropped_fastest == "result_0" and review.score.dropped_slowest == "result_4"
+    r0 = by_name(review)["result_0"]
+    assert r0.epochs == 14 and r0.first_target_epoch == 14
+    assert r0.init_min == pytest.approx(0.5, abs=0.01)
+    assert r0.throughput_ips == pytest.approx(48 / 0.24)
+    assert r0.throughput_source == "global batch / median iteration time"
+
+
+# ------------------------------------------------------------------------------------------------ failures
+def test_one_non_converged_run_counts_as_slowest(tmp_path):
+    write_runs(tmp_path, TTTS[:4])
+    write_log(tmp_path / "result_4.txt", ttt_min=90.0, seed=9, status="aborted", final_bbox=0.35,
+              final_segm=0.32)
+    review = review_folder(tmp_path)
+    bad = by_name(review)["result_4"]
+    assert bad.status == "not converged"
+    assert "aborted" in bad.status_detail and "0.3500/0.3200" in bad.status_detail
+    assert bad.compliance.passed is False  # no eval_accuracy reaches the target
+    assert not bad.scored
+    s = review.score
+    assert s.ok and s.n_failed == 1 and s.dropped_slowest == "result_4" and s.dropped_fastest == "result_0"
+    assert s.score_min == pytest.approx((101 + 102 + 103) / 3, abs=1e-3)
+    assert s.mlperf_logging_score_min == pytest.approx(s.score_min, abs=0.01)
+    # a failed run makes the folder FAIL for a reviewer (non-compliant log) although a score exists
+    assert review.verdict == "FAIL"
+    assert any("result_4 is not compliant" in p for p in review.problems)
+
+
+def test_two_non_converged_runs_give_no_score(tmp_path, capsys):
+    write_runs(tmp_path, TTTS[:3])
+    for i in (3, 4):
+        write_log(tmp_path / f"result_{i}.txt", ttt_min=100.0 + i, seed=i, status="aborted", final_bbox=0.30,
+                  final_segm=0.30)
+    review = review_folder(tmp_path)
+    assert review.score.score_min is None and not review.score.ok
+    assert "too many failed runs: 2 of 5" in review.score.message
+    assert "at most 1" in review.score.message
+    assert review.score.mlperf_logging_score_min is None  # mlperf_logging agrees: no score
+    rc = main([str(tmp_path), "--no-write"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "too many failed runs" in out and "Verdict: FAIL" in out
+
+
+def test_success_status_without_target_is_not_converged(tmp_path):
+    write_log(tmp_path / "result_0.txt", final_bbox=0.36, final_segm=0.33, status="success")
+    run = review_folder(tmp_path).runs[0]
+    assert run.status == "not converged"
+    assert "no eval_accuracy reached the target" in run.status_detail
+
+
+def test_missing_run_stop(tmp_path):
+    write_runs(tmp_path, TTTS[:4])
+    write_log(tmp_path / "result_4.txt", run_stop=False, seed=99, epochs=9, final_bbox=0.33, final_segm=0.31)
+    review = review_folder(tmp_path)
+    run = by_name(review)["result_4"]
+    assert run.status == "incomplete"
+    assert "no run_stop" in run.status_detail and "epoch 9" in run.status_detail
+    assert run.ttt_min is None
+    assert run.compliance.passed is False
+    assert any("run_stop" in e for e in run.compliance.errors)
+    assert review.score.ok and review.score.dropped_slowest == "result_4"
+    text = report.render_text(review)
+    assert "result_4: incomplete: no run_stop" in text
+
+
+def test_too_few_runs(tmp_path):
+    write_runs(tmp_path, TTTS[:3])
+    review = review_folder(tmp_path)
+    assert review.score.score_min is None
+    assert "too few runs: 3 found, 5 required" in review.score.message
+    assert review.score.unofficial_mean_min == pytest.approx(101.0, abs=1e-3)
+
+
+# ------------------------------------------------------------------------------------------------ broken lines
+def test_truncated_line_reported_with_line_number(tmp_path):
+    write_runs(tmp_path, TTTS[:4])
+    lines = make_lines(ttt_min=TTTS[4], seed=77)
+    idx = next(i for i, ln in enumerate(lines) if '"eval_accuracy"' in ln)
+    lines[idx] = lines[idx][:70]  # cut in the middle of the JSON
+    path = write_log(tmp_path / "result_4.txt", lines=lines)
+    review = review_folder(tmp_path)
+    run = by_name(review)["result_4"]
+    lineno = idx + 2  # write_log adds one line before the records; line numbers are 1-based
+    assert [(i.kind, i.lineno) for i in run.issues] == [("truncated", lineno)]
+    assert str(run.issues[0]).startswith(f"result_4.txt:{lineno}: truncated")
+    assert run.compliance.passed is False
+    assert any("parsing errors" in e for e in run.compliance.errors)
+    assert run.status == "converged"  # the rest of the log is still read
+    text = report.render_text(review)
+    assert f"result_4.txt:{lineno}: truncated" in text
+    assert path.exists()
+
+
+def test_interleaved_line(tmp_path):
+    lines = make_lines()
+    idx = next(i for i, ln in enumerate(lines) if '"train_samples"' in ln)
+    lines[idx] = lines[idx][:60] + "0: " + lines[idx + 1]  # two ranks writing at the same time
+    write_log(tmp_path / "result_0.txt", lines=lines)
+    run = review_folder(tmp_path).runs[0]
+    kinds = {(i.kind, i.lineno) for i in run.issues}
+    assert ("truncated", idx + 2) in kinds and ("interleaved", idx + 2) in kinds
+
+
+def test_parser_never_raises_on_garbage():
+    lines = [":::MLLOG", ":::MLLOG []", ':::MLLOG {"key": "x"}', ':::MLLOG {"key": 1, "time_ms": 2}',
+             ':::MLLOG {"key": "a", "time_ms": "zz"}', ':::MLLOG {"key": "a", "time_ms": 5} trailing',
+             "\x00\xff binary", ':::MLLOG {"key": "ok", "time_ms": 1, "value": 3}']
+    log = parse_lines(lines, "g.log")
+    assert [e.key for e in log.events] == ["a", "ok"]
+    assert [i.lineno for i in log.issues] == [1, 2, 3, 4, 5, 6]
+
+
+def test_prefixed_log_is_compliant(tmp_path):
+    write_log(tmp_path / "result_0.txt", prefix="0: ")
+    write_log(tmp_path / "result_1.txt", prefix="[1,0]<stdout>:", seed=5)
+    review = review_folder(tmp_path)
+    for run in review.runs:
+        assert run.compliance.passed is True, run.compliance.errors
+        assert run.status == "converged" and run.epochs == 14 and not run.issues
+        assert len(run.train_points) == 28
+
+
+def test_other_benchmark(tmp_path):
+    write_log(tmp_path / "result_0.txt", benchmark="resnet")
+    review = review_folder(tmp_path)
+    run = review.runs[0]
+    assert run.status == "wrong benchmark" and "'resnet' log" in run.status_detail
+    assert review.score.message == "no maskrcnn runs: no score"
+    assert any("not maskrcnn" in w for w in review.warnings)
+    assert review.verdict == "FAIL"
+
+
+def test_other_benchmark_left_out_of_score(tmp_path):
+    write_runs(tmp_path, TTTS)
+    write_log(tmp_path / "result_9.txt", benchmark="ssd")
+    review = review_folder(tmp_path)
+    assert review.score.ok and review.score.n_runs == 5
+    assert review.score.mlperf_logging_score_min == pytest.approx(102.0, abs=1e-3)
+
+
+def test_log_and_gz_forms(tmp_path):
+    write_log(tmp_path / "result_0.txt.gz", seed=1)
+    write_log(tmp_path / "node0.log", seed=2, ttt_min=120.0)
+    write_log(tmp_path / "node1.log.gz", seed=3)
+    (tmp_path / "slurm.log").write_text("no mllog here\n")
+    (tmp_path / "notes.txt").write_text("ignored by name\n")
+    review = review_folder(tmp_path)
+    assert sorted(r.name for r in review.runs) == ["node0", "node1", "result_0"]
+    assert all(r.compliance.passed for r in review.runs)
+    assert by_name(review)["node0"].ttt_min == pytest.approx(120.0, abs=1e-3)
+    assert review.ignored == ["slurm.log: no ':::MLLOG' lines"]
+
+
+def test_corrupt_gzip(tmp_path):
+    good = tmp_path / "ok.txt.gz"
+    write_log(good)
+    data = good.read_bytes()
+    (tmp_path / "result_0.txt.gz").write_bytes(data[: len(data) // 2])
+    good.unlink()
+    review = review_folder(tmp_path)
+    run = review.runs[0]
+    assert any(i.kind == "unreadable" for i in run.issues)
+    assert run.compliance.passed is False
+
+
+# ------------------------------------------------------------------------------------------------ rulesets >= 1.0.0
+def _v1(folder, epochs=14, seeds=None, **kw):
+    params = dict(ruleset="1.0.0", gbs=96, lr=0.12, decay_steps=(12000, 16000), warmup_factor=0.000192)
+    params.update(kw)
+    for i, ttt in enumerate(TTTS):
+        write_log(Path(folder) / f"result_{i}.txt", ttt_min=ttt, epochs=epochs,
+                  seed=(seeds[i] if seeds else 1000 + i), **params)
+
+
+def test_rcp_pass_and_seeds(tmp_path):
+    _v1(tmp_path)
+    review = review_folder(tmp_path)
+    assert review.ruleset == "1.0.0"
+    assert all(r.compliance.passed and r.compliance.ruleset == "1.0.0" for r in review.runs)
+    assert review.rcp.applicable and review.rcp.passed is True
+    assert review.rcp.submission_mean_epochs == 14
+    assert review.rcp.rcp_mean_epochs is not None and review.rcp.min_mean_epochs < 14
+    assert review.seeds.applicable and review.seeds.passed is True
+    assert review.verdict == "PASS", review.problems
+
+
+def test_rcp_fails_when_converging_too_fast(tmp_path):
+    _v1(tmp_path, epochs=10)
+    review = review_folder(tmp_path)
+    assert review.rcp.passed is False
+    assert review.rcp.submission_mean_epochs == 10 and review.rcp.min_mean_epochs > 10
+    assert review.verdict == "FAIL" and any("RCP" in p for p in review.problems)
+
+
+def test_duplicate_seeds_fail(tmp_path):
+    _v1(tmp_path, seeds=[7, 7, 8, 9, 10])
+    review = review_folder(tmp_path)
+    assert review.seeds.passed is False
+    assert any("same seed" in e for e in review.seeds.errors)
+    assert review.seeds.duplicates == ["seed 7 used by result_0, result_1"]
+
+
+def test_ruleset_2_1_0_detected_and_forced(tmp_path):
+    write_log(tmp_path / "result_0.txt", ruleset="2.1.0", gbs=96, lr=0.12)
+    review = review_folder(tmp_path)
+    assert review.ruleset == "2.1.0" and review.runs[0].compliance.passed is True
+    forced = review_folder(tmp_path, ruleset="0.7.0")
+    assert forced.ruleset == "0.7.0" and forced.runs[0].compliance.ruleset == "0.7.0"
+
+
+def test_detect_ruleset():
+    assert detect_ruleset({"run_start"}, 1.6e12)[0] == "0.7.0"
+    assert detect_ruleset({"gradient_accumulation_steps"}, 1620000000000)[0] == "1.0.0"
+    assert detect_ruleset({"gradient_accumulation_steps"}, 1696000000000)[0] == "3.1.0"
+    assert detect_ruleset({"gradient_accumulation_steps"}, 1680000000000)[0] == "3.0.0"
+    assert detect_ruleset({"gradient_accumulation_steps", "weights_initialization"}, 1633000000000)[0] == "1.1.0"
+    assert detect_ruleset({"gradient_accumulation_steps", "weights_initialization"}, 1652000000000)[0] == "2.0.0"
+    assert detect_ruleset({"gradient_accumulation_steps", "weights_initialization"}, None)[0] == "2.1.0"
+
+
+# ------------------------------------------------------------------------------------------------ closed rules
+def test_closed_hyperparameter_warnings(tmp_path):
+    write_log(tmp_path / "result_0.txt", lr=0.05, decay_factor=0.2, num_image_candidates=1500)
+    review = review_folder(tmp_path)
+    text = " ".join(review.hparam_warnings)
+    assert "opt_base_learning_rate 0.05 is not 0.02*K" in text
+    assert "opt_learning_rate_decay_factor 0.2 is not 0.1" in text
+    assert "num_image_candidates 1500 is not a multiple of 1000" in text
+    assert review.runs[0].compliance.passed is False  # the checker agrees
+
+
+def test_closed_rule_function():
+    good = {"opt_base_learning_rate": 0.12, "opt_learning_rate_decay_factor": 0.1, "num_image_candidates": 6000,
+            "opt_learning_rate_decay_steps": [1, 2], "min_image_size": 800, "max_image_size": 1333,
+            "global_batch_size": 96}
+    assert closed_rule_warnings(good, "0.7.0") == []
+    small = dict(good, global_batch_size=8, opt_base_learning_rate=0.01)
+    assert closed_rule_warnings(small, "2.0.0") == []
+    assert len(closed_rule_warnings(small, "1.0.0")) == 1
+    assert closed_rule_warnings(dict(good, min_image_size=640), "0.7.0") == [
+        "min_image_size 640 is not 800 (fixed in the closed division)"]
+    open_div = review_rules = None  # noqa: F841 - open division skips these checks (see below)
+
+
+def test_open_division_skips_closed_rules(tmp_path):
+    write_log(tmp_path / "result_0.txt", lr=0.05, division="open")
+    review = review_folder(tmp_path)
+    assert review.division == "open" and review.hparam_warnings == []
+
+
+# ------------------------------------------------------------------------------------------------ olympic unit
+def _run(name, ttt, ok=True):
+    r = RunSummary(name=name, path=name, status="converged" if ok else "not converged", ttt_min=ttt,
+                   n_events=1)
+    return r
+
+
+def test_olympic_rules():
+    s = olympic_score([_run(f"r{i}", t) for i, t in enumerate([5, 1, 3, 2, 4])])
+    assert s.score_min == 3 and s.dropped_fastest == "r1" and s.dropped_slowest == "r0"
+    s = olympic_score([_run("a", 1), _run("b", 2), _run("c", 3), _run("d", 4), _run("e", 0.5, ok=False)])
+    assert s.score_min == 3 and s.dropped_slowest == "e"
+    s = olympic_score([_run(f"r{i}", t) for i, t in enumerate([1, 2, 3, 4, 5, 6])])
+    assert s.score_min == 3.5 and s.warnings
+    assert olympic_score([]).message == "no maskrcnn runs: no score"
+
+
+# ------------------------------------------------------------------------------------------------ plot data
+def test_plot_data_matches_logged_series(tmp_path):
+    write_runs(tmp_path, TTTS[:2])
+    review = review_folder(tmp_path)
+    outputs = report.write_review_outputs(review, tmp_path / "out")
+    png = Path(outputs["png"])
+    assert png.stat().st_size > 5000
+    data = review.plot_data
+    r0 = by_name(review)["result_0"]
+    xs, ys = data["BBOX AP per epoch"]["result_0"]
+    assert xs == list(range(1, 15)) and ys[-1] == pytest.approx(0.379)
+    xs, ys = data["SEGM AP per epoch"]["result_1"]
+    assert ys[-1] == pytest.approx(0.344)
+    assert data["SEGM AP per epoch"]["target 0.339"][1] == [0.339, 0.339]
+    tx, ty = data["BBOX AP vs time since run_start"]["result_0"]
+    assert tx == pytest.approx([e.minutes for e in r0.evals]) and tx[-1] < 100.0
+    lx, ly = data["training loss"]["result_0"]
+    assert lx == [p.iteration for p in r0.train_points] and ly == [p.loss for p in r0.train_points]
+    assert data["training throughput"]["result_0"][1] == pytest.approx([200.0] * 28)
+
+
+def test_plot_without_training_lines_uses_epoch_times(tmp_path):
+    write_log(tmp_path / "result_0.txt", train_lines=False)
+    review = review_folder(tmp_path)
+    report.write_review_outputs(review, tmp_path)
+    assert "training loss" not in review.plot_data
+    xs, ys = review.plot_data["epoch duration"]["result_0"]
+    assert xs == list(range(1, 15)) and all(y > 0 for y in ys)
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def test_cli_writes_outputs_and_compare(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_runs(a, TTTS)
+    write_runs(b, [50, 51, 52, 53, 54], gbs=64, lr=0.08)
+    rc = main([str(a), "--compare", str(b)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "Verdict: PASS" in out and "Comparison (A =" in out
+    row = next(ln for ln in out.splitlines() if ln.startswith("score (min)"))
+    assert row.split()[2:] == ["102.00", "52.00", "0.510"]
+    for name in (report.MD_NAME, report.JSON_NAME, report.PNG_NAME, report.COMPARE_MD_NAME,
+                 report.COMPARE_JSON_NAME):
+        assert (a / name).stat().st_size > 0
+    data = json.loads((a / report.COMPARE_JSON_NAME).read_text())
+    assert data["a"]["score_min"] == pytest.approx(102.0) and data["b"]["global_batch_size"] == 64
+    assert json.loads((a / report.JSON_NAME).read_text())["verdict"] == "PASS"
+
+
+def test_cli_json(tmp_path, capsys):
+    write_runs(tmp_path, TTTS)
+    assert main([str(tmp_path), "--json", "--no-write"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["score"]["score_min"] == pytest.approx(102.0) and len(data["runs"]) == 5
+    assert not list(tmp_path.glob("mlperf_review*"))
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "no_mllog", "bad_ruleset", "a_file"])
+def test_cli_bad_input(tmp_path, capsys, case):
+    target = tmp_path / "d"
+    args = []
+    if case == "missing":
+        pass
+    elif case == "empty":
+        target.mkdir()
+    elif case == "no_mllog":
+        target.mkdir()
+        (target / "result_0.log").write_text("hello\n")
+        (target / "x.log.gz").write_bytes(gzip.compress(b"nothing\n"))
+    elif case == "bad_ruleset":
+        write_runs(target, TTTS[:1])
+        args = ["--ruleset", "4.0.0"]
+    elif case == "a_file":
+        target.write_text("x")
+    with pytest.raises(SystemExit) if case == "bad_ruleset" else _nullcontext():
+        rc = main([str(target)] + args)
+        assert rc == 2
+    err = capsys.readouterr().err
+    assert err.strip() and "Traceback" not in err
+    if case != "bad_ruleset":
+        assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_entry_points_without_torch(tmp_path):
+    """tools/review_logs.py and -m both run as plain processes, and never import torch."""
+    write_runs(tmp_path, TTTS)
+    code = ("import sys, runpy; sys.argv=['review', %r, '--no-write', '--no-plot'];"
+            "import maskrcnn_benchmark.review.cli as c; rc=c.main(sys.argv[1:]);"
+            "print('TORCH' if 'torch' in sys.modules else 'NOTORCH'); sys.exit(rc)") % str(tmp_path)
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().endswith("NOTORCH")
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "review_logs.py"), str(tmp_path / "nope")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.startswith("error: results folder not found")
+    assert "Traceback" not in p.stderr

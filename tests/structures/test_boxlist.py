@@ -1,0 +1,66 @@
+import pytest
+import torch
+
+from maskrcnn_benchmark.structures import FLIP_LEFT_RIGHT, FLIP_TOP_BOTTOM, BoxList, to_image_list
+from maskrcnn_benchmark.structures.boxlist_ops import boxlist_iou, boxlist_nms, cat_boxlist, remove_small_boxes
+
+
+def _boxes():
+    b = BoxList(torch.tensor([[0.0, 0.0, 9.0, 9.0], [5.0, 10.0, 14.0, 29.0]]), (40, 30))
+    b.add_field("labels", torch.tensor([1, 2]))
+    return b
+
+
+def test_convert_roundtrip_uses_plus_one_widths():
+    b = _boxes()
+    xywh = b.convert("xywh")
+    assert xywh.bbox.tolist() == [[0, 0, 10, 10], [5, 10, 10, 20]]
+    assert xywh.convert("xyxy").bbox.tolist() == b.bbox.tolist()
+    assert xywh.get_field("labels").tolist() == [1, 2]
+
+
+def test_area_resize_transpose_crop_clip():
+    b = _boxes()
+    assert b.area().tolist() == [100, 200]
+    r = b.resize((80, 60))
+    assert r.bbox.tolist() == [[0, 0, 18, 18], [10, 20, 28, 58]] and r.size == (80, 60)
+    f = b.transpose(FLIP_LEFT_RIGHT)
+    assert f.bbox.tolist() == [[30, 0, 39, 9], [25, 10, 34, 29]]
+    v = b.transpose(FLIP_TOP_BOTTOM)
+    assert v.bbox.tolist() == [[0, 20, 9, 29], [5, 0, 14, 19]]
+    assert f.transpose(FLIP_LEFT_RIGHT).bbox.tolist() == b.bbox.tolist()
+    c = b.crop((5, 5, 15, 25))
+    assert c.size == (10, 20) and c.bbox.tolist() == [[0, 0, 4, 4], [0, 5, 9, 20]]
+    big = BoxList(torch.tensor([[-5.0, -5.0, 50.0, 50.0], [45.0, 0.0, 60.0, 10.0]]), (40, 30))
+    clipped = big.clip_to_image(remove_empty=True)
+    assert clipped.bbox.tolist() == [[0, 0, 39, 29]]
+
+
+def test_iou_nms_cat_remove_small():
+    b = _boxes()
+    other = BoxList(torch.tensor([[0.0, 0.0, 4.0, 9.0]]), (40, 30))
+    assert boxlist_iou(b, other)[:, 0].tolist() == pytest.approx([0.5, 0.0])
+    s = BoxList(torch.tensor([[0.0, 0.0, 9.0, 9.0], [0.0, 0.0, 8.0, 9.0], [20.0, 20.0, 21.0, 21.0]]), (40, 30))
+    s.add_field("scores", torch.tensor([0.5, 0.9, 0.3]))
+    assert boxlist_nms(s, 0.5).bbox.tolist() == [[0, 0, 8, 9], [20, 20, 21, 21]]
+    assert len(remove_small_boxes(s, 3)) == 2
+    both = cat_boxlist([b, b])
+    assert len(both) == 4 and both.get_field("labels").tolist() == [1, 2, 1, 2]
+    with pytest.raises(ValueError):
+        cat_boxlist([b, other])
+
+
+def test_indexing_and_bad_shapes():
+    b = _boxes()
+    assert b[torch.tensor([False, True])].get_field("labels").tolist() == [2]
+    assert len(BoxList(torch.zeros(0), (4, 4))) == 0
+    with pytest.raises(ValueError):
+        BoxList(torch.zeros(3, 5), (4, 4))
+
+
+def test_to_image_list_pads_to_divisible_size():
+    a, b = torch.ones(3, 10, 13), torch.ones(3, 7, 20)
+    il = to_image_list([a, b], size_divisible=8)
+    assert il.tensors.shape == (2, 3, 16, 24)
+    assert il.image_sizes == [(10, 13), (7, 20)]
+    assert il.tensors[0, :, 10:].abs().sum() == 0 and il.tensors[1, :, :7, :20].min() == 1
