@@ -11,6 +11,7 @@ import contextlib
 import gzip
 import io
 import logging
+import re
 import shutil
 import tempfile
 import warnings
@@ -99,7 +100,9 @@ def staged_logs(runs: Sequence[Tuple[str, Path, bool]]):
                 with opener(path, "rb") as src, open(dest, "wb") as dst:
                     shutil.copyfileobj(src, dst)
             except (OSError, EOFError):
-                pass  # a truncated gzip keeps what could be read; the parser reports the problem
+                # a truncated gzip keeps what could be read; an unreadable file becomes an empty log.
+                # The parser reports the problem either way.
+                dest.touch()
             stage.plain[name] = dest
             stage.originals[str(dest)] = Path(path).name
         yield stage
@@ -108,12 +111,27 @@ def staged_logs(runs: Sequence[Tuple[str, Path, bool]]):
 
 
 # ------------------------------------------------------------------------------------------------ compliance
+_CHECKER_LINE_RE = re.compile(r"(failed in line |line )(\d+)(:)")
+
+
+def translate_checker_lines(msg: str, linenos: Sequence[int]) -> str:
+    """The compliance checker numbers lines among the ':::MLLOG ' lines from 0; add the file line number."""
+    def sub(m):
+        idx = int(m.group(2))
+        if 0 <= idx < len(linenos):
+            return f"{m.group(1)}{idx} (file line {linenos[idx]}){m.group(3)}"
+        return m.group(0)
+    return _CHECKER_LINE_RE.sub(sub, msg, count=1)
+
+
 def _trim_message(msg: str, max_lines: int = 3, width: int = 240) -> str:
     lines = [ln for ln in msg.strip().splitlines() if ln.strip()]
     keep = []
     for ln in lines:
         if ln.startswith("current context") or ln.startswith("current line"):
             break
+        if ":::MLLOG" in ln and keep:
+            continue
         keep.append(ln if len(ln) <= width else ln[: width - 3] + "...")
         if len(keep) >= max_lines:
             break
@@ -121,7 +139,7 @@ def _trim_message(msg: str, max_lines: int = 3, width: int = 240) -> str:
 
 
 def run_compliance(plain_path: Path, ruleset: str, usage: str = "training", max_errors: int = 10,
-                   rename=None) -> ComplianceResult:
+                   rename=None, linenos: Sequence[int] = ()) -> ComplianceResult:
     """Run mlperf_logging's compliance checker in-process on one plain-text log."""
     try:
         from mlperf_logging.compliance_checker import mlp_compliance
@@ -140,7 +158,8 @@ def run_compliance(plain_path: Path, ruleset: str, usage: str = "training", max_
             note = f"the compliance checker stopped with {type(exc).__name__}: {exc}"
         finally:
             mlp_compliance.enqueued_configs.clear()
-    errors = [rename(m) for m in list(checker.not_overwritable) + list(checker.overwritable.values())]
+    errors = [translate_checker_lines(rename(m), linenos)
+              for m in list(checker.not_overwritable) + list(checker.overwritable.values())]
     if note:
         errors.insert(0, note)
     warns = [rename(m) for m in checker.warnings.values()]

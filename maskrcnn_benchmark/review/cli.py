@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -41,6 +42,18 @@ def _fail(msg: str) -> int:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        return _fail("interrupted")
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback (MLPERF_REVIEW_DEBUG=1 re-raises)
+        if os.environ.get("MLPERF_REVIEW_DEBUG"):
+            raise
+        return _fail(f"unexpected {type(exc).__name__} while reviewing: {exc} (MLPERF_REVIEW_DEBUG=1 shows the "
+                     "traceback)")
+
+
+def _run(args) -> int:
     from .core import ReviewError, review_folder
     from . import report
 
@@ -51,6 +64,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ReviewError as exc:
         return _fail(str(exc))
 
+    write_error = None
     if not args.no_write:
         out = Path(args.out) if args.out else Path(args.results_dir)
         try:
@@ -58,8 +72,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             if other is not None:
                 review.outputs.update(report.write_compare_outputs(review, other, out))
         except OSError as exc:
-            return _fail(f"cannot write the review files to {out}: {exc.strerror or exc} (use --out DIR or "
-                         "--no-write)")
+            review.outputs = {}
+            write_error = (f"cannot write the review files to {out}: {exc.strerror or exc} "
+                           "(use --out DIR or --no-write)")
 
     if args.json:
         data = review.to_dict()
@@ -72,4 +87,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         if other is not None:
             print()
             print(report.render_compare(review, other))
+    if write_error:
+        return _fail(write_error)
     return EXIT_OK if review.verdict == "PASS" else EXIT_PROBLEMS

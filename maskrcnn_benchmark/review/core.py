@@ -143,6 +143,10 @@ def review_folder(folder, ruleset: Optional[str] = None, run_checkers: bool = Tr
         runs.append(summarize(log))
     if not runs:
         raise ReviewError(f"no MLPerf logs in {folder}: none of {len(files)} file(s) has ':::MLLOG' lines")
+    names = collections.Counter(r.name for r in runs)
+    for r in runs:  # result_0.txt next to result_0.txt.gz: keep the names apart
+        if names[r.name] > 1:
+            r.name = Path(r.path).name
 
     warnings: List[str] = []
     if ruleset is not None:
@@ -171,22 +175,22 @@ def review_folder(folder, ruleset: Optional[str] = None, run_checkers: bool = Tr
     division = _majority([r.division for r in scoring])
     org = _majority([r.org for r in scoring])
     platform = _majority([r.platform for r in scoring])
-    for attr, label in (("division", "divisions"), ("org", "organizations"), ("platform", "platforms"),
-                        ("gbs", "global batch sizes")):
+    for attr, label in (("division", "divisions"), ("org", "organizations"), ("platform", "platforms")):
         vals = {repr(getattr(r, attr)) for r in scoring if getattr(r, attr) is not None}
         if len(vals) > 1:
             warnings.append(f"runs report different {label}: " + ", ".join(
                 f"{r.name}={getattr(r, attr)}" for r in scoring))
+    for key in rules.HPARAM_KEYS:
+        vals = {repr(r.hparams[key]) for r in scoring if key in r.hparams}
+        if len(vals) > 1:
+            warnings.append(f"runs log different {key}: " + ", ".join(
+                f"{r.name}={r.hparams[key]}" for r in scoring if key in r.hparams))
 
     for r in scoring:
         if r.init_min is not None and r.status != WRONG_BENCHMARK:
             limit = rules.init_limit_minutes(r.ruleset, r.division)
             if r.init_min >= limit:
                 warnings.append(f"{r.name}: initialization took {r.init_min:.1f} min (limit {limit:g} min)")
-        if r.issues:
-            kinds = collections.Counter(i.kind for i in r.issues)
-            warnings.append(f"{r.name}: {len(r.issues)} log line problem(s) ("
-                            + ", ".join(f"{n} {k}" for k, n in kinds.items()) + "), first: " + str(r.issues[0]))
 
     hparam_warnings: List[str] = []
     if division != "open":
@@ -200,7 +204,8 @@ def review_folder(folder, ruleset: Optional[str] = None, run_checkers: bool = Tr
     rcp_applicable = rules.at_least(folder_ruleset, rules.RCP_MIN_RULESET) and division != "open"
     rcp = checks.RcpResult(applicable=rcp_applicable, ruleset=folder_ruleset)
     if not rules.at_least(folder_ruleset, rules.RCP_MIN_RULESET):
-        rcp.message = f"reference convergence points apply from ruleset {rules.RCP_MIN_RULESET} (this is {folder_ruleset})"
+        rcp.message = (f"reference convergence points apply from ruleset {rules.RCP_MIN_RULESET} "
+                       f"(this is {folder_ruleset})")
     elif division == "open":
         rcp.message = "open division: no RCP check"
     seeds_by_run = {r.name: r.seeds for r in scoring}
@@ -219,7 +224,7 @@ def review_folder(folder, ruleset: Optional[str] = None, run_checkers: bool = Tr
             for r in runs:
                 rename = (lambda s, st=stage: st.rename_paths(s))
                 r.compliance = checks.run_compliance(stage.plain[r.name], r.ruleset, max_errors=max_errors,
-                                                     rename=rename)
+                                                     rename=rename, linenos=r.checker_linenos)
             if scoring:
                 ml = checks.mlperf_logging_score(stage, folder_ruleset)
             if rcp_applicable and scoring:

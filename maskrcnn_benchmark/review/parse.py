@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 TOKEN = ":::MLLOG"
 LEGACY_TOKENS = (":::MLPv0.5.0", ":::MLL ")  # MLPerf v0.5/v0.6 log formats (not supported)
@@ -90,6 +90,9 @@ class ParsedLog:
     n_lines: int = 0
     n_mllog_lines: int = 0
     legacy_lines: int = 0
+    # file line numbers of the lines mlperf_logging's parser keeps (those containing ":::MLLOG "), in order:
+    # the compliance checker's "line N" is an index into this list
+    checker_linenos: List[int] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -160,7 +163,7 @@ def _parse_segment(seg: str, path: str, lineno: int, issues: List[Issue]) -> Tup
         obj, end = _decoder.raw_decode(body)
     except json.JSONDecodeError as exc:
         kind = "truncated" if exc.pos >= len(body) - 1 or body.count("{") > body.count("}") else "corrupt"
-        issues.append(Issue(path, lineno, kind, f"MLLOG JSON does not parse ({exc.msg} at column {exc.pos})",
+        issues.append(Issue(path, lineno, kind, f"MLLOG JSON does not parse ({exc.msg}; column {exc.pos})",
                             _excerpt(body)))
         return None, ""
     trailing = body[end:]
@@ -241,6 +244,8 @@ def parse_lines(lines: Iterable[str], path: str = "<log>", log: Optional[ParsedL
                 _parse_progress(line, lineno, log)
             continue
         log.n_mllog_lines += 1
+        if TOKEN + " " in line:
+            log.checker_linenos.append(lineno)
         segments = line.split(TOKEN)[1:]
         n_ok = 0
         for i, seg in enumerate(segments):
@@ -276,10 +281,3 @@ def parse_log(path: Path) -> ParsedLog:
                                 "logs (rulesets 0.7.0 and later) are supported"))
     return log
 
-
-def iter_issue_lines(issues: List[Issue], limit: int = 10) -> Iterator[str]:
-    for i, issue in enumerate(issues):
-        if i >= limit:
-            yield f"... and {len(issues) - limit} more"
-            return
-        yield str(issue)

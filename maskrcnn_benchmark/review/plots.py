@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -50,16 +51,16 @@ def _series_for(runs: Sequence[RunSummary]) -> List[tuple]:
         if pts:
             loss[r.name] = ([p[0] for p in pts], [p[1] for p in pts])
     thr = {}
-    thr_x = "iteration"
-    for r in runs:
+    kinds = set()
+    for r in runs:  # per run: iteration times of the progress lines, else mllog tracked_stats throughput
         xs, ys = train_throughput_series(r)
         if xs:
             thr[r.name] = (xs, ys)
-    if not thr:
-        for r in runs:
-            if r.tracked_throughput:
-                thr[r.name] = ([p[0] for p in r.tracked_throughput], [p[1] for p in r.tracked_throughput])
-                thr_x = "step (as logged)"
+            kinds.add("iteration")
+        elif r.tracked_throughput:
+            thr[r.name] = ([p[0] for p in r.tracked_throughput], [p[1] for p in r.tracked_throughput])
+            kinds.add("step (as logged)")
+    thr_x = " / ".join(sorted(kinds)) or "iteration"
     if loss:
         panels.append((LOSS, "iteration", "loss", loss, None))
     if thr:
@@ -78,14 +79,22 @@ def plot_runs(runs: Sequence[RunSummary], path: Optional[Path], title: str = "")
     Returns {panel title: {line label: (xs, ys)}} read back from the figure, target lines included
     (label ``target 0.377`` / ``target 0.339``).
     """
-    import matplotlib
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. tick overflow on absurd logged values
+        return _plot_runs(runs, path, title)
+
+
+def _plot_runs(runs, path, title) -> Dict[str, Dict[str, tuple]]:
+    # the Agg canvas directly: no pyplot, so no global backend switch and no figure manager to leak
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     panels = _series_for(runs)
     ncols = 2
     nrows = (len(panels) + ncols - 1) // ncols
-    fig, axes = plt.subplots(nrows, ncols, figsize=(13, 4.2 * nrows), squeeze=False)
+    fig = Figure(figsize=(13, 4.2 * nrows))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
     drawn: Dict[str, Dict[str, tuple]] = {}
     try:
         for ax, (ptitle, xlabel, ylabel, data, target) in zip(axes.flat, panels):
@@ -114,10 +123,11 @@ def plot_runs(runs: Sequence[RunSummary], path: Optional[Path], title: str = "")
             os.close(fd)
             try:
                 fig.savefig(tmp, format="png", dpi=90)
+                os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
                 os.replace(tmp, path)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
     finally:
-        plt.close(fig)
+        fig.clear()
     return drawn

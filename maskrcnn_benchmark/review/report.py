@@ -28,6 +28,7 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -57,13 +58,7 @@ def fmt(x, digits: int = 2, empty: str = "-") -> str:
     if isinstance(x, bool):
         return "yes" if x else "no"
     if isinstance(x, float):
-        if not math.isfinite(x):
-            return empty
-        if digits is None:
-            return f"{x:g}"
-        if x.is_integer() and digits <= 2 and abs(x) < 1e6:
-            return f"{int(x)}" if digits == 0 else f"{x:.{digits}f}"
-        return f"{x:.{digits}f}"
+        return f"{x:.{digits}f}" if math.isfinite(x) else empty
     return str(x)
 
 
@@ -174,7 +169,14 @@ def _details(review: Review, max_errors: int) -> List[tuple]:
             comp += [f"{r.name}: unparsable line: {p}" for p in r.compliance.parse_errors[:2] if "^^" not in p]
     if comp:
         blocks.append(("Compliance checker errors (first of each log)", comp))
-    status = [f"{r.name}: {r.status}: {r.status_detail}" for r in review.runs if not r.scored and r.status_detail]
+    status = []
+    for r in review.runs:
+        if r.scored:
+            continue
+        if r.status == "converged" and r.compliance is not None and r.compliance.passed is False:
+            status.append(f"{r.name}: converged ({r.status_detail}) but the compliance checker rejects the log")
+        elif r.status_detail:
+            status.append(f"{r.name}: {r.status}: {r.status_detail}")
     if status:
         blocks.append(("Runs that do not count", status))
     issues = []
@@ -189,6 +191,8 @@ def _details(review: Review, max_errors: int) -> List[tuple]:
     if review.hparam_warnings:
         blocks.append(("Closed-division hyperparameter warnings", review.hparam_warnings))
     notes = [f"{r.name}: {n}" for r in review.runs for n in r.notes]
+    notes += [f"{r.name}: compliance checker warning: {checks._trim_message(w)}" for r in review.runs
+              if r.compliance is not None for w in r.compliance.warnings]
     warns = review.warnings + review.score.warnings + notes + [f"ignored {x}" for x in review.ignored]
     if warns:
         blocks.append(("Warnings", warns))
@@ -261,13 +265,18 @@ def write_review_outputs(review: Review, out_dir: Path, plot: bool = True, max_e
             review.warnings.append(f"no PNG: matplotlib is not importable ({exc})")
         else:
             try:
-                title = f"{review.folder.name}: {review.platform or ''} (targets {rules.TARGET_BBOX}/{rules.TARGET_SEGM})"
+                title = (f"{review.folder.name}: {review.platform or ''} "
+                         f"(targets {rules.TARGET_BBOX}/{rules.TARGET_SEGM})")
                 review.plot_data = plot_runs([r for r in review.runs if r.status != "wrong benchmark"],
                                              out_dir / PNG_NAME, title=title)
                 outputs["png"] = str(out_dir / PNG_NAME)
                 png_name = PNG_NAME
             except ImportError as exc:  # pragma: no cover
                 review.warnings.append(f"no PNG: matplotlib is not importable ({exc})")
+            except OSError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - odd values in a log must not stop the review
+                review.warnings.append(f"no PNG: plotting failed with {type(exc).__name__}: {exc}")
     outputs["markdown"] = str(out_dir / MD_NAME)
     outputs["json"] = str(out_dir / JSON_NAME)
     review.outputs = outputs

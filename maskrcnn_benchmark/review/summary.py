@@ -84,10 +84,7 @@ class RunSummary:
     issues: List[Issue] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     n_events: int = 0
-
-    @property
-    def is_maskrcnn(self) -> bool:
-        return self.status != WRONG_BENCHMARK and self.n_events > 0
+    checker_linenos: List[int] = field(default_factory=list)
 
     @property
     def scored(self) -> bool:
@@ -133,7 +130,8 @@ def _metadata_num(ev, *names) -> Optional[float]:
 
 
 def summarize(log: ParsedLog) -> RunSummary:
-    run = RunSummary(name=log.name, path=str(log.path), issues=list(log.issues), n_events=len(log.events))
+    run = RunSummary(name=log.name, path=str(log.path), issues=list(log.issues), n_events=len(log.events),
+                     checker_linenos=list(log.checker_linenos))
     run.train_points = _dedup_train_points(log.train_points)
     if not log.events:
         run.status = INVALID
@@ -142,7 +140,12 @@ def summarize(log: ParsedLog) -> RunSummary:
 
     def first_value(key):
         ev = log.first(key)
-        return ev.value if ev is not None else None
+        if ev is None or ev.value is None:
+            return None
+        if not isinstance(ev.value, str):
+            run.notes.append(f"line {ev.lineno}: '{key}' is not a string: {str(ev.value)[:40]}")
+            return str(ev.value)
+        return ev.value
 
     run.benchmark = first_value("submission_benchmark")
     run.division = first_value("submission_division")

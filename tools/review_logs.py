@@ -1,0 +1,15 @@
+#!/usr/bin/env python
+"""Review MLPerf Mask R-CNN result logs: ``tools/review_logs.py RESULTS_DIR [--compare OTHER_DIR]``.
+
+Thin entry point for ``python -m maskrcnn_benchmark.review`` (see docs/review.md).
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from maskrcnn_benchmark.review.cli import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())
