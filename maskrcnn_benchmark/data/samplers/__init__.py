@@ -1,0 +1,1 @@
+from .samplers import DistributedSampler, GroupedBatchSampler, IterationBasedBatchSampler  # noqa: F401

@@ -1,0 +1,129 @@
+"""A minimal training loop with hooks (detectron2-style): the loop only loads a batch, runs forward and
+backward and steps the optimizer; logging, evaluation, checkpoints and early stop are hooks."""
+import logging
+import math
+import time
+
+import torch
+
+from ..utils import comm
+
+logger = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(FloatingPointError):
+    pass
+
+
+class HookBase:
+    trainer = None
+
+    def before_train(self):
+        pass
+
+    def after_step(self):
+        pass
+
+    def after_train(self):
+        pass
+
+
+class Trainer:
+    """Runs iterations ``start_iter + 1 .. max_iter`` (1-based, as the reference counts).
+
+    ``dtype`` float16 uses autocast with a GradScaler, bfloat16 autocast alone. Loss finiteness is checked every
+    ``nan_check_period`` iterations from a flag accumulated on the device, so GPU steps do not sync for it.
+    """
+
+    def __init__(self, model, optimizer, scheduler, data_loader, device, max_iter, iters_per_epoch,
+                 dtype="float32", start_iter=0, hooks=(), clip_grad_norm=0.0, nan_check_period=None,
+                 channels_last=False):
+        self.model = model
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.data_loader = data_loader
+        self.device = device
+        self.max_iter = max_iter
+        self.iters_per_epoch = iters_per_epoch
+        self.start_iter = start_iter
+        self.iter = start_iter
+        self.dtype = dtype
+        self.clip_grad_norm = clip_grad_norm
+        self.channels_last = channels_last
+        self.nan_check_period = nan_check_period or (20 if device.type == "cuda" else 1)
+        amp_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(dtype)
+        if device.type == "cpu" and amp_dtype == torch.float16:
+            logger.warning("DTYPE float16 on CPU: using bfloat16 autocast instead")
+            amp_dtype = torch.bfloat16
+        self.amp_dtype = amp_dtype
+        self.scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
+        self.hooks = []
+        for h in hooks:
+            h.trainer = self
+            self.hooks.append(h)
+        self.stop_requested = False
+        self.loss_dict = {}
+        self.images_seen = 0
+        self._nonfinite = torch.zeros((), dtype=torch.bool, device=device)
+        self.iter_times = []
+        self.error = None
+
+    @property
+    def epoch(self):
+        """1-based epoch of the current iteration."""
+        return (self.iter - 1) // self.iters_per_epoch + 1
+
+    def request_stop(self):
+        self.stop_requested = True
+
+    def check_finite(self):
+        if self._nonfinite.item():
+            values = ", ".join(f"{k}={v.item():.4g}" for k, v in self.loss_dict.items())
+            raise NonFiniteLossError(f"non-finite loss at iteration {self.iter}: {values}")
+
+    def run_step(self, images, targets):
+        images = images.to(self.device, non_blocking=True)
+        targets = [t.to(self.device, non_blocking=True) for t in targets]
+        with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                            enabled=self.amp_dtype is not None):
+            loss_dict = self.model(images, targets)
+        losses = sum(loss_dict.values())
+        self._nonfinite |= ~torch.isfinite(losses.detach())
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(losses).backward()
+        if self.clip_grad_norm > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        self.loss_dict = {k: v.detach() for k, v in loss_dict.items()}
+        self.images_seen += len(images.image_sizes) * comm.get_world_size()
+
+    def train(self):
+        for h in self.hooks:
+            h.before_train()
+        try:
+            t_last = time.perf_counter()
+            for self.iter, (images, targets, _) in enumerate(self.data_loader, self.start_iter + 1):
+                self.run_step(images, targets)
+                if self.iter % self.nan_check_period == 0:
+                    self.check_finite()
+                now = time.perf_counter()
+                self.iter_times.append(now - t_last)
+                t_last = now
+                for h in self.hooks:
+                    h.after_step()
+                if self.stop_requested or self.iter >= self.max_iter:
+                    break
+            self.check_finite()
+        except BaseException as e:
+            self.error = e
+            raise
+        finally:
+            for h in self.hooks:
+                h.after_train()
+
+
+def iterations_per_epoch(num_images, global_batch):
+    return max(1, math.ceil(num_images / global_batch))

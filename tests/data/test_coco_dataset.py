@@ -1,0 +1,140 @@
+import json
+import logging
+
+import pytest
+import torch
+from PIL import Image
+
+from helpers import small_cfg
+from maskrcnn_benchmark.config import merge_cfg_from_list
+from maskrcnn_benchmark.data import make_data_loader
+from maskrcnn_benchmark.data.datasets import COCODataset, DatasetError
+from maskrcnn_benchmark.data.transforms import Resize, build_transforms
+
+
+def _write(tmp_path, images, annotations, categories=None):
+    img_dir = tmp_path / "images"
+    img_dir.mkdir(exist_ok=True)
+    for im in images:
+        Image.new("RGB", (im["width"], im["height"]), (100, 120, 140)).save(img_dir / im["file_name"])
+    ann = tmp_path / "instances.json"
+    ann.write_text(json.dumps({"images": images, "annotations": annotations,
+                               "categories": categories or [{"id": 5, "name": "a"}, {"id": 9, "name": "b"}]}))
+    return str(ann), str(img_dir)
+
+
+def _img(i, w=40, h=30):
+    return {"id": i, "file_name": f"{i}.jpg", "width": w, "height": h}
+
+
+def _ann(i, img, cat, bbox, seg=None, crowd=0):
+    x, y, w, h = bbox
+    seg = seg if seg is not None else [[x, y, x + w, y, x + w, y + h, x, y + h]]
+    return {"id": i, "image_id": img, "category_id": cat, "bbox": bbox, "segmentation": seg, "iscrowd": crowd,
+            "area": w * h}
+
+
+def test_edge_cases_crowd_empty_contiguous_ids_and_rle(tmp_path):
+    from pycocotools import mask as mask_utils
+    import numpy as np
+
+    m = np.zeros((30, 40), np.uint8, order="F")
+    m[5:15, 10:30] = 1
+    rle = mask_utils.encode(m)
+    rle["counts"] = rle["counts"].decode()
+    anns = [
+        _ann(1, 1, 9, [2, 3, 10, 8]),
+        _ann(2, 1, 5, [0, 0, 40, 30], crowd=1),      # crowd: ignored
+        _ann(3, 2, 5, [0, 0, 40, 30], crowd=1),      # image 2 has only a crowd box -> removed in training
+        _ann(4, 3, 5, [10, 5, 20, 10], seg=rle),      # RLE segmentation -> bitmap masks
+        _ann(5, 4, 5, [1, 1, 0.5, 3]),                # degenerate box -> image 4 removed in training
+    ]
+    ann, root = _write(tmp_path, [_img(1), _img(2), _img(3), _img(4), _img(5)], anns)
+    train = COCODataset(ann, root, remove_images_without_annotations=True)
+    assert train.ids == [1, 3]
+    assert train.json_category_id_to_contiguous_id == {5: 1, 9: 2}
+    img, target, idx = train[0]
+    assert idx == 0 and img.size == (40, 30)
+    assert target.get_field("labels").tolist() == [2]
+    assert target.bbox.tolist() == [[2, 3, 11, 10]]  # xywh -> xyxy with the "+1" convention
+    assert target.get_field("masks").mode == "poly"
+    _, t3, _ = train[1]
+    assert t3.get_field("masks").mode == "mask" and t3.get_field("masks").get_mask_tensor().sum() == 200
+    test = COCODataset(ann, root, remove_images_without_annotations=False)
+    assert test.ids == [1, 2, 3, 4, 5]
+    _, empty, _ = test[4]
+    assert len(empty) == 0
+
+
+def test_degenerate_polygon_warns_and_invalid_polygon_errors(tmp_path, caplog):
+    anns = [_ann(1, 1, 5, [2, 3, 10, 8], seg=[[2, 3, 12, 3]]), _ann(2, 2, 5, [2, 3, 10, 8], seg=[[2, 3, 12]])]
+    ann, root = _write(tmp_path, [_img(1), _img(2)], anns)
+    ds = COCODataset(ann, root, True)
+    with caplog.at_level(logging.WARNING):
+        _, t, _ = ds[0]
+    assert "degenerate" in caplog.text and len(t) == 1
+    with pytest.raises(DatasetError, match="annotation 2 .*invalid polygon"):
+        ds[1]
+
+
+def test_bad_inputs_name_the_file(tmp_path):
+    with pytest.raises(DatasetError, match="annotation file .*missing.json"):
+        COCODataset(str(tmp_path / "missing.json"), str(tmp_path), True)
+    ann, root = _write(tmp_path, [_img(1)], [_ann(1, 1, 5, [2, 3, 10, 8])])
+    with pytest.raises(DatasetError, match="image folder .*nope"):
+        COCODataset(ann, str(tmp_path / "nope"), True)
+    (tmp_path / "images" / "1.jpg").write_bytes(b"\xff\xd8\xff garbage")
+    with pytest.raises(DatasetError, match=r"image file .*1\.jpg.* corrupt"):
+        COCODataset(ann, root, True)[0]
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(DatasetError, match="bad.json"):
+        COCODataset(str(bad), root, True)
+    only_crowd, root = _write(tmp_path, [_img(1)], [_ann(1, 1, 5, [0, 0, 4, 4], crowd=1)])
+    with pytest.raises(DatasetError, match="no images with usable annotations"):
+        COCODataset(only_crowd, root, True)
+
+
+def test_resize_rule_matches_reference():
+    r = Resize((800,), 1333)
+    assert r.get_size((640, 480)) == (800, 1066)   # (h, w)
+    assert r.get_size((1000, 300)) == (400, 1333)  # capped by max size: round(1333 * 300 / 1000) = 400
+    assert r.get_size((800, 600)) == (800, 1066)
+
+
+def test_synthetic_dataset_through_transforms_and_loader(synthetic_dir):
+    cfg = small_cfg()
+    merge_cfg_from_list(cfg, ["DATASETS.DATA_DIR", str(synthetic_dir), "DATASETS.TRAIN", "('coco_2017_train',)",
+                              "DATASETS.TEST", "('coco_2017_val',)", "INPUT.MIN_SIZE_TRAIN", "(96,)",
+                              "INPUT.MAX_SIZE_TRAIN", 96, "DATALOADER.NUM_WORKERS", 0,
+                              "SOLVER.IMS_PER_BATCH", 4, "SOLVER.MAX_ITER", 7])
+    loader = make_data_loader(cfg, is_train=True)
+    batches = list(loader)
+    assert len(batches) == 7
+    images, targets, ids = batches[0]
+    assert images.tensors.shape[0] == 4 and images.tensors.shape[-1] % 32 == 0
+    assert all(t.size == (96, 96) for t in targets)
+    # Caffe2 normalization: BGR, 0-255, mean subtracted
+    assert images.tensors.min() < -50 and images.tensors.max() > 50
+    labels = torch.cat([t.get_field("labels") for t in targets])
+    assert labels.min() >= 1 and labels.max() <= 3
+    test_loader = make_data_loader(cfg, is_train=False)[0]
+    seen = [i for _, _, ids in test_loader for i in ids]
+    assert sorted(seen) == list(range(8))
+
+
+def test_flip_moves_boxes_and_polygons_together(synthetic_dir):
+    cfg = small_cfg("INPUT.HORIZONTAL_FLIP_PROB_TRAIN", 1.0, "INPUT.MIN_SIZE_TRAIN", "(128,)",
+                    "INPUT.MAX_SIZE_TRAIN", 128)
+    ds = COCODataset(str(synthetic_dir / "annotations" / "instances_train2017.json"),
+                     str(synthetic_dir / "train2017"), True, transforms=build_transforms(cfg, True))
+    plain = COCODataset(ds.ann_file, ds.root, True, transforms=build_transforms(small_cfg(
+        "INPUT.HORIZONTAL_FLIP_PROB_TRAIN", 0.0, "INPUT.MIN_SIZE_TRAIN", "(128,)", "INPUT.MAX_SIZE_TRAIN", 128),
+        True))
+    img_f, t_f, _ = ds[0]
+    img_p, t_p, _ = plain[0]
+    torch.testing.assert_close(img_f, img_p.flip(-1))
+    assert t_f.bbox[:, 0].tolist() == pytest.approx((127 - t_p.bbox[:, 2]).tolist())
+    m_f = t_f.get_field("masks").convert("mask").get_mask_tensor()
+    m_p = t_p.get_field("masks").convert("mask").get_mask_tensor()
+    assert (m_f.flip(-1).float() - m_p.float()).abs().mean() < 0.02

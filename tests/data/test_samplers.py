@@ -1,0 +1,46 @@
+import torch
+
+from maskrcnn_benchmark.data.collate_batch import BatchCollator
+from maskrcnn_benchmark.data.samplers import DistributedSampler, GroupedBatchSampler, IterationBasedBatchSampler
+
+
+def test_grouped_batch_sampler_reference_semantics():
+    sampler = list(range(10))
+    groups = [0, 0, 1, 0, 1, 1, 0, 1, 1, 0]
+    batches = list(GroupedBatchSampler(sampler, groups, 2))
+    assert batches == [[0, 1], [2, 4], [3, 6], [5, 7], [8], [9]]
+    assert list(GroupedBatchSampler(sampler, groups, 2, drop_uneven=True)) == [[0, 1], [2, 4], [3, 6], [5, 7]]
+    shuffled = [9, 2, 0, 4, 1, 7, 3, 5, 8, 6]
+    batches = list(GroupedBatchSampler(shuffled, groups, 3))
+    assert batches == [[9, 0, 1], [2, 4, 7], [3, 6], [5, 8]]
+    assert all(len({groups[i] for i in b}) == 1 for b in batches)
+
+
+def test_distributed_sampler_partitions_and_reshuffles():
+    parts = [list(DistributedSampler(10, 3, r, shuffle=True, seed=7)) for r in range(3)]
+    assert all(len(p) == 4 for p in parts)
+    flat = sum(parts, [])
+    assert set(flat) == set(range(10)) and len(flat) == 12  # padded with repeats
+    s = DistributedSampler(10, 3, 0, shuffle=True, seed=7)
+    first = list(s)
+    s.set_epoch(1)
+    assert list(s) != first
+    assert list(DistributedSampler(5, 2, 1, shuffle=False)) == [1, 3, 0]
+
+
+def test_iteration_based_sampler_reiterates_with_new_epochs():
+    s = DistributedSampler(6, 1, 0, shuffle=True, seed=0)
+    batch = torch.utils.data.BatchSampler(s, 4, drop_last=False)
+    it = IterationBasedBatchSampler(batch, num_iterations=5, start_iter=0)
+    out = list(it)
+    assert len(out) == 5 and len(it) == 5
+    assert sorted(out[0] + out[1]) == list(range(6))
+    assert out[0] + out[1] != out[2] + out[3]  # second epoch shuffled differently
+    assert len(list(IterationBasedBatchSampler(batch, 5, start_iter=3))) == 2
+
+
+def test_collator_pads_to_size_divisibility():
+    batch = [(torch.ones(3, 30, 41), "t0", 0), (torch.ones(3, 50, 20), "t1", 1)]
+    images, targets, ids = BatchCollator(32)(batch)
+    assert images.tensors.shape == (2, 3, 64, 64) and images.image_sizes == [(30, 41), (50, 20)]
+    assert targets == ("t0", "t1") and ids == (0, 1)
