@@ -638,7 +638,7 @@ def make_synthetic_coco(out_dir, num_train=DEFAULT_TRAIN, num_val=DEFAULT_VAL, i
 
     Returns ``{"out_dir", "seconds", "train": {...}, "val": {...}}`` with per split ``images``, ``annotations``,
     ``image_dir``, ``ann_file``, ``objects_per_image`` (histogram list), ``occluded`` (annotated shapes whose
-    visible area is smaller than their full area by more than 2 %).
+    visible area is more than 2 % smaller than their full area: occluded or cut by the image border).
     """
     num_train = _validate_count("num_train", num_train)
     num_val = _validate_count("num_val", num_val)

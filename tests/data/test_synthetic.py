@@ -3,7 +3,6 @@
 import contextlib
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,8 @@ from pycocotools import mask as mask_utils  # noqa: E402
 from pycocotools.coco import COCO  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+# pycocotools' own numpy-2 deprecation noise
+pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 SIZES = [(128, 128), (160, 96)]
 
 
@@ -304,23 +305,34 @@ def test_cli_writes_dataset_without_progress_into_a_pipe(tmp_path):
     (["--size", "12x12"], "12x12"),
     (["--size", "128by128"], "128by128"),
     (["--min-size", "128", "--max-size", "64"], "--min-size 128"),
+    (["--min-size", "64"], "--max-size"),
     (["--seed", "-1"], "-1"),
 ])
-def test_cli_bad_arguments_give_one_clean_error_line(tmp_path, args, needle):
-    r = _cli("--out", tmp_path / "x", *args)
-    assert r.returncode != 0
-    assert "Traceback" not in r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "error" in lines[0] and needle in lines[0], r.stderr
+def test_cli_bad_arguments_give_one_clean_error_line(tmp_path, capsys, args, needle):
+    with pytest.raises(SystemExit) as e:
+        syn.main(["--out", str(tmp_path / "x"), *args])
+    assert e.value.code != 0
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "error" in lines[0] and needle in lines[0], err
     assert not (tmp_path / "x").exists()
 
 
-def test_cli_unwritable_output_dir(tmp_path):
+def test_cli_unwritable_output_dir(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     for out in (blocker, blocker / "sub"):
-        r = _cli("--out", out, "--train", 1, "--val", 1)
-        assert r.returncode == 1
-        assert "Traceback" not in r.stderr
-        lines = r.stderr.strip().splitlines()
-        assert len(lines) == 1 and str(blocker) in lines[0], r.stderr
+        assert syn.main(["--out", str(out), "--train", "1", "--val", "1"]) == 1
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and "error" in lines[0] and str(blocker) in lines[0], lines
+
+
+def test_cli_errors_in_a_subprocess_have_no_traceback(tmp_path):
+    r = _cli("--out", tmp_path / "x", "--train", "-5")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "-5" in r.stderr and "Traceback" not in r.stderr
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    r = _cli("--out", blocker / "sub", "--train", 1, "--val", 1, tool=True)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and str(blocker) in r.stderr and "Traceback" not in r.stderr
