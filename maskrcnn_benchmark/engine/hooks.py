@@ -136,6 +136,7 @@ class MLPerfHook:
             if comm.is_main_process() and self.scorer.asynchronous:
                 self._record(self.scorer.poll())
             if comm.broadcast_flag(self.success, t.device):
+                self.success = True  # rank 0 decided; every rank now agrees
                 t.request_stop()
                 return
         if epoch_end and t.iter < t.max_iter:

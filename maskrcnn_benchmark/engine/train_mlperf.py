@@ -151,8 +151,11 @@ def main(argv=None):
     ml = MLPerfLogger(os.path.join(cfg.OUTPUT_DIR, "mlperf_log.txt"), rank=rank, ruleset=args.ruleset)
     ml.submission_info(num_nodes=int(os.environ.get("SLURM_NNODES", "1")))
     ml.event("cache_clear", os.environ.get("MLPERF_CACHE_CLEARED", "0") == "1")
+    clean_exit = False
     try:
-        return run(args, cfg, ml, logger)
+        code = run(args, cfg, ml, logger)
+        clean_exit = True
+        return code
     except NonFiniteLossError as e:
         print(f"error: {e}; aborting the run", file=sys.stderr, flush=True)
         return 2
@@ -164,4 +167,6 @@ def main(argv=None):
         if "run_start" in ml.logged and "run_stop" not in ml.logged:
             ml.end("run_stop", metadata={"status": "aborted"})
         ml.close()
+        if clean_exit:
+            comm.synchronize()  # no rank tears the process group down while another still uses it
         comm.destroy()

@@ -1,0 +1,83 @@
+"""Evaluate a checkpoint on DATASETS.TEST (``tools/test_net.py``), or only write the COCO results json.
+
+    python tools/test_net.py --config-file CFG [--ckpt WEIGHTS] [--skip-eval] KEY VALUE ...
+
+Results go to ``OUTPUT_DIR/inference/<dataset>/{bbox,segm}.json`` (written atomically); the AP summary and a
+per-class AP table are printed and saved as ``coco_eval.md``.
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+from ..config import ConfigError, get_cfg, merge_cfg_from_file, merge_cfg_from_list
+from ..data import make_data_loader
+from ..data.datasets import DatasetError
+from ..data.datasets.evaluation.coco_eval import format_per_class_table, predictions_to_coco, score_coco
+from ..modeling import build_detection_model
+from ..utils import comm
+from ..utils.c2_model_loading import WeightsError
+from ..utils.checkpoint import DetectronCheckpointer
+from ..utils.logger import setup_logger
+from .inference import inference
+
+
+def _write_atomic(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def evaluate_checkpoint(cfg, weights, skip_eval=False, logger=None):
+    rank, world, _, device = comm.init_distributed(None, cfg.MODEL.DEVICE)
+    model = build_detection_model(cfg).to(device)
+    DetectronCheckpointer(cfg, model, logger=logger).load(weights or cfg.MODEL.WEIGHT)
+    results = {}
+    loaders = make_data_loader(cfg, is_train=False, num_replicas=world, rank=rank)
+    for name, loader in zip(cfg.DATASETS.TEST, loaders):
+        preds = inference(model, loader, device, cfg.DTYPE)
+        if not comm.is_main_process():
+            continue
+        folder = os.path.join(cfg.OUTPUT_DIR, "inference", name.replace(":", "_").replace("/", "_"))
+        bbox, segm = predictions_to_coco(preds, loader.dataset)
+        _write_atomic(os.path.join(folder, "bbox.json"), json.dumps(bbox))
+        _write_atomic(os.path.join(folder, "segm.json"), json.dumps(segm))
+        if skip_eval:
+            print(f"{name}: wrote {len(bbox)} detections to {folder} (evaluation skipped)")
+            continue
+        scores = score_coco(loader.dataset.ann_file, bbox, segm, image_ids=loader.dataset.ids)
+        table = format_per_class_table(scores)
+        summary = (f"{name}: box AP {scores['bbox']['stats']['AP']:.4f}, "
+                   f"mask AP {scores['segm']['stats']['AP']:.4f}")
+        _write_atomic(os.path.join(folder, "coco_eval.md"), summary + "\n\n" + table + "\n")
+        print(summary)
+        print(table)
+        results[name] = scores
+    return results
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Evaluate Mask R-CNN weights on DATASETS.TEST")
+    p.add_argument("--config-file", default="", metavar="FILE")
+    p.add_argument("--ckpt", default="", help="weights (.pth of this package or Detectron .pkl); "
+                                              "default MODEL.WEIGHT")
+    p.add_argument("--skip-eval", action="store_true", help="only write the COCO results json")
+    p.add_argument("--local_rank", "--local-rank", type=int, default=None)
+    p.add_argument("opts", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    try:
+        cfg = get_cfg()
+        if args.config_file:
+            merge_cfg_from_file(cfg, args.config_file)
+        merge_cfg_from_list(cfg, args.opts)
+        logger = setup_logger(None, comm.get_rank())
+        evaluate_checkpoint(cfg, args.ckpt, args.skip_eval, logger)
+    except (ConfigError, DatasetError, WeightsError, FileNotFoundError, KeyError, ValueError) as e:
+        print(f"error: {e.args[0] if isinstance(e, KeyError) and e.args else e}", file=sys.stderr)
+        return 1
+    finally:
+        comm.destroy()
+    return 0

@@ -1,0 +1,88 @@
+import os
+import sys
+
+import pytest
+import torch
+
+from conftest import CPU_YAML, mllog_events, run_train
+from maskrcnn_benchmark.config import get_cfg, merge_cfg_from_file, merge_cfg_from_list
+from maskrcnn_benchmark.data import make_data_loader
+from maskrcnn_benchmark.data.datasets.evaluation.coco_eval import format_per_class_table, predictions_to_coco
+from maskrcnn_benchmark.engine.inference import inference
+from maskrcnn_benchmark.engine.scoring import COCOScorer
+from maskrcnn_benchmark.modeling import build_detection_model
+from maskrcnn_benchmark.utils.checkpoint import DetectronCheckpointer
+
+LOW_TARGET = ("MLPERF.MIN_BBOX_MAP", "0.0", "MLPERF.MIN_SEGM_MAP", "0.0")
+
+
+def test_two_process_gloo_run_trains_evaluates_and_stops_together(tiny_data, tmp_path):
+    out = str(tmp_path)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29631"]
+    r = run_train(tiny_data, out, "SOLVER.MAX_ITER", 40, "SOLVER.IMS_PER_BATCH", 4, "TEST.IMS_PER_BATCH", 4,
+                  *LOW_TARGET, launcher=launcher, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    events = mllog_events(r.stdout)
+    # one process logs: exactly one run_start/run_stop, success; both ranks exited 0 (torchrun's code)
+    assert [e["key"] for e in events].count("run_start") == 1
+    stops = [e for e in events if e["key"] == "run_stop"]
+    assert len(stops) == 1 and stops[0]["metadata"]["status"] == "success"
+    assert [e["value"] for e in events if e["key"] == "global_batch_size"] == [4]
+    assert "world size 2" in r.stdout
+
+
+def _small_cfg(data_dir):
+    cfg = get_cfg()
+    merge_cfg_from_file(cfg, CPU_YAML)
+    merge_cfg_from_list(cfg, ["DATASETS.DATA_DIR", data_dir, "DATALOADER.NUM_WORKERS", 0,
+                              "INPUT.MIN_SIZE_TEST", 96, "INPUT.MAX_SIZE_TEST", 96,
+                              "MODEL.ROI_HEADS.SCORE_THRESH", 0.0])
+    return cfg
+
+
+def test_async_scoring_gives_the_same_ap_as_sync(tiny_data):
+    torch.manual_seed(0)
+    cfg = _small_cfg(tiny_data)
+    model = build_detection_model(cfg)
+    loader = make_data_loader(cfg, is_train=False)[0]
+    preds = inference(model, loader, torch.device("cpu"))
+    assert sorted(preds) == list(range(len(loader.dataset)))
+    bbox, segm = predictions_to_coco(preds, loader.dataset)
+    assert bbox and segm and {b["category_id"] for b in bbox} <= {1, 3, 7}
+    sync = COCOScorer(loader.dataset.ann_file, asynchronous=False)
+    asyn = COCOScorer(loader.dataset.ann_file, asynchronous=True)
+    sync.submit(1, bbox, segm)
+    asyn.submit(1, bbox, segm)
+    (e1, s1), = sync.poll()
+    (e2, s2), = asyn.wait_all()
+    asyn.shutdown()
+    assert e1 == e2 == 1
+    assert s1["bbox"]["stats"] == s2["bbox"]["stats"] and s1["segm"]["stats"] == s2["segm"]["stats"]
+    table = format_per_class_table(s1)
+    assert "| circle |" in table and "| triangle |" in table
+
+
+def test_resume_restores_iteration_optimizer_and_schedule(tiny_data, tmp_path):
+    out = str(tmp_path / "first")
+    os.makedirs(out)
+    r = run_train(tiny_data, out, "SOLVER.MAX_ITER", 6, "SOLVER.IMS_PER_BATCH", 4, "SAVE_CHECKPOINTS", True,
+                  "SOLVER.CHECKPOINT_PERIOD", 4, extra_args=("--sync-eval",))
+    assert r.returncode == 3, r.stderr[-2000:]
+    ckpt = os.path.join(out, "model_0000004.pth")
+    assert os.path.exists(ckpt) and os.path.exists(os.path.join(out, "model_final.pth"))
+    assert not [f for f in os.listdir(out) if f.startswith(".tmp")]
+    data = torch.load(ckpt, weights_only=True)
+    assert data["iteration"] == 4 and "optimizer" in data and data["scheduler"]["last_epoch"] == 4
+
+    out2 = str(tmp_path / "second")
+    os.makedirs(out2)
+    r2 = run_train(tiny_data, out2, "SOLVER.MAX_ITER", 6, "SOLVER.IMS_PER_BATCH", 4,
+                   extra_args=("--sync-eval", "--resume", ckpt))
+    assert r2.returncode == 3, r2.stderr[-2000:]
+    assert "RESUMED from" in r2.stdout + r2.stderr
+    assert "iter: 6" in r2.stdout and "iter: 20" not in r2.stdout
+
+    # a plain MODEL.WEIGHT load takes the weights only: no resume line, training starts at iteration 1
+    model = build_detection_model(_small_cfg(tiny_data))
+    extra = DetectronCheckpointer(None, model).load(ckpt)
+    assert extra == {"iteration": 4}

@@ -1,0 +1,63 @@
+import json
+import os
+import subprocess
+import sys
+
+import torch
+from PIL import Image
+
+from conftest import CPU_YAML
+from helpers import REPO
+from maskrcnn_benchmark.config import get_cfg, merge_cfg_from_file, merge_cfg_from_list
+from maskrcnn_benchmark.engine.predictor import Predictor
+from maskrcnn_benchmark.modeling import build_detection_model
+from maskrcnn_benchmark.utils.checkpoint import DetectronCheckpointer
+
+OPTS = ["DATALOADER.NUM_WORKERS", "0", "INPUT.MIN_SIZE_TEST", "96", "INPUT.MAX_SIZE_TEST", "96",
+        "MODEL.ROI_HEADS.SCORE_THRESH", "0.0"]
+
+
+def _weights(tmp_path):
+    torch.manual_seed(0)
+    cfg = get_cfg()
+    merge_cfg_from_file(cfg, CPU_YAML)
+    model = build_detection_model(cfg)
+    return DetectronCheckpointer(cfg, model, save_dir=str(tmp_path)).save("random_init")
+
+
+def test_test_net_writes_results_and_scores(tiny_data, tmp_path):
+    weights = _weights(tmp_path)
+    base = [sys.executable, os.path.join(REPO, "tools", "test_net.py"), "--config-file", CPU_YAML,
+            "--ckpt", weights]
+    common = ["DATASETS.DATA_DIR", tiny_data, "OUTPUT_DIR", str(tmp_path)] + OPTS
+    r = subprocess.run(base + ["--skip-eval"] + common, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    folder = tmp_path / "inference" / "coco_2017_val"
+    bbox = json.loads((folder / "bbox.json").read_text())
+    assert bbox and {"image_id", "category_id", "bbox", "score"} <= set(bbox[0])
+    assert not (folder / "coco_eval.md").exists()
+    r = subprocess.run(base + common, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "box AP" in r.stdout and "| circle |" in r.stdout and (folder / "coco_eval.md").exists()
+    r = subprocess.run(base[:-1] + [str(tmp_path / "missing.pth")] + common, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 1 and "missing.pth" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_predictor_draws_png_with_masks_of_image_size(tiny_data, tmp_path):
+    weights = _weights(tmp_path)
+    cfg = get_cfg()
+    merge_cfg_from_file(cfg, CPU_YAML)
+    merge_cfg_from_list(cfg, OPTS)
+    image = Image.open(os.path.join(tiny_data, "val2017", sorted(os.listdir(os.path.join(tiny_data, "val2017")))[0]))
+    pred = Predictor(cfg, weights, class_names=["circle", "square", "triangle"], score_threshold=0.0)
+    found = pred.predict(image)
+    assert len(found) > 0 and found.get_field("mask").shape == (len(found), 1, image.size[1], image.size[0])
+    out = tmp_path / "found.png"
+    pred.draw(image, found, str(out))
+    drawn = Image.open(out)
+    assert drawn.format == "PNG" and drawn.size[0] > 50
+    r = subprocess.run([sys.executable, os.path.join(REPO, "tools", "predict.py"), "--config-file", CPU_YAML,
+                        "--weights", weights, "--image", str(tmp_path / "nope.jpg"), "--out", str(out)] + OPTS,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "nope.jpg" in r.stderr
