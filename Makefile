@@ -19,6 +19,9 @@ $(STAMP): requirements.txt pyproject.toml
 test: venv
 	$(PY) -m pytest -q -ra tests
 
+demo: venv
+	tools/demo.sh
+
 bench: venv
 	$(PY) bench/model_step.py --device cpu
 

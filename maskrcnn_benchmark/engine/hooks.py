@@ -152,3 +152,23 @@ class MLPerfHook:
         self.scorer.shutdown()
         status = "success" if (self.success and t.error is None) else "aborted"
         self.ml.end("run_stop", metadata={"status": status})
+
+
+class ProfilerHook:
+    """``PROFILE=torch|memory`` (via MASKRCNN_PROFILE): a torch.profiler trace or a per-iteration memory CSV."""
+
+    trainer = None
+
+    def __init__(self, rank=0):
+        from ..utils import profiling
+
+        self.profiler = profiling.from_env(rank=rank)
+
+    def before_train(self):
+        pass
+
+    def after_step(self):
+        self.profiler.step(self.trainer.iter)
+
+    def after_train(self):
+        self.profiler.close()

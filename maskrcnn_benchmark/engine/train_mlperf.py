@@ -28,7 +28,7 @@ from ..utils.c2_model_loading import WeightsError
 from ..utils.checkpoint import DetectronCheckpointer
 from ..utils.logger import setup_logger
 from ..utils.mlperf_logger import MLPerfLogger
-from .hooks import CheckpointHook, MetricsHook, MLPerfHook
+from .hooks import CheckpointHook, MetricsHook, MLPerfHook, ProfilerHook
 from .inference import inference
 from .scoring import COCOScorer
 from .trainer import NonFiniteLossError, Trainer, iterations_per_epoch
@@ -120,7 +120,7 @@ def run(args, cfg, ml, logger):
 
     mlperf_hook = MLPerfHook(ml, evaluate, scorer, cfg.MLPERF.MIN_BBOX_MAP, cfg.MLPERF.MIN_SEGM_MAP,
                              per_epoch_eval=cfg.PER_EPOCH_EVAL)
-    hooks = [MetricsHook(20), mlperf_hook]
+    hooks = [ProfilerHook(rank), MetricsHook(20), mlperf_hook]
     if cfg.SAVE_CHECKPOINTS:
         hooks.insert(1, CheckpointHook(checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD))
     trainer = Trainer(model, optimizer, scheduler, train_loader, device, cfg.SOLVER.MAX_ITER, ipe,
