@@ -17,6 +17,7 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $(STAMP)
 
 test: venv
+	bash tests/cluster/install_deps.sh
 	$(PY) -m pytest -q -ra tests
 
 demo: venv

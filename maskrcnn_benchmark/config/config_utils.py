@@ -110,3 +110,14 @@ def merge_cfg_from_file(cfg, path):
         _check_key(cfg, full_key, f"'{path}'")
         _set(cfg, full_key, _coerce(cfg, full_key, value, f"'{path}'"))
     return cfg
+
+
+def load_config(config_file="", opts=(), freeze=False):
+    """Defaults <- YAML file <- ``KEY VALUE`` overrides: what every entry point does."""
+    cfg = get_cfg()
+    if config_file:
+        merge_cfg_from_file(cfg, config_file)
+    merge_cfg_from_list(cfg, opts)
+    if freeze:
+        cfg.freeze()
+    return cfg

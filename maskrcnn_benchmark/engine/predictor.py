@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..config import ConfigError, get_cfg, merge_cfg_from_file, merge_cfg_from_list
+from ..config import ConfigError, load_config
 from ..data.transforms import build_transforms
 from ..modeling import build_detection_model
 from ..modeling.roi_heads.mask_head import Masker
@@ -97,10 +97,7 @@ def main(argv=None):
     p.add_argument("opts", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     try:
-        cfg = get_cfg()
-        if args.config_file:
-            merge_cfg_from_file(cfg, args.config_file)
-        merge_cfg_from_list(cfg, args.opts)
+        cfg = load_config(args.config_file, args.opts)
         predictor = Predictor(cfg, args.weights, _class_names(args.ann_file), args.score_threshold)
         try:
             image = Image.open(args.image)

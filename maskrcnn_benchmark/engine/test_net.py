@@ -11,7 +11,7 @@ import os
 import sys
 import tempfile
 
-from ..config import ConfigError, get_cfg, merge_cfg_from_file, merge_cfg_from_list
+from ..config import ConfigError, load_config
 from ..data import make_data_loader
 from ..data.datasets import DatasetError
 from ..data.datasets.evaluation.coco_eval import format_per_class_table, predictions_to_coco, score_coco
@@ -69,10 +69,7 @@ def main(argv=None):
     p.add_argument("opts", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     try:
-        cfg = get_cfg()
-        if args.config_file:
-            merge_cfg_from_file(cfg, args.config_file)
-        merge_cfg_from_list(cfg, args.opts)
+        cfg = load_config(args.config_file, args.opts)
         logger = setup_logger(None, comm.get_rank())
         evaluate_checkpoint(cfg, args.ckpt, args.skip_eval, logger)
     except (ConfigError, DatasetError, WeightsError, FileNotFoundError, KeyError, ValueError) as e:

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import torch
 
-from ..config import ConfigError, get_cfg, merge_cfg_from_file, merge_cfg_from_list
+from ..config import ConfigError, load_config
 from ..data import make_data_loader
 from ..data.datasets import DatasetError
 from ..data.datasets.evaluation.coco_eval import predictions_to_coco
@@ -56,15 +56,6 @@ def _seed_everything(seed, rank):
     random.seed(local)
     np.random.seed(local)
     torch.manual_seed(local)
-
-
-def load_config(args):
-    cfg = get_cfg()
-    if args.config_file:
-        merge_cfg_from_file(cfg, args.config_file)
-    merge_cfg_from_list(cfg, args.opts)
-    cfg.freeze()
-    return cfg
 
 
 def run(args, cfg, ml, logger):
@@ -143,7 +134,7 @@ def main(argv=None):
     args = parse_args(argv)
     rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) or 0)
     try:
-        cfg = load_config(args)
+        cfg = load_config(args.config_file, args.opts, freeze=True)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 1

@@ -131,7 +131,9 @@ def main(argv):
             it += 1
             prof.step(it)
         if epoch == 1 and os.environ.get("FAKE_TRAIN_EXIT") and rank == int(os.environ.get("FAKE_TRAIN_EXIT_RANK", "0")):
-            return int(os.environ["FAKE_TRAIN_EXIT"])
+            print(f"fake_train: rank {rank} exiting with {os.environ['FAKE_TRAIN_EXIT']}", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(int(os.environ["FAKE_TRAIN_EXIT"]))  # no gloo teardown (it may abort the process)
         log("end", "epoch_stop", epoch_num=epoch)
         log("start", "eval_start", epoch_num=epoch)
         acc = allreduce(torch.tensor([0.2 * epoch, 0.18 * epoch])) / world

@@ -24,7 +24,7 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
   chmod 755 /usr/sbin/policy-rc.d
   created_policy=1
 fi
-trap '[ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d' EXIT
+trap 'if [ "$created_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi' EXIT
 
 echo "install_deps: installing ${missing[*]}"
 apt-get update -q

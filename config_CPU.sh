@@ -1,0 +1,25 @@
+#!/bin/bash
+# Synthetic CPU run (the demo and CI): fp32, no pretrained weights, gloo, synthetic COCO-format data in $DATADIR
+# (made by tools/make_synthetic_coco.py). Sockets/cores are left empty so bind_launch detects them.
+# Source it (run_and_time.sh does when DGXSYSTEM=CPU); every value can be overridden from the environment.
+
+## DL params
+export CONFIG_FILE="${CONFIG_FILE:-configs/e2e_mask_rcnn_synthetic_cpu.yaml}"
+export DTYPE="${DTYPE:-float32}"
+export WEIGHTS="${WEIGHTS-}"              # empty: train from scratch (no MODEL.WEIGHT override)
+export PATHS_CATALOG="${PATHS_CATALOG-}"  # empty: the package's default catalog (honours $DATADIR)
+export DATADIR="${DATADIR:-datasets/synthetic}"
+export EXTRA_PARAMS="${EXTRA_PARAMS:-}"
+export EXTRA_CONFIG="${EXTRA_CONFIG:-}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+
+## System run params
+export DGXSYSTEM="${DGXSYSTEM:-CPU}"
+export DGXNNODES="${DGXNNODES:-1}"
+export WALLTIME="${WALLTIME:-00:20:00}"
+
+## System config params
+export DGXNGPU="${DGXNGPU:-1}"            # processes per node
+export DGXSOCKETCORES="${DGXSOCKETCORES-}"
+export DGXNSOCKET="${DGXNSOCKET-}"
+export DGXHT="${DGXHT-}"

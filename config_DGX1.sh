@@ -1,0 +1,18 @@
+#!/bin/bash
+# NVIDIA DGX-1 (8x V100, 2 sockets x 20 cores, HT): MLPerf v0.7 closed recipe, GBS 48 (6 images/GPU).
+# Source it (run_and_time.sh does when DGXSYSTEM=DGX1); every value can be overridden from the environment.
+
+## DL params
+export EXTRA_PARAMS="${EXTRA_PARAMS:-}"
+export EXTRA_CONFIG="${EXTRA_CONFIG:-SOLVER.BASE_LR 0.06 SOLVER.MAX_ITER 80000 SOLVER.WARMUP_FACTOR 0.000096 SOLVER.WARMUP_ITERS 625 SOLVER.WARMUP_METHOD mlperf_linear SOLVER.STEPS (24000,32000) SOLVER.IMS_PER_BATCH 48 TEST.IMS_PER_BATCH 8 MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN 6000 NHWC True}"
+
+## System run params
+export DGXSYSTEM="${DGXSYSTEM:-DGX1}"
+export DGXNNODES="${DGXNNODES:-1}"
+export WALLTIME="${WALLTIME:-04:00:00}"
+
+## System config params
+export DGXNGPU="${DGXNGPU:-8}"
+export DGXSOCKETCORES="${DGXSOCKETCORES:-20}"
+export DGXNSOCKET="${DGXNSOCKET:-2}"
+export DGXHT="${DGXHT:-2}"  # 2: hyperthreading on, 1: off

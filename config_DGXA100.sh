@@ -1,0 +1,18 @@
+#!/bin/bash
+# NVIDIA DGX A100 (8x A100, 2 sockets x 64 cores, HT): MLPerf v0.7 closed recipe, GBS 64 (8 images/GPU).
+# Source it (run_and_time.sh does when DGXSYSTEM=DGXA100); every value can be overridden from the environment.
+
+## DL params
+export EXTRA_PARAMS="${EXTRA_PARAMS:-}"
+export EXTRA_CONFIG="${EXTRA_CONFIG:-SOLVER.BASE_LR 0.08 SOLVER.MAX_ITER 80000 SOLVER.WARMUP_FACTOR 0.0001 SOLVER.WARMUP_ITERS 800 SOLVER.WARMUP_METHOD mlperf_linear SOLVER.STEPS (18000,24000) SOLVER.IMS_PER_BATCH 64 TEST.IMS_PER_BATCH 8 MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN 8000 NHWC True}"
+
+## System run params
+export DGXSYSTEM="${DGXSYSTEM:-DGXA100}"
+export DGXNNODES="${DGXNNODES:-1}"
+export WALLTIME="${WALLTIME:-04:00:00}"
+
+## System config params
+export DGXNGPU="${DGXNGPU:-8}"
+export DGXSOCKETCORES="${DGXSOCKETCORES:-64}"
+export DGXNSOCKET="${DGXNSOCKET:-2}"
+export DGXHT="${DGXHT:-2}"  # 2: hyperthreading on, 1: off

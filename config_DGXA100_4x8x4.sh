@@ -1,0 +1,20 @@
+#!/bin/bash
+# 4 nodes x 8 A100 x 4 images/GPU (the slurm/maskrcnn_4node.sbatch job): NVIDIA v0.7 closed recipe for GBS 128.
+# Source it (run_and_time.sh does when DGXSYSTEM=DGXA100_4x8x4); every value can be overridden from the environment.
+# On nodes with a different CPU layout (e.g. TARA's 2 x 20-core sockets) override DGXSOCKETCORES/DGXNSOCKET,
+# or unset them to let bind_launch detect the topology.
+
+## DL params
+export EXTRA_PARAMS="${EXTRA_PARAMS:-}"
+export EXTRA_CONFIG="${EXTRA_CONFIG:-SOLVER.BASE_LR 0.16 SOLVER.MAX_ITER 40000 SOLVER.WARMUP_FACTOR 0.000256 SOLVER.WARMUP_ITERS 625 SOLVER.WARMUP_METHOD mlperf_linear SOLVER.STEPS (9000,12000) SOLVER.IMS_PER_BATCH 128 TEST.IMS_PER_BATCH 32 MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN 4000 NHWC True}"
+
+## System run params
+export DGXSYSTEM="${DGXSYSTEM:-DGXA100_4x8x4}"
+export DGXNNODES="${DGXNNODES:-4}"
+export WALLTIME="${WALLTIME:-02:00:00}"
+
+## System config params
+export DGXNGPU="${DGXNGPU:-8}"
+export DGXSOCKETCORES="${DGXSOCKETCORES:-64}"
+export DGXNSOCKET="${DGXNSOCKET:-2}"
+export DGXHT="${DGXHT:-2}"  # 2: hyperthreading on, 1: off

@@ -1,0 +1,60 @@
+#!/bin/bash
+# Body of the Slurm batch scripts (slurm/*.sbatch): NEXP timed runs back to back in the current allocation,
+# one log per run ($LOGDIR/result_<i>.txt), every node running run_and_time.sh once (srun, one task per node),
+# inside the Singularity image or, with CONTAINER=none, on the host. Variables: docs/cluster.md.
+set -euo pipefail
+
+REPO="${REPO:-${SLURM_SUBMIT_DIR:-$PWD}}"
+if [[ ! -x "${REPO}/run_and_time.sh" ]]; then
+  echo "run_experiments: ${REPO} is not the maskrcnn checkout (submit from it, or set REPO=)" >&2
+  exit 2
+fi
+cd "${REPO}"
+export DGXSYSTEM="${DGXSYSTEM:-DGXA100}"
+NEXP="${NEXP:-5}"
+NNODES="${SLURM_JOB_NUM_NODES:-1}"
+JOBID="${SLURM_JOB_ID:-0}"
+export LOGDIR="${LOGDIR:-${REPO}/results/${SLURM_JOB_NAME:-maskrcnn}-${JOBID}}"
+CONTAINER="${CONTAINER:-${REPO}/singularity/maskrcnn.sif}"
+CLEAR_CACHES="${CLEAR_CACHES:-1}"
+DROP_CACHES_CMD="${DROP_CACHES_CMD:-sync && echo 3 > /proc/sys/vm/drop_caches}"
+mkdir -p "${LOGDIR}"
+
+mapfile -t hosts < <(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname)}")
+if [[ "${#hosts[@]}" -eq 0 ]]; then hosts=("$(hostname)"); fi
+export MASTER_ADDR="${MASTER_ADDR:-${hosts[0]}}"
+port0="${MASTER_PORT:-$((29500 + JOBID % 1000))}"
+read -r -a srun_extra <<< "${SRUN_ARGS:-}"
+srun_cmd=(srun "--nodes=${NNODES}" --ntasks-per-node=1 --kill-on-bad-exit=1 --cpu-bind=none "${srun_extra[@]}")
+
+if [[ "${CONTAINER}" == none ]]; then
+  run_cmd=("${REPO}/run_and_time.sh")
+else
+  SINGULARITY="${SINGULARITY:-$(command -v singularity || command -v apptainer || echo singularity)}"
+  DATADIR="${DATADIR:-/data}"
+  WEIGHTS_DIR="${WEIGHTS_DIR:-/coco/models}"
+  mounts=(-B "${DATADIR}:/data" -B "${LOGDIR}:/results" -B "${WEIGHTS_DIR}:/coco/models")
+  if [[ -n "${CONTAINER_MOUNTS:-}" ]]; then mounts+=(-B "${CONTAINER_MOUNTS}"); fi
+  run_cmd=("${SINGULARITY}" exec --nv "${mounts[@]}" --pwd "${CONTAINER_WORKDIR:-/workspace/object_detection}"
+           "${CONTAINER}" env DATADIR=/data LOGDIR=/results ./run_and_time.sh)
+fi
+
+echo "run_experiments: job ${JOBID} nodes=${NNODES} (${hosts[*]}) system=${DGXSYSTEM} nexp=${NEXP}"
+echo "run_experiments: master=${MASTER_ADDR} logdir=${LOGDIR} container=${CONTAINER}"
+status=0
+for ((i = 0; i < NEXP; i++)); do
+  export MASTER_PORT=$((port0 + i))
+  log="${LOGDIR}/result_${i}.txt"
+  rc=0
+  {
+    echo "Beginning trial $((i + 1)) of ${NEXP}"
+    if [[ "${CLEAR_CACHES}" == 1 ]]; then
+      "${srun_cmd[@]}" bash -c "${DROP_CACHES_CMD}" || echo "run_experiments: WARNING: cache clearing failed" >&2
+      printf ':::MLLOG {"namespace": "", "time_ms": %s, "event_type": "POINT_IN_TIME", "key": "cache_clear", "value": true, "metadata": {"file": "run_experiments.sh", "lineno": 0}}\n' "$(date +%s%3N)"
+    fi
+    "${srun_cmd[@]}" "${run_cmd[@]}"
+  } 2>&1 | tee "${log}" || rc=$?
+  echo "run_experiments: trial $((i + 1)) exit code ${rc}, log ${log}"
+  if [[ "${rc}" -ne 0 ]]; then status="${rc}"; fi
+done
+exit "${status}"

@@ -1,0 +1,205 @@
+"""The Slurm batch scripts on a real 4-node Slurm cluster (slurmctld + 4 slurmd in network namespaces).
+
+Container-less mode (CONTAINER=none) with config_CPU.sh. By default training is tests/cluster/fake_train.py
+(a gloo all-reduce program printing a minimal MLPerf log); the real trainer runs in
+test_4node_real_trainer once REAL_TRAINER (below, or env MASKRCNN_CLUSTER_REAL_TRAINER=1) is switched on.
+
+Needs root (skipped otherwise) and slurm-wlm + munge (tests/cluster/install_deps.sh); if the cluster cannot
+start, the tests FAIL with the reason. Harness log and daemon logs: $SLURM_SANDBOX_DIR (default
+/tmp/maskrcnn-slurm-sandbox), job outputs under its jobs/ folder.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+
+from slurm_sandbox import SandboxError, SlurmSandbox  # noqa: E402
+
+# The one switch for the real-trainer cluster test (the env variable overrides it).
+REAL_TRAINER = os.environ.get("MASKRCNN_CLUSTER_REAL_TRAINER", "0") == "1"
+
+pytestmark = pytest.mark.slow
+
+FAKE = "tests/cluster/fake_train.py"
+NODES = ["node1", "node2", "node3", "node4"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if os.geteuid() != 0:
+        pytest.skip("the Slurm sandbox needs root (network namespaces, daemons)")
+    sb = SlurmSandbox()
+    try:
+        sb.up()
+    except (SandboxError, OSError, subprocess.SubprocessError) as e:
+        logs = sb.tail_logs()
+        try:
+            sb.down()
+        finally:
+            pytest.fail(f"Slurm sandbox could not start: {e}\n{logs}\n(harness log: {sb.log_path})", pytrace=False)
+    try:
+        yield sb
+    finally:
+        sb.down()
+
+
+def job_env(**overrides):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
+    for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "PROFILE"):
+        env.pop(k, None)
+    env.update(CONTAINER="none", DGXSYSTEM="CPU", PYTHON=sys.executable, DROP_CACHES_CMD="true",
+               SUBMISSION_ORG="ci")
+    env.update({k: str(v) for k, v in overrides.items()})
+    return env
+
+
+def submit(sb, script, outdir, env, extra=()):
+    outdir.mkdir(parents=True, exist_ok=True)
+    r = sb.run(["sbatch", "--parsable", "--gpus-per-node=2", "-o", str(outdir / "slurm-%j.out"), *extra, script],
+               check=False, cwd=str(ROOT), env=env)
+    assert r.returncode == 0, f"sbatch failed: {r.stdout}{r.stderr}"
+    return r.stdout.strip().split(";")[0]
+
+
+def job_info(sb, jobid):
+    r = sb.run(["scontrol", "show", "job", "-o", jobid], check=False)
+    fields = dict(re.findall(r"(\w+)=(\S+)", r.stdout))
+    return fields
+
+
+def wait_job(sb, jobid, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = job_info(sb, jobid)
+        if info.get("JobState") not in (None, "PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+            return info
+        time.sleep(1)
+    sb.run(["scancel", jobid], check=False)
+    raise AssertionError(f"job {jobid} still {job_info(sb, jobid).get('JobState')} after {timeout}s\n"
+                         f"{sb.tail_logs()}")
+
+
+def job_output(outdir, jobid):
+    p = outdir / f"slurm-{jobid}.out"
+    return p.read_text(errors="replace") if p.exists() else "(no output)"
+
+
+def compliance(log, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
+                        "--ruleset", "0.7.0", str(log)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    return r.returncode, r.stdout + r.stderr
+
+
+def check_result_log(log, tmp_path, nranks):
+    text = log.read_text(errors="replace")
+    rc, out = compliance(log, tmp_path)
+    assert rc == 0, f"compliance checker failed on {log}:\n{out}\n--- log:\n{text[-4000:]}"
+    assert len(re.findall(r"^RESULT,OBJECT_DETECTION,,\d+,ci,", text, re.M)) == 1, text[-3000:]
+    assert '"key": "cache_clear"' in text
+    return text
+
+
+def test_4node_fake_training_completes_and_is_compliant(cluster, tmp_path):
+    out = Path(cluster.workdir) / "jobs" / "fake4"
+    env = job_env(NEXP=2, DGXNGPU=2, TRAIN_SCRIPT=FAKE, LOGDIR=out / "results")
+    t0 = time.monotonic()
+    jobid = submit(cluster, "slurm/maskrcnn_4node.sbatch", out, env)
+    info = wait_job(cluster, jobid, timeout=240)
+    output = job_output(out, jobid)
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{output[-5000:]}"
+    assert time.monotonic() - t0 < 240
+    for i in range(2):
+        text = check_result_log(out / "results" / f"result_{i}.txt", tmp_path, 8)
+        hosts = set(re.findall(r"fake_train: rank=\d+/8 local_rank=\d host=(\w+)", text))
+        assert hosts == set(NODES), text[-3000:]
+        done = set(re.findall(r"fake_train: rank (\d+) done, allreduce=36.0 expected=36.0", text))
+        assert done == {str(r) for r in range(8)}
+    assert "master=node1" in output
+
+
+def test_4node_one_rank_killed_job_ends(cluster, tmp_path):
+    out = Path(cluster.workdir) / "jobs" / "kill4"
+    piddir = out / "pids"
+    env = job_env(NEXP=1, DGXNGPU=2, TRAIN_SCRIPT=FAKE, LOGDIR=out / "results", FAKE_TRAIN_SLEEP=600,
+                  FAKE_TRAIN_SLEEP_RANK=5, FAKE_TRAIN_PIDDIR=piddir)
+    jobid = submit(cluster, "slurm/maskrcnn_4node.sbatch", out, env)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not all((piddir / f"rank{r}.pid").exists() for r in range(8)):
+        assert job_info(cluster, jobid).get("JobState") in ("PENDING", "CONFIGURING", "RUNNING"), \
+            job_output(out, jobid)[-3000:]
+        time.sleep(0.5)
+    assert all((piddir / f"rank{r}.pid").exists() for r in range(8)), job_output(out, jobid)[-3000:]
+    time.sleep(2)  # let the other ranks block in their first all-reduce
+    assert (piddir / "rank5.host").read_text() == "node3"
+    pids = {r: int((piddir / f"rank{r}.pid").read_text()) for r in range(8)}
+    t_kill = time.monotonic()
+    os.kill(pids[5], signal.SIGKILL)
+    info = wait_job(cluster, jobid, timeout=90)
+    elapsed = time.monotonic() - t_kill
+    output = job_output(out, jobid)
+    assert elapsed < 60, f"job took {elapsed:.0f}s to end after the kill\n{output[-3000:]}"
+    assert info["JobState"] == "FAILED" and info["ExitCode"] != "0:0", f"{info}\n{output[-3000:]}"
+    assert "local rank 1 exited with code 137" in output, output[-3000:]
+    time.sleep(1)
+    left = [r for r, p in pids.items() if os.path.exists(f"/proc/{p}") and
+            "Z" not in open(f"/proc/{p}/status").read().split("State:")[1].split()[0]]
+    assert not left, f"ranks {left} still running after the job ended"
+
+
+def test_1node_sbatch(cluster, tmp_path):
+    out = Path(cluster.workdir) / "jobs" / "fake1"
+    env = job_env(NEXP=1, DGXNGPU=2, TRAIN_SCRIPT=FAKE, LOGDIR=out / "results")
+    jobid = submit(cluster, "slurm/maskrcnn_1node.sbatch", out, env)
+    info = wait_job(cluster, jobid, timeout=120)
+    output = job_output(out, jobid)
+    assert info["JobState"] == "COMPLETED", f"{info}\n{output[-3000:]}"
+    text = check_result_log(out / "results" / "result_0.txt", tmp_path, 2)
+    assert "rank 1 done, allreduce=3.0" in text
+
+
+def test_submitit_4node(cluster, tmp_path):
+    out = Path(cluster.workdir) / "jobs" / "submitit4"
+    cmd = [sys.executable, str(ROOT / "tools" / "submit.py"), "--system", "CPU", "--nodes", "4",
+           "--gpus-per-node", "2", "--time", "00:05:00", "--image", "none", "--train-script", FAKE, "--nexp", "2",
+           "--results", str(out), "--drop-caches-cmd", "true", "--env", "DGXNGPU=2", "--env", "SUBMISSION_ORG=ci"]
+    r = cluster.run(cmd, check=False, timeout=300, cwd=str(tmp_path), env=job_env())
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    assert "2/2 runs succeeded" in r.stdout
+    for i in range(2):
+        check_result_log(out / f"result_{i}.txt", tmp_path, 8)
+        hosts = set()
+        for node in range(4):
+            hosts |= set(re.findall(r"host=(node\d)", (out / f"run_{i}" / f"node{node}.log").read_text()))
+        assert hosts == set(NODES)
+
+
+def test_4node_real_trainer(cluster, tmp_path):
+    if not REAL_TRAINER:
+        pytest.skip("real-trainer cluster run switched off (set REAL_TRAINER = True in this file or "
+                    "MASKRCNN_CLUSTER_REAL_TRAINER=1)")
+    needed = [ROOT / "tools/train_mlperf.py", ROOT / "tools/make_synthetic_coco.py",
+              ROOT / "configs/e2e_mask_rcnn_synthetic_cpu.yaml"]
+    missing = [str(p.relative_to(ROOT)) for p in needed if not p.exists()]
+    if missing:
+        pytest.skip(f"the trainer is not there yet: missing {', '.join(missing)}")
+    out = Path(cluster.workdir) / "jobs" / "real4"
+    data = out / "data"
+    subprocess.run([sys.executable, "tools/make_synthetic_coco.py", "--out", str(data)], cwd=ROOT, check=True,
+                   timeout=600)
+    timeout = float(os.environ.get("MASKRCNN_CLUSTER_REAL_TIMEOUT", "1200"))
+    env = job_env(NEXP=1, DGXNGPU=1, LOGDIR=out / "results", DATADIR=data)
+    jobid = submit(cluster, "slurm/maskrcnn_4node.sbatch", out, env)
+    info = wait_job(cluster, jobid, timeout=timeout)
+    output = job_output(out, jobid)
+    assert info["JobState"] == "COMPLETED", f"{info}\n{output[-5000:]}"
+    check_result_log(out / "results" / "result_0.txt", tmp_path, 4)

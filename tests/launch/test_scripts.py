@@ -1,0 +1,254 @@
+"""Shell scripts: shellcheck, bash -n, system configs (NVIDIA values), run_and_time.sh behaviour, profiling modes."""
+
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE = "tests/cluster/fake_train.py"
+
+SHELL_SCRIPTS = sorted(
+    [p for p in ROOT.glob("*.sh")]
+    + list((ROOT / "slurm").glob("*.sh")) + list((ROOT / "slurm").glob("*.sbatch"))
+    + list((ROOT / "singularity").glob("*.sh")) + list((ROOT / "tools").glob("*.sh"))
+    + list((ROOT / "tests" / "cluster").glob("*.sh"))
+)
+CONFIGS = ["DGX1", "DGXA100", "DGXA100_4x8x4", "CPU"]
+CONFIG_VARS = ["DGXSYSTEM", "DGXNNODES", "DGXNGPU", "DGXSOCKETCORES", "DGXNSOCKET", "DGXHT", "WALLTIME",
+               "EXTRA_PARAMS", "EXTRA_CONFIG"]
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "DGX")) and k not in (
+               "MASTER_ADDR", "MASTER_PORT", "EXTRA_CONFIG", "EXTRA_PARAMS", "WALLTIME", "CONFIG_FILE", "DTYPE",
+               "WEIGHTS", "DATADIR", "PATHS_CATALOG", "PROFILE", "LOGDIR", "TRAIN_SCRIPT", "NPROC_PER_NODE")}
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def test_all_scripts_found():
+    names = {p.relative_to(ROOT).as_posix() for p in SHELL_SCRIPTS}
+    for must in ("run_and_time.sh", "config_DGX1.sh", "config_DGXA100.sh", "config_DGXA100_4x8x4.sh",
+                 "config_CPU.sh", "slurm/maskrcnn_4node.sbatch", "slurm/maskrcnn_1node.sbatch",
+                 "slurm/run_experiments.sh", "singularity/build.sh", "tests/cluster/install_deps.sh"):
+        assert must in names
+
+
+@pytest.mark.parametrize("script", SHELL_SCRIPTS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_bash_syntax(script):
+    r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_shellcheck_clean():
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck not installed (tests/cluster/install_deps.sh installs it)")
+    r = subprocess.run(["shellcheck", "-S", "warning", "-s", "bash", *map(str, SHELL_SCRIPTS)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_executable_bits():
+    for rel in ("run_and_time.sh", "slurm/run_experiments.sh", "singularity/build.sh",
+                "tests/cluster/install_deps.sh"):
+        assert os.access(ROOT / rel, os.X_OK), rel
+
+
+def source_config(name, **env):
+    script = f"source ./config_{name}.sh && " + " && ".join(f'printf "%s=%s\\n" {v} "${{{v}-}}"' for v in
+                                                          CONFIG_VARS + ["CONFIG_FILE", "DTYPE", "WEIGHTS"])
+    r = subprocess.run(["bash", "-c", script], cwd=ROOT, env=clean_env(**env), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return dict(line.split("=", 1) for line in r.stdout.splitlines())
+
+
+def overrides(extra_config):
+    toks = extra_config.split()
+    return dict(zip(toks[0::2], toks[1::2]))
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_configs_export_nvidia_variables(name):
+    v = source_config(name)
+    assert v["DGXSYSTEM"] == name
+    assert re.fullmatch(r"\d\d:\d\d:\d\d", v["WALLTIME"])
+    assert int(v["DGXNNODES"]) >= 1 and int(v["DGXNGPU"]) >= 1
+    assert len(v["EXTRA_CONFIG"].split()) % 2 == 0
+
+
+def test_nvidia_config_values():
+    dgx1 = source_config("DGX1")
+    assert (dgx1["DGXNNODES"], dgx1["DGXNGPU"], dgx1["DGXSOCKETCORES"], dgx1["DGXNSOCKET"], dgx1["DGXHT"],
+            dgx1["WALLTIME"]) == ("1", "8", "20", "2", "2", "04:00:00")
+    o = overrides(dgx1["EXTRA_CONFIG"])
+    assert (o["SOLVER.BASE_LR"], o["SOLVER.IMS_PER_BATCH"], o["SOLVER.WARMUP_ITERS"], o["SOLVER.STEPS"],
+            o["MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN"], o["NHWC"]) == ("0.06", "48", "625", "(24000,32000)", "6000",
+                                                                   "True")
+    assert float(o["SOLVER.WARMUP_FACTOR"]) == pytest.approx(9.6e-5)
+    a100 = overrides(source_config("DGXA100")["EXTRA_CONFIG"])
+    assert (a100["SOLVER.BASE_LR"], a100["SOLVER.IMS_PER_BATCH"], a100["SOLVER.WARMUP_ITERS"],
+            a100["SOLVER.STEPS"]) == ("0.08", "64", "800", "(18000,24000)")
+    four = source_config("DGXA100_4x8x4")
+    assert (four["DGXNNODES"], four["DGXNGPU"]) == ("4", "8")
+    o = overrides(four["EXTRA_CONFIG"])
+    assert (o["SOLVER.BASE_LR"], o["SOLVER.IMS_PER_BATCH"], o["SOLVER.WARMUP_ITERS"], o["SOLVER.STEPS"],
+            o["MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN"]) == ("0.16", "128", "625", "(9000,12000)", "4000")
+    assert float(o["SOLVER.WARMUP_FACTOR"]) == pytest.approx(2.56e-4)
+    # images per GPU = GBS / (nodes * gpus); FPN post-NMS top-N = 1000 per image
+    assert int(o["SOLVER.IMS_PER_BATCH"]) // (4 * 8) * 1000 == int(o["MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN"])
+    cpu = source_config("CPU")
+    assert cpu["CONFIG_FILE"] == "configs/e2e_mask_rcnn_synthetic_cpu.yaml" and cpu["DTYPE"] == "float32"
+    assert cpu["WEIGHTS"] == "" and cpu["DGXSOCKETCORES"] == ""
+
+
+def test_config_values_overridable_from_env():
+    v = source_config("DGXA100_4x8x4", DGXNGPU=4, WALLTIME="00:30:00", EXTRA_CONFIG="SOLVER.BASE_LR 0.02")
+    assert (v["DGXNGPU"], v["WALLTIME"], v["EXTRA_CONFIG"]) == ("4", "00:30:00", "SOLVER.BASE_LR 0.02")
+
+
+def sbatch_header(path):
+    opts = {}
+    for line in Path(path).read_text().splitlines():
+        m = re.match(r"#SBATCH\s+--([\w-]+)(?:=(\S+))?", line)
+        if m:
+            opts[m.group(1)] = m.group(2)
+    return opts
+
+
+@pytest.mark.parametrize("script,config", [("slurm/maskrcnn_4node.sbatch", "DGXA100_4x8x4"),
+                                           ("slurm/maskrcnn_1node.sbatch", "DGXA100")])
+def test_sbatch_headers_match_configs(script, config):
+    h = sbatch_header(ROOT / script)
+    v = source_config(config)
+    assert h["nodes"] == v["DGXNNODES"]
+    assert h["ntasks-per-node"] == "1"
+    assert "exclusive" in h
+    assert h["gpus-per-node"] == v["DGXNGPU"]
+    assert h["time"] == v["WALLTIME"]
+    assert f'DGXSYSTEM="${{DGXSYSTEM:-{config}}}"' in (ROOT / script).read_text()
+
+
+def test_run_experiments_uses_srun_per_node_and_container():
+    text = (ROOT / "slurm/run_experiments.sh").read_text()
+    assert "--ntasks-per-node=1" in text and "--kill-on-bad-exit=1" in text
+    assert 'exec --nv' in text and '"${DATADIR}:/data"' in text and '"${LOGDIR}:/results"' in text
+    assert 'result_${i}.txt' in text and 'NEXP="${NEXP:-5}"' in text and "cache_clear" in text
+    assert '"${CONTAINER}" == none' in text
+
+
+# ------------------------------------------------------------------------------------------------ run_and_time.sh
+def run_and_time(tmp_path, *args, **env):
+    base = dict(DGXSYSTEM="CPU", PYTHON=sys.executable, TRAIN_SCRIPT=FAKE, LOGDIR=tmp_path / "results",
+                NPROC_PER_NODE=1)
+    base.update(env)
+    return subprocess.run([str(ROOT / "run_and_time.sh"), *args], cwd=tmp_path, env=clean_env(**base),
+                          capture_output=True, text=True, timeout=180)
+
+
+def test_run_and_time_success_prints_result(tmp_path):
+    r = run_and_time(tmp_path, "SOLVER.MAX_ITER", "10", SUBMISSION_ORG="ThaiSC")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^STARTING TIMING RUN AT \d{4}-\d\d-\d\d ", r.stdout, re.M)
+    m = re.search(r"^RESULT,OBJECT_DETECTION,,(\d+),ThaiSC,(\d{4}-\d\d-\d\d .+)$", r.stdout, re.M)
+    assert m, r.stdout[-2000:]
+    assert ":::MLLOG" in r.stdout and '"key": "run_stop"' in r.stdout
+    # config_CPU.sh overrides: fp32, no weights, no paths catalog; user overrides last
+    assert ("overrides=DTYPE float32 DATASETS.DATA_DIR datasets/synthetic DISABLE_REDUCED_LOGGING True "
+            "SOLVER.MAX_ITER 10") in r.stderr
+    assert "config=configs/e2e_mask_rcnn_synthetic_cpu.yaml" in r.stderr
+
+
+def test_run_and_time_passes_nvidia_fixed_args(tmp_path):
+    stub = tmp_path / "stub.py"
+    stub.write_text("import os, sys\n"
+                    "open(os.path.join(os.environ['STUB_OUT'], 'argv' + os.environ['LOCAL_RANK']), 'w')"
+                    ".write('ARGV ' + ' '.join(sys.argv[1:]))\n")
+    r = run_and_time(tmp_path, DGXSYSTEM="DGX1", TRAIN_SCRIPT=stub, NPROC_PER_NODE=2, STUB_OUT=tmp_path)
+    assert r.returncode == 0, r.stderr
+    argv = [(tmp_path / f"argv{i}").read_text() for i in range(2)]
+    assert argv[0].startswith("ARGV --local_rank=")
+    want = ("--config-file configs/e2e_mask_rcnn_R_50_FPN_1x.yaml DTYPE float16 PATHS_CATALOG "
+            "maskrcnn_benchmark/config/paths_catalog_dbcluster.py MODEL.WEIGHT /coco/models/R-50.pkl "
+            "DISABLE_REDUCED_LOGGING True SOLVER.BASE_LR 0.06")
+    assert want in argv[0]
+    assert argv[0].endswith("NHWC True")
+    assert "DATASETS.DATA_DIR" not in argv[0]  # no DATADIR: the catalog's /data
+    assert "RESULT,OBJECT_DETECTION,," in r.stdout
+
+
+def test_run_and_time_propagates_failure(tmp_path):
+    r = run_and_time(tmp_path, FAKE_TRAIN_EXIT=7)
+    assert r.returncode == 7, r.stdout + r.stderr
+    assert "RESULT," not in r.stdout
+    assert "training exited with code 7" in r.stderr
+
+
+def test_profile_memory_writes_csv(tmp_path):
+    r = run_and_time(tmp_path, PROFILE="memory", NPROC_PER_NODE=2)
+    assert r.returncode == 0, r.stderr
+    for rank in (0, 1):
+        rows = list(csv.DictReader(open(tmp_path / "results" / f"memory_rank{rank}.csv")))
+        assert len(rows) == 8 and rows[0]["iteration"] == "1"
+        assert int(rows[-1]["host_rss_bytes"]) > 10_000_000
+        assert rows[0]["device"] in ("cpu",) or rows[0]["device"].startswith("cuda")
+
+
+def test_profile_torch_writes_trace(tmp_path):
+    r = run_and_time(tmp_path, PROFILE="torch", MASKRCNN_PROFILE_STEPS="1,1,3")
+    assert r.returncode == 0, r.stderr
+    trace = tmp_path / "results" / "torch_trace_rank0.json"
+    assert trace.exists() and trace.stat().st_size > 100
+    assert '"traceEvents"' in trace.read_text()[:5000]
+
+
+def test_profile_nsys_missing_runs_unprofiled(tmp_path):
+    if shutil.which("nsys"):
+        pytest.skip("nsys is installed here")
+    r = run_and_time(tmp_path, PROFILE="nsys")
+    assert r.returncode == 0, r.stderr
+    assert "nsys is not installed; running unprofiled" in r.stderr
+    assert "RESULT,OBJECT_DETECTION" in r.stdout
+
+
+def test_profile_nsys_wraps_the_launcher(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "nsys"
+    fake.write_text(textwrap.dedent("""\
+        #!/bin/bash
+        echo "NSYS $*" >&2
+        while [[ "$1" != -u && $# -gt 0 ]]; do
+          case "$1" in -o) echo x > "$2.nsys-rep"; shift;; esac; shift; done
+        exec "$PY" "$@"
+        """))
+    fake.chmod(0o755)
+    r = run_and_time(tmp_path, PROFILE="nsys", PATH=f"{bindir}:{os.environ['PATH']}", PY=sys.executable)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"NSYS profile --trace=cuda,nvtx,osrt --force-overwrite=true -o \S+/nsys_node0 \S+ -u -m "
+                     r"bind_launch", r.stderr), r.stderr
+    assert (tmp_path / "results" / "nsys_node0.nsys-rep").exists()
+
+
+def test_profile_unknown_mode_fails(tmp_path):
+    r = run_and_time(tmp_path, PROFILE="bogus")
+    assert r.returncode == 2 and "unknown PROFILE" in r.stderr
+
+
+def test_profiling_module_is_torch_optional(tmp_path):
+    code = ("import sys, importlib.util as u; sys.modules['torch'] = None; "
+            "s = u.spec_from_file_location('profiling', 'maskrcnn_benchmark/utils/profiling.py'); "
+            "p = u.module_from_spec(s); s.loader.exec_module(p); "
+            "assert type(p.from_env(env={})).__name__ == 'NullProfiler'; "
+            "m = p.from_env(env={'PROFILE': 'memory', 'MASKRCNN_PROFILE_DIR': sys.argv[1]}); m.step(1); m.close(); "
+            "print('ok')")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+    assert (tmp_path / "memory_rank0.csv").read_text().splitlines()[1].startswith("1,")

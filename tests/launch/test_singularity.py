@@ -1,0 +1,105 @@
+"""singularity/maskrcnn.def (parsed for its sections) and singularity/build.sh (with a stand-in singularity)."""
+
+import os
+import re
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DEF = ROOT / "singularity" / "maskrcnn.def"
+KNOWN_SECTIONS = {"arguments", "setup", "files", "post", "environment", "runscript", "startscript", "test",
+                  "labels", "help", "app"}
+
+
+def parse_def(text):
+    """(header dict, {section: body}) the way Singularity reads a definition file."""
+    header, sections, cur = {}, {}, None
+    for line in text.splitlines():
+        m = re.match(r"^%(\w+)\s*(.*)$", line)
+        if m:
+            cur = m.group(1).lower()
+            assert cur in KNOWN_SECTIONS, f"unknown section %{cur}"
+            assert cur not in sections, f"duplicate section %{cur}"
+            sections[cur] = []
+            continue
+        if cur is None:
+            if line.strip() and not line.lstrip().startswith("#"):
+                key, _, value = line.partition(":")
+                header[key.strip().lower()] = value.strip()
+        else:
+            sections[cur].append(line)
+    return header, {k: "\n".join(v) for k, v in sections.items()}
+
+
+def test_def_header_and_sections():
+    header, sec = parse_def(DEF.read_text())
+    assert header["bootstrap"] == "docker"
+    assert header["from"] == "nvcr.io/nvidia/pytorch:{{ NGC_TAG }}"
+    assert re.search(r"^\s*NGC_TAG=\d\d\.\d\d-py3\s*$", sec["arguments"], re.M)
+    for s in ("files", "post", "environment", "runscript", "test", "labels", "help"):
+        assert sec.get(s, "").strip(), f"%{s} missing or empty"
+    assert re.search(r"^\s*object_detection\s+/workspace/object_detection\s*$", sec["files"], re.M)
+
+
+def test_def_environment_and_post():
+    _, sec = parse_def(DEF.read_text())
+    env = dict(re.findall(r"export (\w+)=(\S+)", sec["environment"]))
+    assert env["OMP_NUM_THREADS"] == "1" and env["OPENCV_FOR_THREADS_NUM"] == "1"
+    assert env["DATADIR"] == "/data" and env["LOGDIR"] == "/results"
+    post = sec["post"]
+    assert "pip install --no-cache-dir --no-deps --no-build-isolation -e ." in post
+    # the NGC torch must not be replaced: torch/torchvision are filtered out of requirements.txt
+    assert "torch|torchvision" in post and "requirements.txt" in post
+    assert not re.search(r"pip install[^\n]*\btorch\b", post)
+    assert "./run_and_time.sh" in sec["runscript"]
+    for mount in ("/data", "/results", "/coco/models"):
+        assert mount in sec["help"]
+
+
+def test_requirements_filter_keeps_non_torch_deps(tmp_path):
+    _, sec = parse_def(DEF.read_text())
+    m = re.search(r"grep -viE '([^']+)'", sec["post"])
+    reqs = (ROOT / "requirements.txt").read_text()
+    r = subprocess.run(["grep", "-viE", m.group(1)], input=reqs, capture_output=True, text=True)
+    kept = {ln.split("=")[0].strip().lower() for ln in r.stdout.splitlines() if ln.strip() and not ln.startswith("#")}
+    assert not kept & {"torch", "torchvision", "numpy", "triton"}
+    assert {"yacs", "mlperf-logging"} <= kept
+
+
+def test_build_script_renders_and_stages(tmp_path):
+    fake = tmp_path / "singularity"
+    fake.write_text(textwrap.dedent("""\
+        #!/bin/bash
+        echo "ARGS $*" > "$FAKE_OUT/args"
+        cp maskrcnn.def "$FAKE_OUT/rendered.def"
+        (cd object_detection && find . -maxdepth 2 | sort) > "$FAKE_OUT/ctx.txt"
+        """))
+    fake.chmod(0o755)
+    env = dict(os.environ, FAKE_OUT=str(tmp_path), SINGULARITY=str(fake), NGC_TAG="20.06-py3",
+               BUILD_ARGS="--fakeroot")
+    r = subprocess.run([str(ROOT / "singularity" / "build.sh"), str(tmp_path / "img.sif")], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "args").read_text().split() == ["ARGS", "build", "--fakeroot", str(tmp_path / "img.sif"),
+                                                       "maskrcnn.def"]
+    header, sec = parse_def((tmp_path / "rendered.def").read_text())
+    assert header["from"] == "nvcr.io/nvidia/pytorch:20.06-py3"
+    assert "arguments" not in sec and "labels" in sec and "post" in sec
+    ctx = (tmp_path / "ctx.txt").read_text().split()
+    for must in ("./run_and_time.sh", "./bind_launch.py", "./config_CPU.sh", "./slurm/maskrcnn_4node.sbatch",
+                 "./requirements.txt", "./pyproject.toml"):
+        assert must in ctx
+    assert not any(p.startswith(("./.venv", "./.git/", "./results")) or p == "./.git" for p in ctx)
+
+
+def test_build_script_needs_singularity(tmp_path):
+    if shutil.which("singularity", path="/usr/bin:/bin") or shutil.which("apptainer", path="/usr/bin:/bin"):
+        pytest.skip("singularity/apptainer installed here")
+    env = dict(os.environ, PATH="/usr/bin:/bin", SINGULARITY="")
+    r = subprocess.run(["/bin/bash", str(ROOT / "singularity" / "build.sh")], env=env, capture_output=True,
+                       text=True)
+    assert r.returncode != 0 and "neither singularity nor apptainer" in r.stderr

@@ -1,0 +1,55 @@
+"""tools/submit.py with submitit's local executor (the Slurm path runs in tests/cluster)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import submit  # noqa: E402
+
+
+def test_walltime_minutes():
+    assert submit.walltime_minutes("04:00:00") == 240
+    assert submit.walltime_minutes("00:20:30") == 21
+    assert submit.walltime_minutes("1-02:00:00") == 1560
+    assert submit.walltime_minutes("45") == 45
+
+
+def test_read_config_defaults_and_overrides():
+    cfg = submit.read_config("DGXA100_4x8x4", {"PATH": "/usr/bin:/bin"})
+    assert (cfg["DGXNNODES"], cfg["DGXNGPU"], cfg["WALLTIME"]) == ("4", "8", "02:00:00")
+    cfg = submit.read_config("DGXA100_4x8x4", {"PATH": "/usr/bin:/bin", "DGXNGPU": "4"})
+    assert cfg["DGXNGPU"] == "4"
+
+
+def run_submit(tmp_path, *extra):
+    cmd = [sys.executable, str(ROOT / "tools" / "submit.py"), "--cluster", "local", "--system", "CPU",
+           "--image", "none", "--train-script", "tests/cluster/fake_train.py", "--results", str(tmp_path / "res"),
+           "--drop-caches-cmd", "true", "--env", "DGXNGPU=2", "--env", "SUBMISSION_ORG=ci", *extra]
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+
+def test_local_submit_collects_compliant_log(tmp_path):
+    r = run_submit(tmp_path, "--nexp", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1/1 runs succeeded" in r.stdout
+    log = tmp_path / "res" / "result_0.txt"
+    text = log.read_text()
+    assert '"key": "cache_clear"' in text and "RESULT,OBJECT_DETECTION,," in text
+    chk = subprocess.run([sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
+                          "--ruleset", "0.7.0", str(log)], cwd=tmp_path, capture_output=True, text=True)
+    assert chk.returncode == 0, chk.stdout + chk.stderr
+
+
+def test_local_submit_reports_failure(tmp_path):
+    r = run_submit(tmp_path, "--env", "FAKE_TRAIN_EXIT=3")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FAILED" in r.stdout and "0/1 runs succeeded" in r.stdout
+    assert "training exited with code 3" in (tmp_path / "res" / "run_0" / "node0.log").read_text()
+
+
+def test_multinode_needs_slurm(tmp_path):
+    r = run_submit(tmp_path, "--nodes", "2")
+    assert r.returncode != 0 and "runs one node only" in r.stderr
