@@ -17,7 +17,7 @@ Usage::
     make_synthetic_coco("datasets/synthetic", num_train=600, num_val=100, image_size=(128, 128), seed=0)
 
 Content: three categories with deliberately non-contiguous ids (1 circle, 3 square, 7 triangle), 1-4 shapes per
-image, each 15-60 % of the shorter image side, rotated, in random colours that contrast with the background and
+image, each 22-60 % of the shorter image side, rotated, in random colours that contrast with the background and
 with the shapes they overlap; backgrounds are a colour gradient + optional stripes + low-frequency blotches, the
 whole image gets sensor noise and is saved as JPEG (quality 90).  Later shapes may occlude earlier ones; as in
 COCO the annotation is the *visible* (modal) region: each shape's visible coverage after occlusion is traced into
@@ -69,7 +69,7 @@ _MARKER_FILE = ".maskrcnn_benchmark_synthetic"
 
 # generation parameters
 SHAPES_PER_IMAGE = (1, 4)
-SIZE_FRACTION = (0.15, 0.60)    # characteristic shape size as a fraction of the shorter image side
+SIZE_FRACTION = (0.22, 0.60)    # characteristic shape size as a fraction of the shorter image side
 MIN_VISIBLE_FRACTION = 0.45     # of the shape's full area, after occlusion and truncation at the border
 MIN_AREA_PX = 40.0              # absolute lower bound on the visible area (pixels)
 MIN_COLOR_DISTANCE = 90.0       # RGB distance to the background under the shape and to overlapping shapes

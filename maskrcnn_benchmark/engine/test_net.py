@@ -21,6 +21,7 @@ from ..utils.c2_model_loading import WeightsError
 from ..utils.checkpoint import DetectronCheckpointer
 from ..utils.logger import setup_logger
 from .inference import inference
+from .train_mlperf import error_line
 
 
 def _write_atomic(path, text):
@@ -73,7 +74,7 @@ def main(argv=None):
         logger = setup_logger(None, comm.get_rank())
         evaluate_checkpoint(cfg, args.ckpt, args.skip_eval, logger)
     except (ConfigError, DatasetError, WeightsError, FileNotFoundError, KeyError, ValueError) as e:
-        print(f"error: {e.args[0] if isinstance(e, KeyError) and e.args else e}", file=sys.stderr)
+        print(f"error: {error_line(e)}", file=sys.stderr)
         return 1
     finally:
         comm.destroy()

@@ -36,6 +36,16 @@ from .trainer import NonFiniteLossError, Trainer, iterations_per_epoch
 USER_ERRORS = (ConfigError, DatasetError, WeightsError, FileNotFoundError, KeyError, ValueError)
 
 
+def error_line(exc):
+    """One line for the user: KeyError's bare message, and the original message of an error re-raised from a
+    DataLoader worker (whose text otherwise carries the worker's whole traceback)."""
+    msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    if "Original Traceback" in msg:
+        last = [line for line in msg.splitlines() if line.strip()][-1]
+        msg = last.split(": ", 1)[1] if ": " in last else last
+    return msg.strip()
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="MLPerf Mask R-CNN training")
     p.add_argument("--config-file", default="", metavar="FILE", help="path to a YAML config")
@@ -151,8 +161,7 @@ def main(argv=None):
         print(f"error: {e}; aborting the run", file=sys.stderr, flush=True)
         return 2
     except USER_ERRORS as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"error: {msg}", file=sys.stderr, flush=True)
+        print(f"error: {error_line(e)}", file=sys.stderr, flush=True)
         return 1
     finally:
         if "run_start" in ml.logged and "run_stop" not in ml.logged:

@@ -66,3 +66,22 @@ def test_bad_input_gives_one_clear_error_line(tiny_data, tmp_path, opts, needle)
     err = [line for line in r.stderr.splitlines() if line.strip()]
     assert err and err[-1].startswith("error: ") and needle in err[-1], r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+
+
+def test_corrupt_training_image_is_named(tiny_data, tmp_path):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    victim = sorted((data / "train2017").iterdir())[3]
+    victim.write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    out = tmp_path / "out"
+    out.mkdir()
+    r = run_train(str(data), str(out), "SOLVER.MAX_ITER", 20, "SOLVER.IMS_PER_BATCH", 4,
+                  "DATALOADER.NUM_WORKERS", 1)
+    assert r.returncode == 1, r.stderr[-2000:]
+    err = [line for line in r.stderr.splitlines() if line.strip()]
+    assert err[-1].startswith("error: image file") and victim.name in err[-1] and "corrupt" in err[-1]
+    assert "Traceback" not in r.stderr
+    stops = [e for e in mllog_events(r.stdout) if e["key"] == "run_stop"]
+    assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"
