@@ -11,7 +11,6 @@ export PATHS_CATALOG="${PATHS_CATALOG-}"  # empty: the package's default catalog
 export DATADIR="${DATADIR:-datasets/synthetic}"
 export EXTRA_PARAMS="${EXTRA_PARAMS:-}"
 export EXTRA_CONFIG="${EXTRA_CONFIG:-}"
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 
 ## System run params
 export DGXSYSTEM="${DGXSYSTEM:-CPU}"
@@ -23,3 +22,8 @@ export DGXNGPU="${DGXNGPU:-1}"            # processes per node
 export DGXSOCKETCORES="${DGXSOCKETCORES-}"
 export DGXNSOCKET="${DGXNSOCKET-}"
 export DGXHT="${DGXHT-}"
+
+# CPU training threads: this node's cores shared by its processes (at least 1).
+_cores="$(nproc 2> /dev/null || echo 1)"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( _cores / DGXNGPU > 0 ? _cores / DGXNGPU : 1 ))}"
+unset _cores

@@ -1,8 +1,8 @@
 """The Slurm batch scripts on a real 4-node Slurm cluster (slurmctld + 4 slurmd in network namespaces).
 
 Container-less mode (CONTAINER=none) with config_CPU.sh. By default training is tests/cluster/fake_train.py
-(a gloo all-reduce program printing a minimal MLPerf log); the real trainer runs in
-test_4node_real_trainer once REAL_TRAINER (below, or env MASKRCNN_CLUSTER_REAL_TRAINER=1) is switched on.
+(a gloo all-reduce program printing a minimal MLPerf log); test_4node_real_trainer runs the real trainer on the
+synthetic dataset to the MLPerf targets (MASKRCNN_CLUSTER_REAL_TRAINER=0 switches it off).
 
 Needs root (skipped otherwise) and slurm-wlm + munge (tests/cluster/install_deps.sh); if the cluster cannot
 start, the tests FAIL with the reason. Harness log and daemon logs: $SLURM_SANDBOX_DIR (default
@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE))
 from slurm_sandbox import SandboxError, SlurmSandbox  # noqa: E402
 
 # The one switch for the real-trainer cluster test (the env variable overrides it).
-REAL_TRAINER = os.environ.get("MASKRCNN_CLUSTER_REAL_TRAINER", "0") == "1"
+REAL_TRAINER = os.environ.get("MASKRCNN_CLUSTER_REAL_TRAINER", "1") == "1"
 
 pytestmark = pytest.mark.slow
 
