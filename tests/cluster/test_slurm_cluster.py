@@ -197,7 +197,8 @@ def test_4node_real_trainer(cluster, tmp_path):
     subprocess.run([sys.executable, "tools/make_synthetic_coco.py", "--out", str(data)], cwd=ROOT, check=True,
                    timeout=600)
     timeout = float(os.environ.get("MASKRCNN_CLUSTER_REAL_TIMEOUT", "1200"))
-    env = job_env(NEXP=1, DGXNGPU=1, LOGDIR=out / "results", DATADIR=data)
+    # The four "nodes" share this machine's cores: one thread per process, or they oversubscribe them.
+    env = job_env(NEXP=1, DGXNGPU=1, LOGDIR=out / "results", DATADIR=data, OMP_NUM_THREADS=1)
     jobid = submit(cluster, "slurm/maskrcnn_4node.sbatch", out, env)
     info = wait_job(cluster, jobid, timeout=timeout)
     output = job_output(out, jobid)
