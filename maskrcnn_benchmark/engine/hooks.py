@@ -87,6 +87,7 @@ class MLPerfHook:
         self.eval_seconds = 0.0
         self.accuracies = []  # (epoch, bbox, segm)
         self._open_epoch = None
+        self._failure = None  # an error in rank-0-only work (scoring, COCO conversion), shared at the next sync
 
     def _start_epoch(self, epoch):
         self.ml.start("block_start", metadata={"first_epoch_num": epoch, "epoch_count": 1})
@@ -113,14 +114,31 @@ class MLPerfHook:
                 self.converged_epoch = epoch
 
     def before_train(self):
-        self._start_epoch(self.trainer.epoch if self.trainer.iter else 1)
+        self._start_epoch(self.trainer.start_iter // self.trainer.iters_per_epoch + 1)
+
+    def _rank0(self, fn, *args):
+        """Run rank-0-only work; an exception is kept and turned into a run abort on every rank at the next
+        decision broadcast instead of leaving the other ranks blocked in it."""
+        if self._failure is None:
+            try:
+                fn(*args)
+            except Exception as e:  # noqa: BLE001
+                self._failure = e
+
+    def _decide(self, device):
+        """0: go on, 1: targets met, 2: rank 0 failed. Same answer on every rank."""
+        code = 2 if self._failure is not None else int(self.success)
+        code = comm.broadcast_object(code) if comm.get_world_size() > 1 else code
+        if code == 2:
+            raise RuntimeError(f"evaluation failed on rank 0: {self._failure or 'see rank 0'}")
+        return code == 1
 
     def _run_eval(self, epoch):
         t0 = time.perf_counter()
         self.ml.start("eval_start", metadata={"epoch_num": epoch})
         self.evaluate(epoch)
         if not self.scorer.asynchronous and comm.is_main_process():
-            self._record(self.scorer.poll())
+            self._rank0(lambda: self._record(self.scorer.poll()))
         self.ml.end("eval_stop", metadata={"epoch_num": epoch})
         self.eval_seconds += time.perf_counter() - t0
 
@@ -134,8 +152,8 @@ class MLPerfHook:
                 self._run_eval(epoch)
         if epoch_end or t.iter % self.poll_period == 0:
             if comm.is_main_process() and self.scorer.asynchronous:
-                self._record(self.scorer.poll())
-            if comm.broadcast_flag(self.success, t.device):
+                self._rank0(lambda: self._record(self.scorer.poll()))
+            if self._decide(t.device):
                 self.success = True  # rank 0 decided; every rank now agrees
                 t.request_stop()
                 return
@@ -144,14 +162,16 @@ class MLPerfHook:
 
     def after_train(self):
         t = self.trainer
-        if t.error is None and not self.success:
-            if comm.is_main_process():
-                self._record(self.scorer.wait_all())
-            self.success = comm.broadcast_flag(self.success, t.device)
-        self._stop_epoch()
-        self.scorer.shutdown()
-        status = "success" if (self.success and t.error is None) else "aborted"
-        self.ml.end("run_stop", metadata={"status": status})
+        try:
+            if t.error is None and not self.success:
+                if comm.is_main_process():
+                    self._rank0(lambda: self._record(self.scorer.wait_all()))
+                self.success = self._decide(t.device)
+        finally:
+            self._stop_epoch()
+            self.scorer.shutdown()
+            status = "success" if (self.success and t.error is None and self._failure is None) else "aborted"
+            self.ml.end("run_stop", metadata={"status": status})
 
 
 class ProfilerHook:

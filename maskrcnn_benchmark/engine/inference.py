@@ -25,7 +25,10 @@ def _to_original(pred, dataset, idx, masker):
     pred = pred.to("cpu").resize((info["width"], info["height"]))
     if pred.has_field("mask"):
         probs = pred.get_field("mask")
-        if probs.shape[-2:] != (info["height"], info["width"]):
+        if probs.dtype == torch.bool:  # already pasted by the model (POSTPROCESS_MASKS): just rescale
+            probs = torch.nn.functional.interpolate(probs.float(), size=(info["height"], info["width"]),
+                                                    mode="nearest") > 0.5
+        else:
             probs = masker.paste(probs, pred.bbox, info["height"], info["width"])
         pred.add_field("rles", encode_masks(probs))
         del pred.extra_fields["mask"]

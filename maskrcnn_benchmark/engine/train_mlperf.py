@@ -33,7 +33,7 @@ from .inference import inference
 from .scoring import COCOScorer
 from .trainer import NonFiniteLossError, Trainer, iterations_per_epoch
 
-USER_ERRORS = (ConfigError, DatasetError, WeightsError, FileNotFoundError, KeyError, ValueError)
+USER_ERRORS = (ConfigError, DatasetError, WeightsError, OSError, KeyError, ValueError)
 
 
 def error_line(exc):
@@ -116,8 +116,8 @@ def run(args, cfg, ml, logger):
     def evaluate(epoch):
         preds = inference(bare_model, test_loader, device, cfg.DTYPE)
         if comm.is_main_process():
-            bbox, segm = predictions_to_coco(preds, test_set)
-            scorer.submit(epoch, bbox, segm, image_ids=test_set.ids)
+            mlperf_hook._rank0(lambda: scorer.submit(epoch, *predictions_to_coco(preds, test_set),
+                                                     image_ids=test_set.ids))
 
     mlperf_hook = MLPerfHook(ml, evaluate, scorer, cfg.MLPERF.MIN_BBOX_MAP, cfg.MLPERF.MIN_SEGM_MAP,
                              per_epoch_eval=cfg.PER_EPOCH_EVAL)
@@ -148,8 +148,12 @@ def main(argv=None):
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 1
-    logger = setup_logger(cfg.OUTPUT_DIR, rank)
-    ml = MLPerfLogger(os.path.join(cfg.OUTPUT_DIR, "mlperf_log.txt"), rank=rank, ruleset=args.ruleset)
+    try:
+        logger = setup_logger(cfg.OUTPUT_DIR, rank)
+        ml = MLPerfLogger(os.path.join(cfg.OUTPUT_DIR, "mlperf_log.txt"), rank=rank, ruleset=args.ruleset)
+    except (OSError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 1
     ml.submission_info(num_nodes=int(os.environ.get("SLURM_NNODES", "1")))
     ml.event("cache_clear", os.environ.get("MLPERF_CACHE_CLEARED", "0") == "1")
     clean_exit = False

@@ -77,7 +77,12 @@ class Trainer:
         self.stop_requested = True
 
     def check_finite(self):
-        if self._nonfinite.item():
+        """Raise on every rank together: with DDP a non-finite loss on one rank poisons all of them, and a rank
+        that stopped alone would leave the others waiting in the next collective."""
+        flag = self._nonfinite.to(torch.int32)
+        if comm.get_world_size() > 1:
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        if flag.item():
             values = ", ".join(f"{k}={v.item():.4g}" for k, v in self.loss_dict.items())
             raise NonFiniteLossError(f"non-finite loss at iteration {self.iter}: {values}")
 
@@ -121,8 +126,14 @@ class Trainer:
             self.error = e
             raise
         finally:
-            for h in self.hooks:
-                h.after_train()
+            failure = None
+            for h in self.hooks:  # every hook closes, even if an earlier one fails (run_stop must be logged)
+                try:
+                    h.after_train()
+                except Exception as e:  # noqa: BLE001
+                    failure = failure or e
+            if failure is not None and self.error is None:
+                raise failure
 
 
 def iterations_per_epoch(num_images, global_batch):

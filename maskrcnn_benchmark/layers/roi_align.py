@@ -4,6 +4,7 @@ Legacy ROIAlign does not subtract the half-pixel offset and clamps ROI sizes to 
 torchvision's ``aligned=False`` mode, bit for bit. MLPerf's reference accuracy depends on it, so we never use
 ``aligned=True`` here.
 """
+import torch
 from torch import nn
 from torchvision.ops import roi_align as _tv_roi_align
 
@@ -12,7 +13,12 @@ def roi_align(input, rois, output_size, spatial_scale, sampling_ratio):
     """``rois`` is ``(K, 5)``: batch index, x1, y1, x2, y2 in input-image coordinates."""
     if isinstance(output_size, int):
         output_size = (output_size, output_size)
-    return _tv_roi_align(input, rois.to(input.dtype), output_size, spatial_scale, sampling_ratio, aligned=False)
+    # Half precision runs in fp32, like the reference's @amp.float_function: fp16/bf16 ROI coordinates would
+    # round to whole pixels.
+    compute = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
+    out = _tv_roi_align(input.to(compute), rois.to(compute), output_size, spatial_scale, sampling_ratio,
+                        aligned=False)
+    return out.to(input.dtype)
 
 
 class ROIAlign(nn.Module):

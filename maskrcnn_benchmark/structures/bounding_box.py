@@ -155,6 +155,13 @@ class BoxList:
             out.add_field(k, v)
         return out
 
+    def pin_memory(self):
+        """Pinned copy (DataLoader ``pin_memory=True``) so the trainer's non_blocking copies overlap."""
+        out = BoxList(self.bbox.pin_memory(), self.size, self.mode)
+        for k, v in self.extra_fields.items():
+            out.add_field(k, v.pin_memory() if isinstance(v, torch.Tensor) else v)
+        return out
+
     def __getitem__(self, item):
         out = BoxList(self.bbox[item], self.size, self.mode)
         for k, v in self.extra_fields.items():

@@ -14,6 +14,9 @@ class ImageList:
     def to(self, device, non_blocking=False):
         return ImageList(self.tensors.to(device, non_blocking=non_blocking), self.image_sizes)
 
+    def pin_memory(self):
+        return ImageList(self.tensors.pin_memory(), self.image_sizes)
+
     def __len__(self):
         return len(self.image_sizes)
 

@@ -80,15 +80,6 @@ def broadcast_object(obj, src=0):
     return box[0]
 
 
-def broadcast_flag(flag, device):
-    """Rank 0's boolean, on every rank (a tiny tensor broadcast: one sync)."""
-    if get_world_size() == 1:
-        return bool(flag)
-    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
-    dist.broadcast(t, 0)
-    return bool(t.item())
-
-
 def reduce_dict(values, average=True):
     """Sum (or mean) a dict of scalar tensors over ranks, for logging."""
     if get_world_size() == 1:
@@ -107,4 +98,4 @@ def destroy():
 
 
 __all__ = ["init_distributed", "get_rank", "get_world_size", "is_main_process", "synchronize", "all_gather",
-           "broadcast_object", "broadcast_flag", "reduce_dict", "destroy"]
+           "broadcast_object", "reduce_dict", "destroy"]

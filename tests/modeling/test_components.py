@@ -22,8 +22,8 @@ def test_grid_anchor_order_is_location_major():
     # second location is one stride to the right, same three cell anchors
     torch.testing.assert_close(anchors[3:6], anchors[0:3] + torch.tensor([16.0, 0, 16, 0]))
     torch.testing.assert_close(anchors[9:12], anchors[0:3] + torch.tensor([0.0, 16, 0, 16]))
-    vis = gen.visibility(anchors, torch.tensor([[32.0, 48.0]]))
-    assert vis.shape == (1, 18) and not vis[0, 0] and vis[0].sum() > 0
+    vis = gen.visibility(anchors, torch.tensor([[64.0, 64.0]]))
+    assert vis.shape == (1, 18) and not vis[0, 0] and vis[0, 13]  # location (16, 16), ratio 1: [8, 8, 39, 39]
 
 
 def test_box_coder_roundtrip_and_reference_values():
@@ -89,6 +89,7 @@ def test_masker_pastes_reference_geometry():
     out = masker.paste(mask, torch.tensor([[10.0, 5.0, 37.0, 32.0]]), 50, 60)
     assert out.shape == (1, 1, 50, 60) and out.dtype == torch.bool
     ys, xs = out[0, 0].nonzero(as_tuple=True)
-    # A full mask covers the box (the one-pixel zero padding is what the expansion adds around it).
-    assert xs.min().item() == 10 and xs.max().item() == 37
-    assert ys.min().item() == 5 and ys.max().item() == 32
+    # The box is expanded by 30/28 for the one-pixel zero padding and truncated to integers as the reference
+    # does (x: 9.04..37.96 -> 9..37), so a full mask covers 10..36 (the padding cells fall on 9 and 37).
+    assert xs.min().item() == 10 and xs.max().item() == 36
+    assert ys.min().item() == 5 and ys.max().item() == 31

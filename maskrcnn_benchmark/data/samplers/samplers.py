@@ -85,7 +85,7 @@ class IterationBasedBatchSampler(BatchSampler):
 
     def __iter__(self):
         iteration = self.start_iter
-        epoch = 0
+        epoch = self.start_iter // max(len(self.batch_sampler), 1)  # a resumed run continues the epoch order
         while iteration < self.num_iterations:
             sampler = getattr(self.batch_sampler, "sampler", None)
             if hasattr(sampler, "set_epoch"):

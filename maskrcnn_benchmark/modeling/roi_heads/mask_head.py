@@ -15,14 +15,13 @@ class MaskRCNNFPNFeatureExtractor(nn.Module):
         super().__init__()
         h = cfg.MODEL.ROI_MASK_HEAD
         self.pooler = Pooler(h.POOLER_RESOLUTION, h.POOLER_SCALES, h.POOLER_SAMPLING_RATIO)
-        layers = []
+        layers = nn.ModuleList()
         for i, channels in enumerate(h.CONV_LAYERS):
             conv = nn.Conv2d(in_channels, channels, 3, padding=h.DILATION, dilation=h.DILATION,
                              bias=not h.USE_GN)
             nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
             if not h.USE_GN:
                 nn.init.constant_(conv.bias, 0)
-            self.add_module(f"mask_fcn{i + 1}", conv)
             layers.append(nn.Sequential(conv, make_gn(cfg, channels)) if h.USE_GN else conv)
             in_channels = channels
         self.blocks = layers
@@ -130,7 +129,7 @@ class Masker:
         m = masks.shape[-1]
         padded = F.pad(masks.float(), (self.padding,) * 4)
         scale = (m + 2 * self.padding) / m
-        boxes = expand_boxes(boxes.float(), scale).round()
+        boxes = expand_boxes(boxes.float(), scale).trunc()  # the reference casts to int32 (truncation)
         x0, y0, x1, y1 = boxes.unbind(1)
         bw = (x1 - x0 + 1).clamp(min=1)
         bh = (y1 - y0 + 1).clamp(min=1)
