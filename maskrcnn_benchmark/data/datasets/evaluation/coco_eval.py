@@ -73,7 +73,7 @@ def score_coco(ann_file, bbox_results, segm_results, iou_types=("bbox", "segm"),
             out[iou_type] = {"stats": {n: 0.0 for n in STAT_NAMES}, "per_class": {}}
             continue
         with contextlib.redirect_stdout(io.StringIO()):
-            coco_dt = coco_gt.loadRes(list(results))
+            coco_dt = coco_gt.loadRes([dict(r) for r in results])  # loadRes adds keys: keep ours untouched
             ev = COCOeval(coco_gt, coco_dt, iou_type)
             if image_ids is not None:
                 ev.params.imgIds = sorted(image_ids)
