@@ -18,7 +18,7 @@ $(STAMP): requirements.txt pyproject.toml
 
 test: venv
 	bash tests/cluster/install_deps.sh
-	$(PY) -m pytest -q -ra tests
+	$(PY) -m pytest -q -ra --durations=12 tests
 
 demo: venv
 	tools/demo.sh

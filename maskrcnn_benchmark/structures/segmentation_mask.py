@@ -128,7 +128,8 @@ class SegmentationMask:
 
         Instances with fewer edges are padded with zero-length edges, which never cross a scanline, so the
         even-odd rule over all edges of an instance (all its parts) gives its mask. Used to rasterize mask
-        targets for all ROIs at once on the device.
+        targets for all ROIs at once on the device. Parts of one instance that overlap each other would cancel
+        where they overlap (the reference takes their union); COCO's parts practically never overlap.
         """
         if self.mode != "poly":
             raise ValueError("polygon_edges needs polygon masks")
