@@ -186,8 +186,20 @@ def first_errors(result: Optional[ComplianceResult], n: int = 3) -> List[str]:
 
 
 # ------------------------------------------------------------------------------------------------ RCP
+class _Verdict:
+    """``label`` of a check result with ``applicable`` and ``passed`` (None: not run)."""
+
+    @property
+    def label(self) -> str:
+        if not self.applicable:
+            return "n/a"
+        if self.passed is None:
+            return "not run"
+        return "PASS" if self.passed else "FAIL"
+
+
 @dataclass
-class RcpResult:
+class RcpResult(_Verdict):
     applicable: bool
     passed: Optional[bool] = None
     message: str = ""
@@ -199,14 +211,6 @@ class RcpResult:
     min_mean_epochs: Optional[float] = None
     score_normalization: Optional[float] = None
     log: List[str] = field(default_factory=list)
-
-    @property
-    def label(self) -> str:
-        if not self.applicable:
-            return "n/a"
-        if self.passed is None:
-            return "not run"
-        return "PASS" if self.passed else "FAIL"
 
     def to_dict(self) -> Dict[str, Any]:
         return {k: getattr(self, k) for k in (
@@ -260,21 +264,13 @@ def run_rcp(stage: Staging, ruleset: str, epochs: List[Optional[float]], gbs) ->
 
 # ------------------------------------------------------------------------------------------------ seeds
 @dataclass
-class SeedResult:
+class SeedResult(_Verdict):
     applicable: bool
     passed: Optional[bool] = None
     errors: List[str] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     seeds: Dict[str, List[Any]] = field(default_factory=dict)
     duplicates: List[str] = field(default_factory=list)
-
-    @property
-    def label(self) -> str:
-        if not self.applicable:
-            return "n/a"
-        if self.passed is None:
-            return "not run"
-        return "PASS" if self.passed else "FAIL"
 
     def to_dict(self) -> Dict[str, Any]:
         return {"applicable": self.applicable, "passed": self.passed, "errors": self.errors,
