@@ -1,7 +1,8 @@
 #!/usr/bin/env python
-"""Review MLPerf Mask R-CNN result logs: ``tools/review_logs.py RESULTS_DIR [--compare OTHER_DIR]``.
+"""Review MLPerf Mask R-CNN result files: ``tools/review_logs.py RESULTS_DIR [--ruleset R] [--compare OTHER_DIR]``.
 
-Thin entry point for ``python -m maskrcnn_benchmark.review`` (see docs/review.md).
+Thin entry point for ``python -m maskrcnn_benchmark.review``: mlperf-logging's package checker verdict and result
+summarizer score for the folder, explained (see docs/review.md).
 """
 
 import sys

@@ -1,15 +1,16 @@
 """Review of MLPerf Training Mask R-CNN result logs (``python -m maskrcnn_benchmark.review RESULTS_DIR``).
 
-Reads logs only: no torch, no model. The checks themselves are mlperf_logging's (compliance checker, RCP checker,
-seed checker, result_summarizer scoring); matplotlib draws the curves.
+Reads logs only: no torch, no model. The verdict and the score are mlperf-logging's own (package checker, RCP
+checker, result summarizer, run by :mod:`.official` on a staged copy of the folder); the review explains them,
+draws the curves (matplotlib) and compares folders.
 """
 
 from .core import Review, ReviewError, review_folder
 from .parse import parse_log
-from .score import olympic_score
+from .score import explain
 from .summary import summarize
 
-__all__ = ["Review", "ReviewError", "review_folder", "parse_log", "olympic_score", "summarize", "main"]
+__all__ = ["Review", "ReviewError", "review_folder", "parse_log", "explain", "summarize", "main"]
 
 
 def main(argv=None) -> int:

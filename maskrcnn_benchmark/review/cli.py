@@ -10,19 +10,21 @@ from typing import List, Optional
 
 from . import rules
 
-EXIT_OK = 0        # every run compliant and converged, score computed, RCP/seeds pass (or n/a)
-EXIT_PROBLEMS = 1  # the review ran and found something a reviewer would reject
-EXIT_BAD_INPUT = 2 # bad command line, missing folder, no logs, outputs not writable
+EXIT_OK = 0        # mlperf-logging's package checker accepts the folder
+EXIT_PROBLEMS = 1  # the package checker rejects it (the reasons are printed)
+EXIT_BAD_INPUT = 2 # bad command line, missing folder, no result files, outputs not writable
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m maskrcnn_benchmark.review",
-        description="Review a folder of MLPerf Training Mask R-CNN result logs (result_*.txt, *.log, also .gz): "
-                    "official compliance checker, time to train, olympic score, RCP and seed checks, curves.")
-    p.add_argument("results_dir", help="folder with the result logs of one system (normally 5 runs)")
+        description="Review a folder of MLPerf Training Mask R-CNN result files (result_*.txt, also .gz) with "
+                    "mlperf-logging's package checker, RCP checker and result summarizer, and explain what they "
+                    "say: per-run facts, failure reasons, score, curves.")
+    p.add_argument("results_dir", help="folder with the result files of one system (5 runs for maskrcnn)")
     p.add_argument("--ruleset", choices=rules.SUPPORTED_RULESETS, default=None,
-                   help="MLPerf training ruleset to check against (default: detected from each log's keys)")
+                   help="MLPerf training ruleset to check against (default: the round the logs are dated in; "
+                        "the newest ruleset is checked too and reported)")
     p.add_argument("--compare", metavar="OTHER_DIR", default=None,
                    help="also review OTHER_DIR and print a side-by-side table (e.g. a published submission)")
     p.add_argument("--out", metavar="DIR", default=None,

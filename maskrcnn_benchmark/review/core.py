@@ -1,4 +1,10 @@
-"""Review of a folder of MLPerf Mask R-CNN result logs (what a reviewer would say about it)."""
+"""Review of a folder of MLPerf Mask R-CNN result logs: what the official tools say about it, explained.
+
+The verdict is mlperf-logging's package checker's, the score its result summarizer's, both run on a staged copy
+of the folder (:mod:`.official`). The review adds what they do not give: per-run facts read by its own parser
+(status, time to train, epochs, AP, throughput, readable line problems), the reasons behind a failure, the
+closed-division hyperparameter explanations, plots and the comparison of two folders.
+"""
 
 from __future__ import annotations
 
@@ -8,30 +14,85 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from . import checks, rules
-from .parse import find_logs, is_result_file, parse_log
-from .score import ScoreResult, olympic_score
+from . import official, rules
+from .parse import find_result_files, parse_log, staged_name
+from .score import ScoreResult, explain
 from .summary import CONVERGED, WRONG_BENCHMARK, RunSummary, summarize
-
-SCORE_TOLERANCE_MIN = 0.01
 
 
 class ReviewError(Exception):
-    """Bad input (missing folder, no logs, unknown ruleset): one clear line, no traceback."""
+    """Bad input (missing folder, no result files, unknown ruleset): one clear line, no traceback."""
+
+
+class _Verdict:
+    """``label`` of a check result with ``applicable`` and ``passed`` (None: not run)."""
+
+    @property
+    def label(self) -> str:
+        if not self.applicable:
+            return "n/a"
+        if self.passed is None:
+            return "not run"
+        return "PASS" if self.passed else "FAIL"
+
+
+@dataclass
+class RcpResult(_Verdict):
+    """The package checker's RCP check, with the numbers behind it."""
+
+    applicable: bool
+    passed: Optional[bool] = None
+    message: str = ""                                # the RCP checker's own message ('RCP found', ...)
+    explanation: str = ""
+    ruleset: Optional[str] = None
+    global_batch_size: Optional[Any] = None
+    submission_epochs: List[float] = field(default_factory=list)
+    submission_mean_epochs: Optional[float] = None
+    rcp_batch_size: Optional[Any] = None
+    rcp_mean_epochs: Optional[float] = None
+    min_mean_epochs: Optional[float] = None
+    max_speedup: Optional[float] = None
+    score_normalization: Optional[float] = None      # only when the check passes (1.0: none)
+    summarizer_label: str = ""
+    log: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {k: getattr(self, k) for k in (
+            "applicable", "passed", "message", "explanation", "ruleset", "global_batch_size", "submission_epochs",
+            "submission_mean_epochs", "rcp_batch_size", "rcp_mean_epochs", "min_mean_epochs", "max_speedup",
+            "score_normalization", "summarizer_label", "log")}
+
+
+@dataclass
+class SeedResult(_Verdict):
+    applicable: bool
+    passed: Optional[bool] = None
+    errors: List[str] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    seeds: Dict[str, List[Any]] = field(default_factory=dict)
+    duplicates: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"applicable": self.applicable, "passed": self.passed, "errors": self.errors,
+                "warnings": self.warnings, "seeds": self.seeds, "duplicates": self.duplicates}
 
 
 @dataclass
 class Review:
     folder: Path
     runs: List[RunSummary]
-    ruleset: Optional[str]
+    ruleset: str
     ruleset_reason: str
     division: Optional[str]
     org: Optional[str]
     platform: Optional[str]
+    package: official.PackageCheck
+    summarizer: official.SummarizerResult
     score: ScoreResult
-    rcp: checks.RcpResult
-    seeds: checks.SeedResult
+    rcp: RcpResult
+    seeds: SeedResult
+    # run -> first error under the newest ruleset, for the runs that pass the reviewed ruleset
+    newest_failures: Dict[str, str] = field(default_factory=dict)
     hparam_warnings: List[str] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     ignored: List[str] = field(default_factory=list)
@@ -40,42 +101,51 @@ class Review:
     outputs: Dict[str, str] = field(default_factory=dict)
 
     @property
-    def scored_runs(self) -> List[RunSummary]:
-        """The runs that make up the submission (all but other benchmarks' logs)."""
-        return [r for r in self.runs if r.status != WRONG_BENCHMARK]
+    def verdict(self) -> str:
+        return "PASS" if self.package.passed else "FAIL"
+
+    @property
+    def newest_ruleset_checked(self) -> bool:
+        return self.ruleset != official.NEWEST_RULESET
 
     @property
     def problems(self) -> List[str]:
-        out = []
-        for r in self.scored_runs:
-            if r.compliance is not None and r.compliance.passed is False:
-                out.append(f"{r.name} is not compliant ({r.compliance.ruleset})")
-            elif r.compliance is not None and r.compliance.passed is None:
-                out.append(f"{r.name}: compliance not checked ({r.compliance.note})")
-        if not self.score.ok:
-            out.append(self.score.message)
-        if self.rcp.applicable and self.rcp.passed is not True:
-            out.append(f"RCP check: {self.rcp.message or 'not run'}")
-        if self.seeds.applicable and self.seeds.passed is not True:
-            out.append("seed check failed")
+        """Why the package checker rejects the folder, one line per reason it logged."""
+        pkg = self.package
+        out: List[str] = []
+        if pkg.crash:
+            out.append(f"the package checker stopped with {pkg.crash}: the official tools cannot check this folder")
+        if pkg.file_count:
+            found, expected = pkg.file_count
+            out.append(f"{found} result files: {rules.BENCHMARK} needs exactly {expected} result_*.txt")
+        if pkg.noncompliant_rejected:
+            bad = [r.name for r in self.runs if r.compliance is not None and r.compliance.passed is not True]
+            out.append(f"{pkg.noncompliant_rejected} result files fail the compliance checker ({', '.join(bad)}); "
+                       "the package checker accepts at most one (olympic scoring)")
+        if pkg.seeds_passed is False:
+            first = official.trim_message(self.seeds.errors[0]) if self.seeds.errors else "see its messages"
+            out.append(f"seed check failed: {first}")
+        if pkg.rcp_passed is False:
+            out.append(f"RCP check failed: {self.rcp.explanation or self.rcp.message}")
+        out += [f"package checker: {e}" for e in pkg.other_errors]
+        if pkg.passed is None and not pkg.crash:
+            out.append("the package checker gave no verdict (mlperf-logging changed? see "
+                       "tests/review/test_official_pins.py)")
+        elif pkg.passed is False and not out:
+            out.append("the package checker found errors: " + "; ".join(pkg.errors[:3]))
         return out
 
-    @property
-    def verdict(self) -> str:
-        return "PASS" if not self.problems else "FAIL"
-
     def hparams_common(self) -> Dict[str, Any]:
-        """Hyperparameters of the maskrcnn runs; a value that differs between runs is shown as a list."""
+        """Hyperparameters of the runs; a value that differs between runs is shown as a list."""
         out: Dict[str, Any] = {}
         keys = []
-        for r in self.scored_runs:
+        for r in self.runs:
             for k in r.hparams:
                 if k not in keys:
                     keys.append(k)
         for k in keys:
-            vals = [r.hparams.get(k) for r in self.scored_runs if k in r.hparams]
             distinct = []
-            for v in vals:
+            for v in (r.hparams.get(k) for r in self.runs if k in r.hparams):
                 if v not in distinct:
                     distinct.append(v)
             out[k] = distinct[0] if len(distinct) == 1 else distinct
@@ -92,9 +162,13 @@ class Review:
             "ruleset": self.ruleset, "ruleset_reason": self.ruleset_reason,
             "division": self.division, "org": self.org, "platform": self.platform,
             "verdict": self.verdict, "problems": self.problems,
+            "package_checker": self.package.to_dict(),
+            "result_summarizer": self.summarizer.to_dict(),
             "score": self.score.to_dict(),
             "rcp": self.rcp.to_dict(),
             "seeds": self.seeds.to_dict(),
+            "newest_ruleset": {"ruleset": official.NEWEST_RULESET, "checked": self.newest_ruleset_checked,
+                               "failures": self.newest_failures},
             "hyperparameters": self.hparams_common(),
             "hyperparameter_warnings": self.hparam_warnings,
             "warnings": self.warnings,
@@ -110,14 +184,82 @@ def _majority(values: List[Optional[str]]) -> Optional[str]:
         return None
     counts = collections.Counter(vals)
     best = max(counts.values())
-    # ties: the newest ruleset / the alphabetically first other value
-    tied = sorted(v for v, c in counts.items() if c == best)
+    tied = sorted(v for v, c in counts.items() if c == best)  # ties: the newest ruleset / the last name
     return tied[-1]
 
 
-def review_folder(folder, ruleset: Optional[str] = None, run_checkers: bool = True,
-                  max_errors: int = 10) -> Review:
-    """Parse, check and score every log of ``folder``. Raises :class:`ReviewError` only for bad input."""
+def _rcp_result(pkg: official.PackageCheck, summarizer: official.SummarizerResult, runs: List[RunSummary],
+                ruleset: str, division: Optional[str]) -> RcpResult:
+    gbs_vals = [r.gbs for r in runs if r.gbs is not None]
+    res = RcpResult(applicable=pkg.rcp_checked, ruleset=ruleset, global_batch_size=gbs_vals[0] if gbs_vals else None,
+                    summarizer_label=summarizer.rcp, log=pkg.rcp_warnings[:10])
+    res.submission_epochs = sorted(float(r.epochs) for r in runs
+                                   if r.run_stop_status == "success" and r.epochs is not None)
+    if not pkg.rcp_checked:
+        if not rules.at_least(ruleset, rules.RCP_MIN_RULESET):
+            res.explanation = f"reference convergence points apply from ruleset {rules.RCP_MIN_RULESET} (this is {ruleset})"
+        elif division == "open":
+            res.explanation = "open division: no RCP check"
+        else:
+            res.explanation = "the package checker did not reach its RCP check"
+        return res
+    res.passed, res.message = pkg.rcp_passed, pkg.rcp_message
+    rec = pkg.rcp_record
+    if rec:
+        res.rcp_batch_size = rec.get("BS")
+        res.rcp_mean_epochs = float(rec["RCP Mean"])
+        res.max_speedup = float(rec["Max Speedup"])
+        res.min_mean_epochs = res.rcp_mean_epochs / res.max_speedup
+    res.submission_mean_epochs = pkg.rcp_submission_mean
+    where = ""
+    if rec:
+        kind = {"RCP found": "the RCP", "RCP Interpolation": "the RCP interpolated"}.get(
+            res.message, f"the RCP of the smallest batch size ({res.rcp_batch_size})")
+        where = (f"{kind} for GBS {res.global_batch_size}: mean {res.rcp_mean_epochs:.2f} epochs, fastest mean "
+                 f"allowed {res.min_mean_epochs:.2f} (max speedup {res.max_speedup:.3f})")
+    sub = f"{res.submission_mean_epochs:.2f}" if res.submission_mean_epochs is not None else "?"
+    if res.passed:
+        res.score_normalization = pkg.scaling_factor if pkg.scaling_factor is not None else 1.0
+        res.explanation = f"olympic mean of the epochs to converge {sub} >= " + (where or res.message)
+        if res.score_normalization > 1.0:
+            res.explanation += (f"; faster than the RCP mean, so the score is multiplied by "
+                                f"{res.rcp_mean_epochs:.4g} / {sub} = {res.score_normalization:.4f}")
+        return res
+    msg = res.message
+    if msg.startswith("Missing RCP"):
+        if rec:
+            res.explanation = (f"GBS {res.global_batch_size} is smaller than every RCP's and converges faster "
+                               f"({sub} epochs) than {where}; an RCP for GBS {res.global_batch_size} is needed")
+        else:
+            res.explanation = (f"no RCP for GBS {res.global_batch_size}, which is larger than every RCP's batch "
+                               f"size; an RCP for GBS {res.global_batch_size} is needed")
+    elif rec:
+        res.explanation = (f"converges too fast: olympic mean of the epochs to converge {sub} < {where}")
+    elif msg == "Insufficient convergence":
+        failed = [r.name for r in runs if r.run_stop_status != "success"]
+        res.explanation = (f"{len(failed)} of {len(runs)} runs did not converge (run_stop status not 'success': "
+                           f"{', '.join(failed)}); the RCP checker accepts at most one")
+    elif msg == "Could not detect global_batch_size":
+        values = {r.name: r.gbs for r in runs}
+        benchmarks = sorted({str(r.benchmark) for r in runs})
+        if any(v is None for v in values.values()):
+            why = "no global_batch_size in " + ", ".join(n for n, v in values.items() if v is None)
+        elif len({repr(v) for v in values.values()}) > 1:
+            why = "global_batch_size differs between runs (" + ", ".join(f"{n}={v}" for n, v in values.items()) + ")"
+        elif len(benchmarks) > 1:
+            why = "the logs name different benchmarks (" + ", ".join(benchmarks) + ")"
+        else:
+            why = "the RCP checker could not read the global batch size"
+        res.explanation = why
+    elif msg == "Cannot find any RCPs":
+        res.explanation = f"mlperf-logging has no {rules.BENCHMARK} RCPs for ruleset {ruleset}"
+    else:
+        res.explanation = msg or "no message"
+    return res
+
+
+def review_folder(folder, ruleset: Optional[str] = None, max_errors: int = 10) -> Review:
+    """Stage, check and score the result files of ``folder``. Raises :class:`ReviewError` only for bad input."""
     folder = Path(folder)
     if not folder.exists():
         raise ReviewError(f"results folder not found: {folder}")
@@ -126,127 +268,104 @@ def review_folder(folder, ruleset: Optional[str] = None, run_checkers: bool = Tr
     if ruleset is not None and ruleset not in rules.SUPPORTED_RULESETS:
         raise ReviewError(f"ruleset {ruleset} is not supported for maskrcnn (use one of "
                           f"{', '.join(rules.SUPPORTED_RULESETS)}; maskrcnn was retired after 3.1.0)")
+    if not official.available():
+        raise ReviewError("mlperf-logging is not installed or incomplete (pip install mlperf-logging): the review "
+                          "runs its package checker and result summarizer")
     try:
-        files = find_logs(folder)
+        results, left_out = find_result_files(folder)
     except OSError as exc:
         raise ReviewError(f"cannot list {folder}: {exc}") from None
-    if not files:
-        raise ReviewError(f"no result logs in {folder} (expected result_*.txt or *.log, optionally .gz)")
+    ignored = [f"{p.name}: {why}" for p, why in left_out]
+    if not results:
+        hint = f" (left out: {', '.join(p.name for p, _ in left_out[:5])})" if left_out else ""
+        raise ReviewError(f"no result files in {folder}: the official tools read result_*.txt (or .gz){hint}")
 
-    runs: List[RunSummary] = []
-    ignored: List[str] = []
-    for path in files:
-        log = parse_log(path)
-        if not log.events and not is_result_file(path) and not any(i.kind == "unreadable" for i in log.issues):
-            ignored.append(f"{path.name}: no ':::MLLOG' lines")
-            continue
-        runs.append(summarize(log))
-    if not runs:
-        raise ReviewError(f"no MLPerf logs in {folder}: none of {len(files)} file(s) has ':::MLLOG' lines")
-    names = collections.Counter(r.name for r in runs)
-    for r in runs:  # result_0.txt next to result_0.txt.gz: keep the names apart
-        if names[r.name] > 1:
-            r.name = Path(r.path).name
-
+    runs = [summarize(parse_log(p)) for p in results]
     warnings: List[str] = []
+    with_events = [r for r in runs if r.n_events]
     if ruleset is not None:
-        for r in runs:
-            r.ruleset, r.ruleset_reason = ruleset, "given with --ruleset"
         folder_ruleset, ruleset_reason = ruleset, "given with --ruleset"
     else:
-        population = [r for r in runs if r.status != WRONG_BENCHMARK and r.n_events] or runs
-        folder_ruleset = _majority([r.ruleset for r in population]) or "0.7.0"
-        reasons = {r.ruleset_reason for r in population if r.ruleset == folder_ruleset}
-        ruleset_reason = "detected: " + (sorted(reasons)[0] if reasons else "default")
-        for r in runs:
-            if r.ruleset is None:
-                r.ruleset, r.ruleset_reason = folder_ruleset, "no MLLOG lines; folder ruleset used"
-        distinct = sorted({r.ruleset for r in population})
-        if len(distinct) > 1:
-            warnings.append("logs look written for different rulesets (" + ", ".join(
-                f"{r.name}: {r.ruleset}" for r in population) + f"); folder-level checks use {folder_ruleset}")
+        folder_ruleset = _majority([r.ruleset for r in with_events]) or official.NEWEST_RULESET
+        reasons = sorted({r.ruleset_reason for r in with_events if r.ruleset == folder_ruleset})
+        ruleset_reason = "detected from the date: " + (reasons[0] if reasons else "no dated log, the newest") + \
+            "; --ruleset overrides"
+        if len({r.ruleset for r in with_events}) > 1:
+            warnings.append("logs are dated for different rounds (" + ", ".join(
+                f"{r.name}: {r.ruleset}" for r in with_events) + f"); all are checked against {folder_ruleset}")
 
-    scoring = [r for r in runs if r.status != WRONG_BENCHMARK]
+    division = _majority([r.division for r in runs])
+    org = _majority([r.org for r in runs])
+    platform = _majority([r.platform for r in runs])
+    status = _majority([r.submission_status for r in runs])
+    chosen = {"division": division, "org": org, "platform": platform}
+    for attr, label in (("division", "divisions"), ("org", "organizations"), ("platform", "platforms")):
+        if len({repr(getattr(r, attr)) for r in runs if getattr(r, attr) is not None}) > 1:
+            warnings.append(f"runs report different {label}: " + ", ".join(
+                f"{r.name}={getattr(r, attr)}" for r in runs) + f"; the package is staged as {chosen[attr]}")
+    if division is None:
+        warnings.append("no submission_division logged: staged as a closed-division submission")
     others = [r for r in runs if r.status == WRONG_BENCHMARK]
     if others:
-        warnings.append("not maskrcnn, left out of the score: " + ", ".join(
+        warnings.append("not maskrcnn logs (the official tools still count them as result files): " + ", ".join(
             f"{r.name} ({r.benchmark})" for r in others))
-
-    division = _majority([r.division for r in scoring])
-    org = _majority([r.org for r in scoring])
-    platform = _majority([r.platform for r in scoring])
-    for attr, label in (("division", "divisions"), ("org", "organizations"), ("platform", "platforms")):
-        vals = {repr(getattr(r, attr)) for r in scoring if getattr(r, attr) is not None}
-        if len(vals) > 1:
-            warnings.append(f"runs report different {label}: " + ", ".join(
-                f"{r.name}={getattr(r, attr)}" for r in scoring))
     for key in rules.HPARAM_KEYS:
-        vals = {repr(r.hparams[key]) for r in scoring if key in r.hparams}
+        vals = {repr(r.hparams[key]) for r in runs if key in r.hparams}
         if len(vals) > 1:
             warnings.append(f"runs log different {key}: " + ", ".join(
-                f"{r.name}={r.hparams[key]}" for r in scoring if key in r.hparams))
-
-    for r in scoring:
-        if r.init_min is not None and r.status != WRONG_BENCHMARK:
-            limit = rules.init_limit_minutes(r.ruleset, r.division)
+                f"{r.name}={r.hparams[key]}" for r in runs if key in r.hparams))
+    for r in runs:
+        if r.init_min is not None:
+            limit = rules.init_limit_minutes(folder_ruleset, division)
             if r.init_min >= limit:
                 warnings.append(f"{r.name}: initialization took {r.init_min:.1f} min (limit {limit:g} min)")
 
     hparam_warnings: List[str] = []
     if division != "open":
         grouped: Dict[str, List[str]] = collections.OrderedDict()
-        for r in scoring:
-            for msg in rules.closed_rule_warnings(r.hparams, r.ruleset):
+        for r in runs:
+            for msg in rules.closed_rule_warnings(r.hparams, folder_ruleset):
                 grouped.setdefault(msg, []).append(r.name)
-        hparam_warnings = [f"{msg} ({', '.join(names) if len(names) < len(scoring) else 'all runs'})"
+        hparam_warnings = [f"{msg} ({', '.join(names) if len(names) < len(runs) else 'all runs'})"
                            for msg, names in grouped.items()]
 
-    rcp_applicable = rules.at_least(folder_ruleset, rules.RCP_MIN_RULESET) and division != "open"
-    rcp = checks.RcpResult(applicable=rcp_applicable, ruleset=folder_ruleset)
-    if not rules.at_least(folder_ruleset, rules.RCP_MIN_RULESET):
-        rcp.message = (f"reference convergence points apply from ruleset {rules.RCP_MIN_RULESET} "
-                       f"(this is {folder_ruleset})")
-    elif division == "open":
-        rcp.message = "open division: no RCP check"
-    seeds_by_run = {r.name: r.seeds for r in scoring}
-    seeds = checks.SeedResult(applicable=rcp_applicable, seeds=seeds_by_run)
-
-    version = checks.mlperf_logging_version()
-    if run_checkers and not checks.mlperf_logging_available():
-        warnings.append("mlperf-logging is not installed: compliance, RCP, seed and official-score checks skipped "
-                        "(pip install mlperf-logging)")
-        run_checkers = False
+    newest_failures: Dict[str, str] = {}
+    staged = [(staged_name(Path(r.path)), Path(r.path)) for r in runs]
+    with official.stage(staged, org, platform, division, status) as pkg:
         for r in runs:
-            r.compliance = None
-    if run_checkers:
-        staged = [(r.name, Path(r.path), r.status != WRONG_BENCHMARK) for r in runs]
-        with checks.staged_logs(staged) as stage:
-            for r in runs:
-                rename = (lambda s, st=stage: st.rename_paths(s))
-                r.compliance = checks.run_compliance(stage.plain[r.name], r.ruleset, max_errors=max_errors,
-                                                     rename=rename, linenos=r.checker_linenos)
-            if scoring:
-                ml = checks.mlperf_logging_score(stage, folder_ruleset)
-            if rcp_applicable and scoring:
-                gbs_vals = [r.gbs for r in scoring if r.gbs is not None]
-                gbs = gbs_vals[0] if gbs_vals else None
-                epochs = [r.epochs for r in scoring if r.status == CONVERGED]
-                rcp = checks.run_rcp(stage, folder_ruleset, epochs, gbs)
-            seeds = checks.run_seed_check(stage, [r.name for r in scoring], folder_ruleset, rcp_applicable,
-                                          seeds_by_run)
-    # the score counts compliance, so it comes after the checkers
-    score = olympic_score(scoring)
-    if run_checkers and scoring:
-        score.mlperf_logging_score_min, score.mlperf_logging_times, score.mlperf_logging_notes = ml
-        if score.score_min is not None and ml[0] is not None and abs(score.score_min - ml[0]) > SCORE_TOLERANCE_MIN:
-            warnings.append(f"our score {score.score_min:.2f} min differs from mlperf_logging's {ml[0]:.2f} min "
-                            "(mlperf_logging scores every compliant run, even one whose run_stop is not 'success')")
-        elif score.score_min is None and ml[0] is not None:
-            warnings.append(f"mlperf_logging computes {ml[0]:.2f} min although this review gives no score: "
-                            + score.message)
-    if not run_checkers and rcp_applicable:
-        rcp.message = "not run"
+            path = pkg.files[Path(r.path).name]
+            r.compliance = official.check_log(path, folder_ruleset, max_errors=max_errors, rename=pkg.rename,
+                                              linenos=r.checker_linenos)
+            if folder_ruleset != official.NEWEST_RULESET:
+                r.newest_compliance = official.check_log(path, official.NEWEST_RULESET, max_errors=max_errors,
+                                                         rename=pkg.rename, linenos=r.checker_linenos)
+                # only what the newest ruleset adds: a log the reviewed ruleset rejects is reported already
+                if r.newest_compliance.passed is not True and r.compliance.passed is True:
+                    errs = official.first_errors(r.newest_compliance, 1)
+                    newest_failures[r.name] = errs[0] if errs else "fails"
+        package = official.run_package_checker(pkg, folder_ruleset)
+        summarizer = official.run_result_summarizer(pkg, folder_ruleset)
+
+    rcp = _rcp_result(package, summarizer, runs, folder_ruleset, division)
+    seeds_by_run = {r.name: r.seeds for r in runs}
+    seeds = SeedResult(applicable=package.seeds_checked, passed=package.seeds_passed if package.seeds_checked
+                       else None, errors=package.seed_errors, warnings=package.seed_warnings, seeds=seeds_by_run)
+    by_seed: Dict[str, List[str]] = {}
+    for name, vals in seeds_by_run.items():
+        for v in vals:
+            by_seed.setdefault(repr(v), []).append(name)
+    seeds.duplicates = [f"seed {s} used by {', '.join(ns)}" for s, ns in by_seed.items() if len(set(ns)) > 1]
+
+    score = explain(runs, summarizer)
+    for r in runs:
+        if r.scored and r.run_stop_status != "success":
+            st = "no status" if r.run_stop_status is None else f"status '{r.run_stop_status}'"
+            warnings.append(f"{r.name}: run_stop has {st}, yet result_summarizer counts its time (it checks "
+                            "compliance only; the RCP checker counts it as not converged)")
+        if r.status == CONVERGED and r.compliance is not None and r.compliance.passed is False:
+            warnings.append(f"{r.name} reached the target but the compliance checker rejects the log")
     return Review(folder=folder, runs=runs, ruleset=folder_ruleset, ruleset_reason=ruleset_reason,
-                  division=division, org=org, platform=platform, score=score, rcp=rcp, seeds=seeds,
+                  division=division, org=org, platform=platform, package=package, summarizer=summarizer,
+                  score=score, rcp=rcp, seeds=seeds, newest_failures=newest_failures,
                   hparam_warnings=hparam_warnings, warnings=warnings, ignored=ignored,
-                  mlperf_logging_version=version)
+                  mlperf_logging_version=official.version())

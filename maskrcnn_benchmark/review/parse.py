@@ -18,7 +18,9 @@ TOKEN = ":::MLLOG"
 LEGACY_TOKENS = (":::MLPv0.5.0", ":::MLL ")  # MLPerf v0.5/v0.6 log formats (not supported)
 
 _RESULT_RE = re.compile(r"^result_.*\.txt(\.gz)?$")
-_LOG_RE = re.compile(r"^.*\.log(\.gz)?$")
+# files a reviewer may take for a run (reported as left out); the review's own outputs are not
+_LOGLIKE_RE = re.compile(r"^.*\.(log|txt|out|err)(\.gz)?$")
+_OWN_OUTPUT_RE = re.compile(r"^(mlperf_review|mlperf_compare)\.")
 
 # NVIDIA maskrcnn_benchmark MetricLogger line:
 #   "... maskrcnn_benchmark.trainer INFO: eta: 6:34:50  iter: 80  loss: 1.3312 (1.9176)  ...  time: 0.2265 (0.2964)
@@ -27,6 +29,7 @@ _ITER_RE = re.compile(r"\biter:\s*(\d+)")
 _LOSS_RE = re.compile(r"(?<![_\w])loss:\s*([-+0-9.eE]+)(?:\s*\(([-+0-9.eE]+)\))?")
 _TIME_RE = re.compile(r"(?<![_\w])time:\s*([0-9.eE+-]+)(?:\s*\(([0-9.eE+-]+)\))?")
 _LR_RE = re.compile(r"(?<![_\w])lr:\s*([0-9.eE+-]+)")
+_IPS_RE = re.compile(r"images/s:\s*([0-9.eE+-]+)")  # this project's MetricsHook line
 # NVIDIA v0.7 prints "&&&& MLPERF METRIC THROUGHPUT=179.9648 iterations / s"; the value is
 # iterations x global batch / training time, i.e. images per second despite the label.
 _METRIC_THROUGHPUT_RE = re.compile(r"&&&&\s*MLPERF METRIC THROUGHPUT\s*=\s*([0-9.eE+-]+)")
@@ -78,6 +81,7 @@ class TrainPoint:
     step_time: Optional[float]  # seconds per iteration (windowed median)
     lr: Optional[float]
     lineno: int
+    ips: Optional[float] = None  # images/s printed on the line
 
 
 @dataclass
@@ -107,9 +111,6 @@ class ParsedLog:
     def all(self, key: str) -> List[Event]:
         return [ev for ev in self.events if ev.key == key]
 
-    def keys(self) -> set:
-        return {ev.key for ev in self.events}
-
 
 def display_name(path: Path) -> str:
     """``result_0.txt.gz`` -> ``result_0``; ``run.log`` -> ``run``."""
@@ -125,16 +126,31 @@ def _natural_key(path: Path) -> Tuple:
     return tuple(int(p) if p.isdigit() else p for p in parts)
 
 
-def find_logs(folder: Path) -> List[Path]:
-    """Result logs of a folder (not recursive): ``result_*.txt``, ``*.log`` and their ``.gz`` forms."""
+def find_result_files(folder: Path) -> Tuple[List[Path], List[Tuple[Path, str]]]:
+    """The result files of a folder (not recursive) and the log-like files left out, with the reason.
+
+    The official tools read ``result_*.txt`` only. ``result_*.txt.gz`` is read as the same file decompressed
+    (how published logs are often stored) unless the plain file is there too.
+    """
     folder = Path(folder)
-    found = [p for p in folder.iterdir()
-             if p.is_file() and (_RESULT_RE.match(p.name) or _LOG_RE.match(p.name))]
-    return sorted(found, key=_natural_key)
+    files = sorted((p for p in folder.iterdir() if p.is_file()), key=_natural_key)
+    plain = {p.name for p in files if p.name.endswith(".txt")}
+    results, left_out = [], []
+    for p in files:
+        if _RESULT_RE.match(p.name):
+            if p.name.endswith(".gz") and p.name[:-3] in plain:
+                left_out.append((p, f"{p.name[:-3]} is there too (the plain file is the result)"))
+            else:
+                results.append(p)
+        elif _LOGLIKE_RE.match(p.name) and not _OWN_OUTPUT_RE.match(p.name):
+            left_out.append((p, "not a result file: the official tools read result_*.txt only"))
+    return results, left_out
 
 
-def is_result_file(path: Path) -> bool:
-    return bool(_RESULT_RE.match(Path(path).name))
+def staged_name(path: Path) -> str:
+    """The name the official tools see: ``result_0.txt.gz`` is staged as ``result_0.txt``."""
+    name = Path(path).name
+    return name[:-3] if name.endswith(".gz") else name
 
 
 def open_text(path: Path):
@@ -219,6 +235,7 @@ def _parse_progress(line: str, lineno: int, log: ParsedLog) -> None:
         return
     m_time = _TIME_RE.search(line)
     m_lr = _LR_RE.search(line)
+    m_ips = _IPS_RE.search(line)
     log.train_points.append(TrainPoint(
         iteration=int(m_iter.group(1)),
         loss=_parse_float(m_loss.group(1)),
@@ -226,6 +243,7 @@ def _parse_progress(line: str, lineno: int, log: ParsedLog) -> None:
         step_time=_parse_float(m_time.group(1)) if m_time else None,
         lr=_parse_float(m_lr.group(1)) if m_lr else None,
         lineno=lineno,
+        ips=_parse_float(m_ips.group(1)) if m_ips else None,
     ))
 
 

@@ -13,14 +13,15 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from . import rules
-from .summary import RunSummary, train_throughput_series
+from .summary import RunSummary, monotonic_iterations, train_throughput_series
 
 AP_EPOCH_BBOX = "BBOX AP per epoch"
 AP_EPOCH_SEGM = "SEGM AP per epoch"
 AP_TIME_BBOX = "BBOX AP vs time since run_start"
 AP_TIME_SEGM = "SEGM AP vs time since run_start"
 LOSS = "training loss"
-THROUGHPUT = "training throughput"
+THROUGHPUT_TIME = "training throughput vs time since run_start"
+THROUGHPUT_ITER = "training throughput per iteration"
 EPOCH_TIME = "epoch duration"
 
 
@@ -47,25 +48,27 @@ def _series_for(runs: Sequence[RunSummary]) -> List[tuple]:
         panels.append((title, "minutes since run_start", attr.upper() + " AP", data, target))
     loss = {}
     for r in runs:
-        pts = [(p.iteration, p.loss) for p in r.train_points if p.loss is not None]
+        its = monotonic_iterations(r.train_points)
+        pts = [(it, p.loss) for it, p in zip(its, r.train_points) if p.loss is not None]
         if pts:
             loss[r.name] = ([p[0] for p in pts], [p[1] for p in pts])
-    thr = {}
-    kinds = set()
-    for r in runs:  # per run: iteration times of the progress lines, else mllog tracked_stats throughput
+    # throughput against an axis that only grows: minutes since run_start for mllog records (their logged step
+    # may restart every epoch), the iteration (kept monotonic) for progress lines
+    thr_time, thr_iter = {}, {}
+    for r in runs:
+        if r.tracked_throughput:
+            thr_time[r.name] = ([p[0] for p in r.tracked_throughput], [p[1] for p in r.tracked_throughput])
+            continue
         xs, ys = train_throughput_series(r)
         if xs:
-            thr[r.name] = (xs, ys)
-            kinds.add("iteration")
-        elif r.tracked_throughput:
-            thr[r.name] = ([p[0] for p in r.tracked_throughput], [p[1] for p in r.tracked_throughput])
-            kinds.add("step (as logged)")
-    thr_x = " / ".join(sorted(kinds)) or "iteration"
+            thr_iter[r.name] = (xs, ys)
     if loss:
         panels.append((LOSS, "iteration", "loss", loss, None))
-    if thr:
-        panels.append((THROUGHPUT, thr_x, "images/s", thr, None))
-    elif loss or any(r.epoch_seconds for r in runs):
+    if thr_time:
+        panels.append((THROUGHPUT_TIME, "minutes since run_start", "images/s", thr_time, None))
+    if thr_iter:
+        panels.append((THROUGHPUT_ITER, "iteration", "images/s", thr_iter, None))
+    if not thr_time and not thr_iter:
         ep = {r.name: ([e for e, _ in r.epoch_seconds], [s for _, s in r.epoch_seconds])
               for r in runs if r.epoch_seconds}
         if ep:

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from . import checks, rules
+from . import official, rules
 from .core import Review
 
 MD_NAME = "mlperf_review.md"
@@ -92,7 +92,7 @@ def run_rows(review: Review) -> List[List[str]]:
     for r in review.runs:
         comp = "-" if r.compliance is None else f"{r.compliance.label} {r.compliance.ruleset}"
         seed = ", ".join(str(s) for s in r.seeds[:2]) + ("..." if len(r.seeds) > 2 else "") if r.seeds else "-"
-        status = r.status + ("" if r.scored or r.status == "wrong benchmark" else " *")
+        status = r.status + ("" if r.scored else " *")
         rows.append([r.name, status, comp, fmt(r.ttt_min), fmt(r.init_min), fmt_epoch(r.epochs),
                      fmt(r.final_bbox, 4), fmt(r.final_segm, 4), fmt(r.gbs),
                      fmt(r.throughput_ips, 1), seed])
@@ -102,35 +102,19 @@ def run_rows(review: Review) -> List[List[str]]:
 def score_line(review: Review) -> str:
     s = review.score
     if s.ok:
-        text = f"{s.score_min:.2f} min ({s.message})"
+        text = f"{s.score_min:.2f} min (result_summarizer: {s.message})"
+        if review.verdict != "PASS":
+            text += "; not publishable: the package checker rejects the folder"
     else:
         text = s.message
-        if s.unofficial_mean_min is not None:
-            text += f"; unofficial mean of converged runs {s.unofficial_mean_min:.2f} min"
-    if s.mlperf_logging_score_min is not None:
-        text += f"; mlperf_logging result_summarizer: {s.mlperf_logging_score_min:.2f} min"
-    elif review.mlperf_logging_version and review.runs:
-        text += "; mlperf_logging result_summarizer: no score"
     return text
 
 
 def rcp_line(review: Review) -> str:
     rcp = review.rcp
     if not rcp.applicable:
-        return f"n/a ({rcp.message})" if rcp.message else "n/a"
-    text = f"{rcp.label}: {rcp.message}"
-    extra = []
-    if rcp.global_batch_size is not None:
-        extra.append(f"GBS {rcp.global_batch_size}")
-    if rcp.submission_mean_epochs is not None:
-        extra.append(f"submission mean {rcp.submission_mean_epochs:.2f} epochs")
-    if rcp.rcp_mean_epochs is not None:
-        extra.append(f"RCP mean {rcp.rcp_mean_epochs:.2f}")
-    if rcp.min_mean_epochs is not None:
-        extra.append(f"fastest allowed mean {rcp.min_mean_epochs:.2f}")
-    if rcp.score_normalization not in (None, 1.0):
-        extra.append(f"score normalization x{rcp.score_normalization:.4f}")
-    return text + (f" ({', '.join(extra)})" if extra else "")
+        return f"n/a ({rcp.explanation})" if rcp.explanation else "n/a"
+    return f"{rcp.label} ({rcp.message}): {rcp.explanation}"
 
 
 def seed_line(review: Review) -> str:
@@ -142,7 +126,30 @@ def seed_line(review: Review) -> str:
         return text
     if sd.passed:
         return "PASS: every run logs its own seed" + (f" ({'; '.join(sd.warnings)})" if sd.warnings else "")
-    return f"{sd.label}: " + "; ".join(sd.errors[:3] or sd.duplicates[:3])
+    return f"{sd.label}: " + "; ".join(official.trim_message(e, 2) for e in (sd.errors[:3] or sd.duplicates[:3]))
+
+
+def package_line(review: Review) -> str:
+    pkg = review.package
+    text = (f"{review.verdict} (mlperf-logging {review.mlperf_logging_version or '?'} package checker, ruleset "
+            f"{review.ruleset}")
+    text += ")" if pkg.passed is not None or pkg.crash else "; no verdict)"
+    if pkg.noncompliant_accepted:
+        bad = [r.name for r in review.runs if r.compliance is not None and r.compliance.passed is not True]
+        text += f"; 1 file does not comply ({', '.join(bad)}), accepted under olympic scoring"
+    return text
+
+
+def newest_line(review: Review) -> Optional[str]:
+    if not review.newest_ruleset_checked:
+        return None
+    newest = official.NEWEST_RULESET
+    if not review.newest_failures:
+        return (f"every log that passes {review.ruleset} also passes the compliance checker of the newest Mask R-CNN "
+                f"ruleset, {newest}")
+    first = next(iter(review.newest_failures.items()))
+    return (f"{len(review.newest_failures)} of {len(review.runs)} logs pass {review.ruleset} but fail the newest "
+            f"Mask R-CNN ruleset, {newest} ({first[0]}: {first[1]}); --ruleset {newest} reviews the folder under it")
 
 
 def _throughput_sources(review: Review) -> str:
@@ -164,7 +171,7 @@ def _details(review: Review, max_errors: int) -> List[tuple]:
     comp = []
     for r in review.runs:
         if r.compliance is not None and r.compliance.passed is not True:
-            errs = checks.first_errors(r.compliance, max_errors) or ["(no message)"]
+            errs = official.first_errors(r.compliance, max_errors) or ["(no message)"]
             comp += [f"{r.name}: {e}" for e in errs]
             comp += [f"{r.name}: unparsable line: {p}" for p in r.compliance.parse_errors[:2] if "^^" not in p]
     if comp:
@@ -177,8 +184,13 @@ def _details(review: Review, max_errors: int) -> List[tuple]:
             status.append(f"{r.name}: converged ({r.status_detail}) but the compliance checker rejects the log")
         elif r.status_detail:
             status.append(f"{r.name}: {r.status}: {r.status_detail}")
+        else:
+            status.append(f"{r.name}: the compliance checker rejects the log")
     if status:
         blocks.append(("Runs that do not count", status))
+    if review.package.errors or review.package.notes:
+        blocks.append(("Package checker messages", [f"ERROR: {e}" for e in review.package.errors]
+                       + [f"WARNING: {n}" for n in review.package.notes]))
     issues = []
     for r in review.runs:
         for i, issue in enumerate(r.issues):
@@ -191,26 +203,37 @@ def _details(review: Review, max_errors: int) -> List[tuple]:
     if review.hparam_warnings:
         blocks.append(("Closed-division hyperparameter warnings", review.hparam_warnings))
     notes = [f"{r.name}: {n}" for r in review.runs for n in r.notes]
-    notes += [f"{r.name}: compliance checker warning: {checks._trim_message(w)}" for r in review.runs
+    notes += [f"{r.name}: compliance checker warning: {official.trim_message(w)}" for r in review.runs
               if r.compliance is not None for w in r.compliance.warnings]
-    warns = review.warnings + review.score.warnings + notes + [f"ignored {x}" for x in review.ignored]
+    warns = review.warnings + review.score.warnings + notes + [f"left out {x}" for x in review.ignored]
+    warns += [f"result_summarizer: {n}" for n in review.score.summarizer_notes]
     if warns:
         blocks.append(("Warnings", warns))
     return blocks
 
 
+def _summary_lines(review: Review) -> List[tuple]:
+    lines = [("Package checker", package_line(review)), ("Score", score_line(review)),
+             ("RCP", rcp_line(review)), ("Seeds", seed_line(review))]
+    newest = newest_line(review)
+    if newest:
+        lines.append(("Newest ruleset", newest))
+    return lines
+
+
 def render_text(review: Review, max_errors: int = 3) -> str:
     head = (f"MLPerf Mask R-CNN review of {review.folder}\n"
-            f"  {len(review.runs)} log(s); ruleset {review.ruleset} ({review.ruleset_reason}); division "
+            f"  {len(review.runs)} result file(s); ruleset {review.ruleset} ({review.ruleset_reason}); division "
             f"{review.division or '?'}; org {review.org or '?'}; platform {review.platform or '?'}; "
             f"mlperf-logging {review.mlperf_logging_version or 'not installed'}")
-    parts = [head, "", render_table(RUN_HEADERS, run_rows(review))]
-    if any(row[1].endswith(" *") for row in run_rows(review)):
-        parts.append("  (* does not count for the score)")
-    parts += ["", f"Score:  {score_line(review)}",
-             f"RCP:    {rcp_line(review)}",
-             f"Seeds:  {seed_line(review)}",
-             f"Hyperparameters: {_hparam_text(review)}"]
+    rows = run_rows(review)
+    parts = [head, "", render_table(RUN_HEADERS, rows)]
+    if any(row[1].endswith(" *") for row in rows):
+        parts.append("  (* not counted by result_summarizer: the compliance checker rejects the log, or no "
+                     "run_start/run_stop)")
+    parts.append("")
+    parts += [f"{label + ':':17s}{text}" for label, text in _summary_lines(review)]
+    parts.append(f"Hyperparameters: {_hparam_text(review)}")
     src = _throughput_sources(review)
     if src:
         parts.append(f"img/s: {src}")
@@ -221,7 +244,7 @@ def render_text(review: Review, max_errors: int = 3) -> str:
     parts.append("")
     problems = review.problems
     parts.append(f"Verdict: {review.verdict}" + (" - " + "; ".join(problems) if problems else
-                                                 " - compliant, converged, scored"))
+                                                 " - the package checker accepts the folder"))
     if review.outputs:
         parts.append("Written: " + ", ".join(review.outputs.values()))
     return "\n".join(parts)
@@ -236,10 +259,10 @@ def render_markdown(review: Review, max_errors: int = 3, png_name: Optional[str]
              f"- targets: BBOX AP >= {rules.TARGET_BBOX}, SEGM AP >= {rules.TARGET_SEGM}",
              f"- **verdict: {review.verdict}**" + (" - " + "; ".join(review.problems) if review.problems else ""),
              "", "## Runs", "", render_table(RUN_HEADERS, run_rows(review), markdown=True), "",
-             "`*` does not count for the score. img/s: " + (_throughput_sources(review) or "not logged") + ".",
-             "", "## Score, RCP, seeds", "",
-             f"- **score**: {score_line(review)}", f"- **RCP**: {rcp_line(review)}",
-             f"- **seeds**: {seed_line(review)}", "", "## Hyperparameters", ""]
+             "`*` not counted by result_summarizer. img/s: " + (_throughput_sources(review) or "not logged") + ".",
+             "", "## Official checks and score", ""]
+    lines += [f"- **{label}**: {text}" for label, text in _summary_lines(review)]
+    lines += ["", "## Hyperparameters", ""]
     hp = review.hparams_common()
     if hp:
         lines += [render_table(("key", "value"), [[k, str(v)] for k, v in hp.items()], markdown=True)]
@@ -267,8 +290,7 @@ def write_review_outputs(review: Review, out_dir: Path, plot: bool = True, max_e
             try:
                 title = (f"{review.folder.name}: {review.platform or ''} "
                          f"(targets {rules.TARGET_BBOX}/{rules.TARGET_SEGM})")
-                review.plot_data = plot_runs([r for r in review.runs if r.status != "wrong benchmark"],
-                                             out_dir / PNG_NAME, title=title)
+                review.plot_data = plot_runs(review.runs, out_dir / PNG_NAME, title=title)
                 outputs["png"] = str(out_dir / PNG_NAME)
                 png_name = PNG_NAME
             except ImportError as exc:  # pragma: no cover
@@ -292,7 +314,7 @@ def _mean(xs: List[float]) -> Optional[float]:
 
 
 def compare_metrics(review: Review) -> Dict[str, Any]:
-    runs = review.scored_runs
+    runs = review.runs
     conv = [r for r in runs if r.scored]
     epochs = sorted(r.epochs for r in conv if r.epochs is not None)
     hp = review.hparams_common()
@@ -302,9 +324,10 @@ def compare_metrics(review: Review) -> Dict[str, Any]:
         "platform": review.platform, "org": review.org, "division": review.division, "ruleset": review.ruleset,
         "runs": len(runs),
         "compliant": sum(1 for r in runs if r.compliance is not None and r.compliance.passed),
-        "converged": len(conv),
+        "converged": sum(1 for r in runs if r.status == "converged"),
         "score_min": review.score.score_min,
-        "mlperf_logging_score_min": review.score.mlperf_logging_score_min,
+        "raw_score_min": review.score.raw_score_min,
+        "scaling_factor": review.score.scaling_factor,
         "ttt_min_fastest": min(ttts) if ttts else None,
         "ttt_min_median": statistics.median(ttts) if ttts else None,
         "ttt_min_slowest": max(ttts) if ttts else None,
@@ -328,7 +351,7 @@ _COMPARE_ROWS = (
     ("platform", "platform", None), ("org", "org", None), ("division", "division", None),
     ("ruleset", "ruleset", None), ("runs", "runs", None), ("compliant", "compliant", None),
     ("converged", "converged", None), ("score (min)", "score_min", 2),
-    ("mlperf_logging score (min)", "mlperf_logging_score_min", 2),
+    ("score before RCP normalization (min)", "raw_score_min", 2), ("RCP normalization", "scaling_factor", 4),
     ("fastest run (min)", "ttt_min_fastest", 2), ("median run (min)", "ttt_min_median", 2),
     ("slowest run (min)", "ttt_min_slowest", 2), ("epochs to converge", "epochs", None),
     ("epochs (olympic mean)", "epochs_olympic_mean", 2), ("init time (min, mean)", "init_min_mean", 2),
@@ -336,9 +359,9 @@ _COMPARE_ROWS = (
     ("final SEGM AP (mean)", "final_segm_mean", 4), ("global batch size", "global_batch_size", None),
     ("base LR", "opt_base_learning_rate", None), ("warmup steps", "opt_learning_rate_warmup_steps", None),
     ("decay steps", "opt_learning_rate_decay_steps", None), ("num_image_candidates", "num_image_candidates", None),
-    ("RCP", "rcp", None), ("verdict", "verdict", None),
+    ("RCP", "rcp", None), ("verdict (package checker)", "verdict", None),
 )
-_RATIO_KEYS = {"score_min", "mlperf_logging_score_min", "ttt_min_fastest", "ttt_min_median", "ttt_min_slowest",
+_RATIO_KEYS = {"score_min", "raw_score_min", "ttt_min_fastest", "ttt_min_median", "ttt_min_slowest",
                "epochs_olympic_mean", "init_min_mean", "throughput_ips_mean"}
 
 

@@ -1,28 +1,31 @@
-"""MLPerf Training facts for Mask R-CNN used by the review (targets, run counts, rulesets, closed-division rules)."""
+"""MLPerf Training facts for Mask R-CNN used by the review (targets, rulesets, closed-division rules).
+
+The verdict rules themselves (file count, failed runs, seeds, RCPs, score) are the official tools', run by
+:mod:`.official`; what is here explains or warns.
+"""
 
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 BENCHMARK = "maskrcnn"
 TARGET_BBOX = 0.377
 TARGET_SEGM = 0.339
-REQUIRED_RUNS = 5          # result files per maskrcnn submission
-MAX_FAILED_RUNS = 1        # at most one run may fail to converge; it counts as the slowest
 SUPPORTED_RULESETS = ("0.7.0", "1.0.0", "1.1.0", "2.0.0", "2.1.0", "3.0.0", "3.1.0")
-RCP_MIN_RULESET = "1.0.0"  # reference convergence points and seed checks start with v1.0
+RCP_MIN_RULESET = "1.0.0"  # reference convergence points and seed checks start with v1.0 (closed division)
 
-# First day from which a log is taken to belong to a round (used only to break ties in ruleset detection).
-_ROUND_START = {
-    "0.7.0": _dt.date(2020, 1, 1),
-    "1.0.0": _dt.date(2020, 9, 1),
-    "1.1.0": _dt.date(2021, 7, 1),
-    "2.0.0": _dt.date(2022, 1, 1),
-    "2.1.0": _dt.date(2022, 7, 1),
-    "3.0.0": _dt.date(2023, 1, 1),
-    "3.1.0": _dt.date(2023, 7, 1),
-}
+# Publication day of each round's results (mlcommons/training_results_vX.Y). A log belongs to the first round
+# published after the day it was written; later logs to the newest round (Mask R-CNN was retired after 3.1).
+ROUND_PUBLISHED = (
+    ("0.7.0", _dt.date(2020, 7, 29)),
+    ("1.0.0", _dt.date(2021, 6, 30)),
+    ("1.1.0", _dt.date(2021, 12, 1)),
+    ("2.0.0", _dt.date(2022, 6, 29)),
+    ("2.1.0", _dt.date(2022, 11, 9)),
+    ("3.0.0", _dt.date(2023, 6, 27)),
+    ("3.1.0", _dt.date(2023, 11, 8)),
+)
 
 # mllog keys logged once per run that describe the training recipe (shown as hyperparameters).
 HPARAM_KEYS = (
@@ -69,32 +72,23 @@ def init_limit_minutes(ruleset: Optional[str], division: Optional[str]) -> float
     return 30.0
 
 
-def detect_ruleset(keys: Iterable[str], time_ms: Optional[float]) -> Tuple[str, str]:
-    """Ruleset a log was written for, from the keys it logs (the date of the log breaks ties).
+def detect_ruleset(time_ms: Optional[float]) -> Tuple[str, str]:
+    """Ruleset of the round a log was written for, from its date (``time_ms`` of run_start).
 
-    0.7.0 logs have no ``gradient_accumulation_steps``; 1.0.0+ closed logs have it; 1.1.0-2.1.0 logs also carry
-    the 21 ``weights_initialization`` records.
+    Not from the keys it logs: the keys whose absence fails newer rulesets cannot tell which ruleset applies
+    (and NVIDIA's 3.x logs still carry the 1.1.0-2.1.0 ``weights_initialization`` records).
     """
-    keys = set(keys)
-    if "weights_initialization" in keys:
-        candidates = ["1.1.0", "2.0.0", "2.1.0"]
-        why = "'weights_initialization' logged (rulesets 1.1.0-2.1.0)"
-    elif "gradient_accumulation_steps" in keys:
-        candidates = ["1.0.0", "3.0.0", "3.1.0"]
-        why = "'gradient_accumulation_steps' logged without 'weights_initialization' (1.0.0 or 3.x)"
-    else:
-        return "0.7.0", "no 'gradient_accumulation_steps' (logged from 1.0.0 on)"
+    newest = SUPPORTED_RULESETS[-1]
     if time_ms is None:
-        return candidates[-1], why + "; no timestamps, newest chosen"
+        return newest, "no timestamps; the newest ruleset"
     try:
         day = _dt.datetime.fromtimestamp(float(time_ms) / 1000.0, tz=_dt.timezone.utc).date()
     except (OverflowError, OSError, ValueError):
-        return candidates[-1], why + "; bad timestamps, newest chosen"
-    chosen = candidates[0]
-    for cand in candidates:
-        if _ROUND_START[cand] <= day:
-            chosen = cand
-    return chosen, why + f"; log dated {day.isoformat()}"
+        return newest, "unreadable timestamps; the newest ruleset"
+    for ruleset, published in ROUND_PUBLISHED:
+        if day <= published:
+            return ruleset, f"log dated {day.isoformat()}; {ruleset} results published {published.isoformat()}"
+    return newest, f"log dated {day.isoformat()}, after the last Mask R-CNN round {newest}"
 
 
 def _is_multiple(value: float, unit: float) -> bool:

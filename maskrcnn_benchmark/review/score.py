@@ -1,77 +1,80 @@
-"""MLPerf strong-scaling score: olympic mean of the 5 runs' times to train."""
+"""The score, as mlperf_logging's result_summarizer publishes it, and which runs make it up.
+
+The number is the summarizer's (olympic mean of the times to train, multiplied by the RCP scaling factor the
+package checker wrote). The summarizer does not say which runs it averaged; :func:`explain` works that out
+from the per-run compliance verdicts and times to train, with the summarizer's own rules
+(:func:`.official.olympic`), and checks that it arrives at the same number.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-from . import rules
+from . import official
 from .summary import RunSummary
+
+SCORE_TOLERANCE_MIN = 1e-6  # explanation and summarizer compute the same float sums
 
 
 @dataclass
 class ScoreResult:
-    score_min: Optional[float]
+    score_min: Optional[float]                    # result_summarizer's score (normalized), None: no score
     ok: bool
     message: str
+    raw_score_min: Optional[float] = None         # before the RCP scaling factor
+    scaling_factor: Optional[float] = None        # from scaling.json (1.0: none)
     n_runs: int = 0
-    n_success: int = 0
-    n_failed: int = 0
-    used: List[str] = field(default_factory=list)          # runs averaged
+    n_counted: int = 0
+    used: List[str] = field(default_factory=list)           # runs averaged
     dropped_fastest: Optional[str] = None
-    dropped_slowest: Optional[str] = None                  # a failed run when there is one
-    failed: List[str] = field(default_factory=list)
-    times: Dict[str, float] = field(default_factory=dict)  # converged runs' times to train
-    unofficial_mean_min: Optional[float] = None            # plain mean of converged runs (when no score)
+    dropped_slowest: Optional[str] = None
+    not_counted: List[str] = field(default_factory=list)    # dropped by the summarizer (not compliant, no times)
+    times: Dict[str, float] = field(default_factory=dict)   # counted runs' times to train
     warnings: List[str] = field(default_factory=list)
-    mlperf_logging_score_min: Optional[float] = None
-    mlperf_logging_times: Dict[str, float] = field(default_factory=dict)
-    mlperf_logging_notes: List[str] = field(default_factory=list)
+    summarizer_notes: List[str] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         return {k: getattr(self, k) for k in (
-            "score_min", "ok", "message", "n_runs", "n_success", "n_failed", "used", "dropped_fastest",
-            "dropped_slowest", "failed", "times", "unofficial_mean_min", "warnings", "mlperf_logging_score_min",
-            "mlperf_logging_times", "mlperf_logging_notes")}
+            "score_min", "ok", "message", "raw_score_min", "scaling_factor", "n_runs", "n_counted", "used",
+            "dropped_fastest", "dropped_slowest", "not_counted", "times", "warnings", "summarizer_notes")}
 
 
-def olympic_score(runs: Sequence[RunSummary], required: int = rules.REQUIRED_RUNS,
-                  max_failed: int = rules.MAX_FAILED_RUNS) -> ScoreResult:
-    """Score of the maskrcnn runs given (other benchmarks' logs must be left out by the caller).
-
-    Drop the fastest and the slowest run and average the rest. A run that did not converge (or that the
-    compliance checker rejects) counts as the slowest; more than ``max_failed`` such runs give no score.
-    """
-    ok_runs = sorted((r for r in runs if r.scored), key=lambda r: r.ttt_min)
-    failed = [r.name for r in runs if not r.scored]
-    res = ScoreResult(score_min=None, ok=False, message="", n_runs=len(runs), n_success=len(ok_runs),
-                      n_failed=len(failed), failed=failed, times={r.name: r.ttt_min for r in ok_runs})
-    if ok_runs:
-        res.unofficial_mean_min = sum(r.ttt_min for r in ok_runs) / len(ok_runs)
-    if not runs:
-        res.message = "no maskrcnn runs: no score"
+def explain(runs: Sequence[RunSummary], summary: official.SummarizerResult) -> ScoreResult:
+    counted = sorted((r for r in runs if r.scored), key=lambda r: r.ttt_min)
+    dropped = [r.name for r in runs if not r.scored]
+    factor = summary.scaling_factor if summary.scaling_factor is not None else 1.0
+    res = ScoreResult(score_min=summary.score_min, ok=summary.score_min is not None, message="",
+                      scaling_factor=factor, n_runs=len(runs), n_counted=len(counted), not_counted=dropped,
+                      times={r.name: r.ttt_min for r in counted}, summarizer_notes=list(summary.notes))
+    if summary.crash:
+        res.message = f"result_summarizer stopped: {summary.crash}"
         return res
-    if len(failed) > max_failed:
-        res.message = (f"too many failed runs: {len(failed)} of {len(runs)} did not converge or are not compliant "
-                       f"({', '.join(failed)}); at most {max_failed} is allowed: no score")
+    mine = official.olympic([r.ttt_min for r in counted], len(dropped))
+    if res.score_min is None:
+        if len(dropped) > 1:
+            res.message = (f"no score: {len(dropped)} runs do not count ({', '.join(dropped)}); result_summarizer "
+                           "drops at most one (it counts as the slowest)")
+        else:
+            res.message = "no score: result_summarizer has too few runs to average"
+        if mine is not None:
+            res.warnings.append(f"the review would average {mine:.2f} min where result_summarizer gives no score")
         return res
-    if len(runs) < required:
-        res.message = (f"too few runs: {len(runs)} found, {required} required for an MLPerf score; "
-                       f"no olympic score (plain mean of the {len(ok_runs)} converged shown as unofficial)")
-        return res
-    if len(runs) > required:
-        res.warnings.append(f"{len(runs)} runs found, MLPerf expects exactly {required} result files for maskrcnn; "
-                            "all of them are scored")
-    res.dropped_fastest = ok_runs[0].name
-    if failed:
-        res.dropped_slowest = failed[0]
-        kept = ok_runs[1:]
+    res.raw_score_min = res.score_min / factor
+    if mine is None or abs(mine * factor - res.score_min) > SCORE_TOLERANCE_MIN:
+        res.warnings.append("the runs the review takes as averaged do not reproduce result_summarizer's score "
+                            f"({'-' if mine is None else f'{mine * factor:.4f}'} vs {res.score_min:.4f} min)")
     else:
-        res.dropped_slowest = ok_runs[-1].name
-        kept = ok_runs[1:-1]
-    res.used = [r.name for r in kept]
-    res.score_min = sum(r.ttt_min for r in kept) / len(kept)
-    res.ok = True
-    res.message = (f"olympic mean of {len(kept)} runs (dropped fastest {res.dropped_fastest}, slowest "
-                   f"{res.dropped_slowest}{' (failed)' if failed else ''})")
+        keep_top = len(counted) - (1 - len(dropped))
+        kept = counted[1:keep_top]
+        res.used = [r.name for r in kept]
+        res.dropped_fastest = counted[0].name if counted else None
+        res.dropped_slowest = dropped[0] if dropped else counted[-1].name
+    parts = [f"olympic mean of {len(res.used)} runs" if res.used else "olympic mean"]
+    if res.dropped_fastest:
+        parts.append(f"dropped fastest {res.dropped_fastest}, slowest {res.dropped_slowest}"
+                     + (" (does not count)" if dropped else ""))
+    if factor != 1.0:
+        parts.append(f"x{factor:.4f} RCP normalization of {res.raw_score_min:.2f} min")
+    res.message = "; ".join(parts)
     return res

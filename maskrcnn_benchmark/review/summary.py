@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from . import rules
+from .official import ComplianceResult, summarizer_start_stop
 from .parse import Issue, ParsedLog, TrainPoint
 
 # Run statuses
@@ -28,26 +29,6 @@ class EvalPoint:
     @property
     def meets_target(self) -> bool:
         return rules.meets_target(self.bbox, self.segm)
-
-
-@dataclass
-class ComplianceResult:
-    ruleset: str
-    passed: Optional[bool]          # None: the checker could not run
-    errors: List[str] = field(default_factory=list)
-    warnings: List[str] = field(default_factory=list)
-    parse_errors: List[str] = field(default_factory=list)
-    note: str = ""                  # e.g. "checker crashed: ..." or "mlperf_logging not installed"
-
-    @property
-    def label(self) -> str:
-        if self.passed is None:
-            return "not run"
-        return "PASS" if self.passed else "FAIL"
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"ruleset": self.ruleset, "passed": self.passed, "errors": self.errors,
-                "warnings": self.warnings, "parse_errors": self.parse_errors, "note": self.note}
 
 
 @dataclass
@@ -78,9 +59,11 @@ class RunSummary:
     throughput_source: str = ""
     evals: List[EvalPoint] = field(default_factory=list)
     epoch_seconds: List[List[float]] = field(default_factory=list)   # [epoch, seconds]
-    tracked_throughput: List[List[float]] = field(default_factory=list)  # [step/epoch, images/s]
+    tracked_throughput: List[List[float]] = field(default_factory=list)  # [minutes since run_start, images/s]
     train_points: List[TrainPoint] = field(default_factory=list)
     compliance: Optional[ComplianceResult] = None
+    newest_compliance: Optional[ComplianceResult] = None  # under the newest ruleset, when another is reviewed
+    run_start_count: int = 0
     issues: List[Issue] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     n_events: int = 0
@@ -88,10 +71,12 @@ class RunSummary:
 
     @property
     def scored(self) -> bool:
-        """Counts as a successful run for the score: converged and not rejected by the compliance checker."""
-        if self.status != CONVERGED or self.ttt_min is None:
+        """Counted by result_summarizer: the compliance checker passes the log and it has run_start/run_stop.
+        (The summarizer does not look at run_stop's status; a failing log is dropped and counts as the
+        slowest.)"""
+        if self.ttt_min is None:
             return False
-        return self.compliance is None or self.compliance.passed is not False
+        return self.compliance is not None and self.compliance.passed is True
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -109,6 +94,8 @@ class RunSummary:
                        "line": e.lineno} for e in self.evals],
             "epoch_seconds": self.epoch_seconds,
             "compliance": self.compliance.to_dict() if self.compliance else None,
+            "newest_ruleset_compliance": self.newest_compliance.to_dict() if self.newest_compliance else None,
+            "run_start_records": self.run_start_count,
             "issues": [i.to_dict() for i in self.issues],
             "notes": self.notes,
             "train_points": len(self.train_points),
@@ -152,9 +139,10 @@ def summarize(log: ParsedLog) -> RunSummary:
     run.org = first_value("submission_org")
     run.platform = first_value("submission_platform")
     run.submission_status = first_value("submission_status")
-    start_ev = log.first("run_start")
-    run.ruleset, run.ruleset_reason = rules.detect_ruleset(
-        log.keys(), start_ev.time_ms if start_ev else log.events[0].time_ms)
+    # the records result_summarizer times the run with (multi-rank logs repeat run_start)
+    start_ev, stop_ev = summarizer_start_stop(log.events)
+    run.run_start_count = len(log.all("run_start"))
+    run.ruleset, run.ruleset_reason = rules.detect_ruleset(start_ev.time_ms if start_ev else log.events[0].time_ms)
 
     # hyperparameters (first value; differing repeats are noted)
     for key in rules.HPARAM_KEYS:
@@ -175,7 +163,6 @@ def summarize(log: ParsedLog) -> RunSummary:
     if init_starts and init_stop:
         run.init_min = (init_stop.time_ms - min(e.time_ms for e in init_starts)) / 60000.0
 
-    stop_ev = log.first("run_stop")
     start_ms = start_ev.time_ms if start_ev else None
     if start_ev and stop_ev:
         run.ttt_min = (stop_ev.time_ms - start_ev.time_ms) / 60000.0
@@ -212,7 +199,7 @@ def summarize(log: ParsedLog) -> RunSummary:
                              f"{run.epochs:g} (the time to train includes the extra epochs)")
 
     run.epoch_seconds = _epoch_seconds(log)
-    run.tracked_throughput = _tracked_throughput(log)
+    run.tracked_throughput = _tracked_throughput(log, start_ms)
     run.throughput_ips, run.throughput_source = _throughput(run, log)
 
     # status
@@ -248,16 +235,18 @@ def summarize(log: ParsedLog) -> RunSummary:
             run.status_detail += f"; last AP {run.final_bbox:.4f}/{run.final_segm:.4f}"
     if run.benchmark is None:
         run.notes.append("no submission_benchmark logged")
+    if run.run_start_count > 1 and start_ev is not None:
+        run.notes.append(f"run_start logged {run.run_start_count} times (one per rank?); timed from the one on "
+                         f"line {start_ev.lineno}, the last before run_stop, as result_summarizer does")
     return run
 
 
 def _dedup_train_points(points: List[TrainPoint]) -> List[TrainPoint]:
-    seen = set()
-    out = []
+    """Drop a line repeating the previous iteration (the same line printed by several processes)."""
+    out: List[TrainPoint] = []
     for p in points:
-        if p.iteration in seen:
+        if out and out[-1].iteration == p.iteration:
             continue
-        seen.add(p.iteration)
         out.append(p)
     return out
 
@@ -277,19 +266,23 @@ def _epoch_seconds(log: ParsedLog) -> List[List[float]]:
     return out
 
 
-def _tracked_throughput(log: ParsedLog) -> List[List[float]]:
-    out = []
-    for ev in log.events:
-        val = None
-        if ev.key == "tracked_stats" and isinstance(ev.value, dict):
-            val = _num(ev.value.get("throughput"))
-        elif ev.key == "throughput":
-            val = _num(ev.value)
-        if val is None:
-            continue
-        step = _metadata_num(ev, "epoch_num", "step", "samples_count")
-        out.append([step if step is not None else float(len(out) + 1), val])
-    return out
+def _tracked_throughput(log: ParsedLog, start_ms: Optional[float]) -> List[List[float]]:
+    """[minutes since run_start, images/s] of the mllog throughput records.
+
+    NVIDIA logs the same value twice (``tracked_stats`` with a ``step`` that may restart every epoch, and
+    ``throughput`` with none): one key is used, and time is the x axis since it always grows.
+    """
+    for key in ("tracked_stats", "throughput"):
+        out = []
+        for ev in log.all(key):
+            val = _num(ev.value.get("throughput")) if isinstance(ev.value, dict) else _num(ev.value)
+            if val is None:
+                continue
+            t0 = start_ms if start_ms is not None else log.events[0].time_ms
+            out.append([(ev.time_ms - t0) / 60000.0, val])
+        if out:
+            return out
+    return []
 
 
 def _throughput(run: RunSummary, log: ParsedLog):
@@ -297,6 +290,9 @@ def _throughput(run: RunSummary, log: ParsedLog):
         return statistics.median(v for _, v in run.tracked_throughput), "mllog tracked_stats/throughput"
     if log.metric_throughputs:
         return statistics.median(log.metric_throughputs), "'&&&& MLPERF METRIC THROUGHPUT' line"
+    printed = [p.ips for p in run.train_points if p.ips is not None]
+    if printed:
+        return statistics.median(printed), "median images/s of the progress lines"
     gbs = _num(run.gbs)
     times = [p.step_time for p in run.train_points if p.step_time]
     if gbs and times:
@@ -304,14 +300,28 @@ def _throughput(run: RunSummary, log: ParsedLog):
     return None, ""
 
 
+def monotonic_iterations(points: List[TrainPoint]) -> List[int]:
+    """Iterations of the progress lines, made non-decreasing: a counter that restarts (per epoch, or a log
+    holding a resumed run) continues from where it was instead of drawing back across the plot."""
+    out: List[int] = []
+    offset = 0
+    for p in points:
+        if out and p.iteration + offset < out[-1]:
+            offset = out[-1]
+        out.append(p.iteration + offset)
+    return out
+
+
 def train_throughput_series(run: RunSummary):
-    """(iterations, images/s) from the iteration times of the training-progress lines."""
+    """(iterations, images/s) of the training-progress lines: the printed images/s, else global batch over the
+    iteration time."""
     gbs = _num(run.gbs)
-    if not gbs:
-        return [], []
     xs, ys = [], []
-    for p in run.train_points:
-        if p.step_time:
-            xs.append(p.iteration)
+    for it, p in zip(monotonic_iterations(run.train_points), run.train_points):
+        if p.ips is not None:
+            xs.append(it)
+            ys.append(p.ips)
+        elif gbs and p.step_time:
+            xs.append(it)
             ys.append(gbs / p.step_time)
     return xs, ys

@@ -1,12 +1,20 @@
 """Every MLPerf log key this benchmark emits, in one place (on ``mlperf_logging.mllog``).
 
-Lines are written by rank 0 only (unless ``all_ranks``), to stdout and to a file, each as one ``write`` of a
-complete ``:::MLLOG {...}`` line so nothing else can interleave inside it. ``ruleset`` switches the extra keys
-of newer rulesets (``gradient_accumulation_steps`` from 1.0.0; ``weights_initialization`` for 1.1.0-2.1.0).
+Lines are written by rank 0, to stdout and to a file, each as one ``write`` of a complete ``:::MLLOG {...}``
+line so nothing else can interleave inside it. An ``all_ranks`` event is also printed by every other rank, on its
+own stdout only (the launcher merges those streams into the result file, as NVIDIA's multi-rank logs show).
+
+One log for every Mask R-CNN ruleset: the default output is the superset of the keys that the closed-division
+compliance checkers 0.7.0, 1.0.0, 1.1.0, 2.0.0, 2.1.0, 3.0.0 and 3.1.0 require. A checker ignores keys it does
+not know, so ``gradient_accumulation_steps`` (required from 1.0.0) and the 21 ``weights_initialization``
+records (required, each tensor exactly once, by 1.1.0-2.1.0) are logged always. No key that one ruleset needs is
+forbidden by another; what still differs between rulesets are value rules that no logger can choose (the base LR
+``0.02/K`` for a global batch < 16 is accepted from 2.0.0 only; init may take 20 min under 0.7.0, 30 min later).
+``ruleset`` is kept as an attribute for callers that report it; it does not change what is logged.
 """
 import logging
 import os
-import socket
+import re
 import sys
 
 BENCHMARK = "maskrcnn"
@@ -20,9 +28,23 @@ WEIGHTS_INIT_TENSORS = (
     + ["ROI_MASK_PREDICTOR_fcn5", "ROI_MASK_PREDICTOR_fcn_logits"]
 )
 
+# "DGXA100_4x8x4" (a system plus its nodes x GPUs x images layout, as config_*.sh names them) -> "DGXA100"
+_LAYOUT_SUFFIX = re.compile(r"_\d+x\d+x\d+$")
 
-def _version(ruleset):
-    return tuple(int(x) for x in ruleset.split(".")[:3])
+
+def submission_platform(num_nodes=1, environ=None):
+    """``<nodes>x<system>`` from the environment, never from the host name.
+
+    ``MLPERF_SUBMISSION_PLATFORM`` wins; otherwise the system config's ``DGXSYSTEM`` (layout suffix dropped) and
+    ``DGXNNODES`` (else ``num_nodes``), as NVIDIA's ``1xNVIDIA DGX A100``. Without either: ``<nodes>xunknown``.
+    """
+    env = os.environ if environ is None else environ
+    explicit = env.get("MLPERF_SUBMISSION_PLATFORM", "").strip()
+    if explicit:
+        return explicit
+    system = _LAYOUT_SUFFIX.sub("", env.get("DGXSYSTEM", "").strip()) or "unknown"
+    nodes = env.get("DGXNNODES", "").strip() or str(num_nodes)
+    return f"{nodes}x{system}"
 
 
 class _LineHandler(logging.StreamHandler):
@@ -37,7 +59,7 @@ class _LineHandler(logging.StreamHandler):
 
 
 class MLPerfLogger:
-    def __init__(self, filename=None, rank=0, ruleset="0.7.0", stream=None):
+    def __init__(self, filename=None, rank=0, ruleset="3.1.0", stream=None):
         try:
             from mlperf_logging.mllog import constants, mllog
         except ImportError:
@@ -48,11 +70,10 @@ class MLPerfLogger:
         logger = logging.getLogger(f"maskrcnn_benchmark.mllog.{id(self)}")
         logger.propagate = False
         logger.setLevel(logging.INFO)
-        if rank == 0:
-            logger.addHandler(_LineHandler(stream or sys.stdout))
-            if filename:
-                os.makedirs(os.path.dirname(os.path.abspath(filename)), exist_ok=True)
-                logger.addHandler(_LineHandler(open(filename, "a", buffering=1)))
+        logger.addHandler(_LineHandler(stream or sys.stdout))  # other ranks print their all_ranks events only
+        if rank == 0 and filename:
+            os.makedirs(os.path.dirname(os.path.abspath(filename)), exist_ok=True)
+            logger.addHandler(_LineHandler(open(filename, "a", buffering=1)))
         self._logger = logger
         self._mllog = mllog.MLLogger(logger=logger, default_stack_offset=2, root_dir=os.getcwd())
         self.constants = constants
@@ -79,22 +100,46 @@ class MLPerfLogger:
 
     # -- key groups -----------------------------------------------------------------------------------------
     def submission_info(self, org=None, platform=None, division=None, status=None, num_nodes=1):
-        """submission_* keys; defaults from MLPERF_SUBMISSION_{ORG,PLATFORM,DIVISION,STATUS}."""
+        """submission_* keys; defaults from MLPERF_SUBMISSION_{ORG,DIVISION,STATUS} and :func:`submission_platform`."""
         env = os.environ.get
         self.event("submission_benchmark", BENCHMARK)
         self.event("submission_org", org or env("MLPERF_SUBMISSION_ORG", "reference-implementation"))
         self.event("submission_division", division or env("MLPERF_SUBMISSION_DIVISION", "closed"))
         self.event("submission_status", status or env("MLPERF_SUBMISSION_STATUS", "onprem"))
-        self.event("submission_platform",
-                   platform or env("MLPERF_SUBMISSION_PLATFORM", f"{num_nodes}x{socket.gethostname()}"))
+        self.event("submission_platform", platform or submission_platform(num_nodes))
+
+    def cache_clear(self, cleared=None):
+        """``cache_clear`` once per run: true only when the caches were really dropped before it.
+
+        The launcher drops the caches and says so in ``MLPERF_CACHE_CLEARED=1`` (``cleared`` overrides it). A
+        second call logs nothing, so no other value can follow the first.
+        """
+        if "cache_clear" in self.logged:
+            return
+        if cleared is None:
+            cleared = os.environ.get("MLPERF_CACHE_CLEARED", "0").strip() == "1"
+        self.event("cache_clear", bool(cleared))
+
+    def weights_initialization(self):
+        """The 21 ``weights_initialization`` records, once per run (1.1.0-2.1.0 reject a tensor logged twice).
+
+        Call it where the model's weights are initialized (after the model is built, before init_stop);
+        :meth:`hyperparameters` logs them if nobody did.
+        """
+        if "weights_initialization" in self.logged:
+            return
+        for tensor in WEIGHTS_INIT_TENSORS:
+            self.event("weights_initialization", metadata={"tensor": tensor})
 
     def hyperparameters(self, cfg, world_size):
-        """global_batch_size, num_image_candidates, opt_*, image sizes (and newer rulesets' keys)."""
+        """global_batch_size, num_image_candidates, opt_*, image sizes, gradient_accumulation_steps (and the
+        weights_initialization records unless already logged)."""
         s, rpn = cfg.SOLVER, cfg.MODEL.RPN
         per_gpu = s.IMS_PER_BATCH // max(world_size, 1)
         candidates = rpn.FPN_POST_NMS_TOP_N_TRAIN if rpn.FPN_POST_NMS_PER_BATCH else \
             rpn.FPN_POST_NMS_TOP_N_TRAIN * per_gpu
         self.event("global_batch_size", s.IMS_PER_BATCH)
+        self.event("gradient_accumulation_steps", 1)  # every optimizer step sees exactly one global batch
         self.event("num_image_candidates", candidates)
         self.event("opt_name", "sgd_with_momentum")
         self.event("opt_base_learning_rate", s.BASE_LR)
@@ -104,12 +149,7 @@ class MLPerfLogger:
         self.event("opt_learning_rate_decay_steps", list(s.STEPS))
         self.event("min_image_size", cfg.INPUT.MIN_SIZE_TRAIN[0])
         self.event("max_image_size", cfg.INPUT.MAX_SIZE_TRAIN)
-        v = _version(self.ruleset)
-        if v >= (1, 0, 0):
-            self.event("gradient_accumulation_steps", 1)
-        if (1, 1, 0) <= v <= (2, 1, 0):
-            for tensor in WEIGHTS_INIT_TENSORS:
-                self.event("weights_initialization", metadata={"tensor": tensor})
+        self.weights_initialization()
 
 
 class NullLogger:

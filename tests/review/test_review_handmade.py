@@ -1,5 +1,8 @@
-"""Review of hand-made logs: failures, broken lines, prefixes, other benchmarks, rulesets >= 1.0.0, CLI."""
+"""Review of generated logs: run facts, broken lines, prefixes, other files, rulesets, closed rules, plots, CLI.
 
+The verdict and score cases are in test_review_differential.py (against the official tools)."""
+
+import datetime as _dt
 import gzip
 import json
 import subprocess
@@ -12,14 +15,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from official_reference import official_answer  # noqa: E402
 from review_loggen import make_lines, write_log, write_runs  # noqa: E402
 
 from maskrcnn_benchmark.review import report, review_folder  # noqa: E402
 from maskrcnn_benchmark.review.cli import main  # noqa: E402
 from maskrcnn_benchmark.review.parse import parse_lines  # noqa: E402
 from maskrcnn_benchmark.review.rules import closed_rule_warnings, detect_ruleset  # noqa: E402
-from maskrcnn_benchmark.review.score import olympic_score  # noqa: E402
-from maskrcnn_benchmark.review.summary import RunSummary  # noqa: E402
 
 TTTS = [100.0, 101.0, 102.0, 103.0, 110.0]
 
@@ -34,50 +36,29 @@ def test_five_good_runs(tmp_path):
     review = review_folder(tmp_path)
     assert review.verdict == "PASS", review.problems
     assert all(r.compliance.passed for r in review.runs)
-    assert review.score.score_min == pytest.approx(102.0, abs=1e-3)
-    assert review.score.mlperf_logging_score_min == pytest.approx(102.0, abs=1e-3)
+    assert review.score.score_min == pytest.approx(102.0, abs=1e-9)
     assert review.score.dropped_fastest == "result_0" and review.score.dropped_slowest == "result_4"
     r0 = by_name(review)["result_0"]
     assert r0.epochs == 14 and r0.first_target_epoch == 14
     assert r0.init_min == pytest.approx(0.5, abs=0.01)
     assert r0.throughput_ips == pytest.approx(48 / 0.24)
-    assert r0.throughput_source == "global batch / median iteration time"
+    assert r0.throughput_source == "median images/s of the progress lines"
+    text = report.render_text(review)
+    assert "Package checker: PASS (mlperf-logging 4.1.68 package checker, ruleset 3.1.0)" in text
+    assert "Newest ruleset" not in text  # 3.1.0 is the newest
 
 
 # ------------------------------------------------------------------------------------------------ failures
-def test_one_non_converged_run_counts_as_slowest(tmp_path):
-    write_runs(tmp_path, TTTS[:4])
-    write_log(tmp_path / "result_4.txt", ttt_min=90.0, seed=9, status="aborted", final_bbox=0.35,
-              final_segm=0.32)
-    review = review_folder(tmp_path)
-    bad = by_name(review)["result_4"]
-    assert bad.status == "not converged"
-    assert "aborted" in bad.status_detail and "0.3500/0.3200" in bad.status_detail
-    assert bad.compliance.passed is False  # no eval_accuracy reaches the target
-    assert not bad.scored
-    s = review.score
-    assert s.ok and s.n_failed == 1 and s.dropped_slowest == "result_4" and s.dropped_fastest == "result_0"
-    assert s.score_min == pytest.approx((101 + 102 + 103) / 3, abs=1e-3)
-    assert s.mlperf_logging_score_min == pytest.approx(s.score_min, abs=0.01)
-    # a failed run makes the folder FAIL for a reviewer (non-compliant log) although a score exists
-    assert review.verdict == "FAIL"
-    assert any("result_4 is not compliant" in p for p in review.problems)
-
-
-def test_two_non_converged_runs_give_no_score(tmp_path, capsys):
+def test_two_non_converged_runs_cli(tmp_path, capsys):
     write_runs(tmp_path, TTTS[:3])
     for i in (3, 4):
         write_log(tmp_path / f"result_{i}.txt", ttt_min=100.0 + i, seed=i, status="aborted", final_bbox=0.30,
                   final_segm=0.30)
-    review = review_folder(tmp_path)
-    assert review.score.score_min is None and not review.score.ok
-    assert "too many failed runs: 2 of 5" in review.score.message
-    assert "at most 1" in review.score.message
-    assert review.score.mlperf_logging_score_min is None  # mlperf_logging agrees: no score
     rc = main([str(tmp_path), "--no-write"])
     out = capsys.readouterr().out
     assert rc == 1
-    assert "too many failed runs" in out and "Verdict: FAIL" in out
+    assert "no score: 2 runs do not count (result_3, result_4)" in out
+    assert "Verdict: FAIL - 2 result files fail the compliance checker (result_3, result_4)" in out
 
 
 def test_success_status_without_target_is_not_converged(tmp_path):
@@ -94,20 +75,22 @@ def test_missing_run_stop(tmp_path):
     run = by_name(review)["result_4"]
     assert run.status == "incomplete"
     assert "no run_stop" in run.status_detail and "epoch 9" in run.status_detail
-    assert run.ttt_min is None
+    assert run.ttt_min is None and not run.scored
     assert run.compliance.passed is False
     assert any("run_stop" in e for e in run.compliance.errors)
-    assert review.score.ok and review.score.dropped_slowest == "result_4"
+    assert review.verdict == "PASS" and review.score.dropped_slowest == "result_4"
     text = report.render_text(review)
     assert "result_4: incomplete: no run_stop" in text
 
 
-def test_too_few_runs(tmp_path):
-    write_runs(tmp_path, TTTS[:3])
+def test_aborted_but_compliant_run_is_counted_and_flagged(tmp_path):
+    """result_summarizer counts a compliant run whatever its run_stop status; the review says so."""
+    write_runs(tmp_path, TTTS[:4])
+    write_log(tmp_path / "result_4.txt", ttt_min=99.0, seed=7, status="aborted")
     review = review_folder(tmp_path)
-    assert review.score.score_min is None
-    assert "too few runs: 3 found, 5 required" in review.score.message
-    assert review.score.unofficial_mean_min == pytest.approx(101.0, abs=1e-3)
+    assert by_name(review)["result_4"].scored and review.score.score_min == pytest.approx(101.0, abs=1e-9)
+    assert any("result_4: run_stop has status 'aborted', yet result_summarizer counts its time" in w
+               for w in review.warnings)
 
 
 # ------------------------------------------------------------------------------------------------ broken lines
@@ -125,6 +108,11 @@ def test_truncated_line_reported_with_line_number(tmp_path):
     assert run.compliance.passed is False
     assert any("parsing errors" in e for e in run.compliance.errors)
     assert run.status == "converged"  # the rest of the log is still read
+    # one broken log is accepted under olympic scoring, but the seed checker cannot read its seed: rejected
+    assert review.package.noncompliant_accepted and review.verdict == "FAIL"
+    assert review.problems == ["seed check failed: Error found when querying seeds from result_4.txt: Found parsing "
+                               "errors: | ^^  Unterminated string starting at: line 1 column 59 (char 58) | Log lines "
+                               "had parsing errors."]
     text = report.render_text(review)
     assert f"result_4.txt:{lineno}: truncated" in text
     assert path.exists()
@@ -160,34 +148,39 @@ def test_prefixed_log_is_compliant(tmp_path):
 
 
 def test_other_benchmark(tmp_path):
-    write_log(tmp_path / "result_0.txt", benchmark="resnet")
-    review = review_folder(tmp_path)
-    run = review.runs[0]
-    assert run.status == "wrong benchmark" and "'resnet' log" in run.status_detail
-    assert review.score.message == "no maskrcnn runs: no score"
-    assert any("not maskrcnn" in w for w in review.warnings)
+    """A log of another benchmark is still a result file for the official tools, and their compliance checker
+    crashes on its eval_accuracy; the review shows the crash as the reason, in one line."""
+    d = tmp_path / "d"
+    write_runs(d, TTTS[:4])
+    write_log(d / "result_4.txt", benchmark="ssd")
+    review = review_folder(d)
+    run = by_name(review)["result_4"]
+    assert run.status == "wrong benchmark" and "'ssd' log" in run.status_detail
+    assert any("not maskrcnn logs" in w for w in review.warnings)
     assert review.verdict == "FAIL"
+    assert review.problems == ["the package checker stopped with TypeError: '>=' not supported between instances of "
+                               "'dict' and 'float': the official tools cannot check this folder"]
+    assert run.compliance.passed is False and "stopped with TypeError" in run.compliance.errors[0]
+    with pytest.raises(TypeError):
+        official_answer(d, tmp_path / "official", review.ruleset)
 
 
-def test_other_benchmark_left_out_of_score(tmp_path):
-    write_runs(tmp_path, TTTS)
-    write_log(tmp_path / "result_9.txt", benchmark="ssd")
-    review = review_folder(tmp_path)
-    assert review.score.ok and review.score.n_runs == 5
-    assert review.score.mlperf_logging_score_min == pytest.approx(102.0, abs=1e-3)
-
-
-def test_log_and_gz_forms(tmp_path):
+def test_gz_and_other_files(tmp_path):
     write_log(tmp_path / "result_0.txt.gz", seed=1)
-    write_log(tmp_path / "node0.log", seed=2, ttt_min=120.0)
-    write_log(tmp_path / "node1.log.gz", seed=3)
-    (tmp_path / "slurm.log").write_text("no mllog here\n")
-    (tmp_path / "notes.txt").write_text("ignored by name\n")
+    write_log(tmp_path / "result_1.txt.gz", seed=2, ttt_min=120.0)
+    write_log(tmp_path / "result_2.txt", seed=3)
+    write_log(tmp_path / "result_2.txt.gz", seed=4)
+    write_log(tmp_path / "node0.log", seed=5)
+    (tmp_path / "slurm.out").write_text("no mllog here\n")
+    (tmp_path / "mlperf_review.md").write_text("an earlier review\n")
     review = review_folder(tmp_path)
-    assert sorted(r.name for r in review.runs) == ["node0", "node1", "result_0"]
+    assert [r.name for r in review.runs] == ["result_0", "result_1", "result_2"]
     assert all(r.compliance.passed for r in review.runs)
-    assert by_name(review)["node0"].ttt_min == pytest.approx(120.0, abs=1e-3)
-    assert review.ignored == ["slurm.log: no ':::MLLOG' lines"]
+    assert by_name(review)["result_1"].ttt_min == pytest.approx(120.0, abs=1e-9)
+    assert by_name(review)["result_2"].seeds == [3]
+    assert review.ignored == ["node0.log: not a result file: the official tools read result_*.txt only",
+                              "result_2.txt.gz: result_2.txt is there too (the plain file is the result)",
+                              "slurm.out: not a result file: the official tools read result_*.txt only"]
 
 
 def test_corrupt_gzip(tmp_path):
@@ -203,58 +196,40 @@ def test_corrupt_gzip(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ rulesets >= 1.0.0
-def _v1(folder, epochs=14, seeds=None, **kw):
-    params = dict(ruleset="1.0.0", gbs=96, lr=0.12, decay_steps=(12000, 16000), warmup_factor=0.000192)
-    params.update(kw)
-    for i, ttt in enumerate(TTTS):
-        write_log(Path(folder) / f"result_{i}.txt", ttt_min=ttt, epochs=epochs,
-                  seed=(seeds[i] if seeds else 1000 + i), **params)
-
-
-def test_rcp_pass_and_seeds(tmp_path):
-    _v1(tmp_path)
-    review = review_folder(tmp_path)
-    assert review.ruleset == "1.0.0"
-    assert all(r.compliance.passed and r.compliance.ruleset == "1.0.0" for r in review.runs)
-    assert review.rcp.applicable and review.rcp.passed is True
-    assert review.rcp.submission_mean_epochs == 14
-    assert review.rcp.rcp_mean_epochs is not None and review.rcp.min_mean_epochs < 14
-    assert review.seeds.applicable and review.seeds.passed is True
-    assert review.verdict == "PASS", review.problems
-
-
-def test_rcp_fails_when_converging_too_fast(tmp_path):
-    _v1(tmp_path, epochs=10)
-    review = review_folder(tmp_path)
-    assert review.rcp.passed is False
-    assert review.rcp.submission_mean_epochs == 10 and review.rcp.min_mean_epochs > 10
-    assert review.verdict == "FAIL" and any("RCP" in p for p in review.problems)
-
-
 def test_duplicate_seeds_fail(tmp_path):
-    _v1(tmp_path, seeds=[7, 7, 8, 9, 10])
-    review = review_folder(tmp_path)
+    d = tmp_path / "d"
+    for i, (ttt, seed) in enumerate(zip(TTTS, [7, 7, 8, 9, 10])):
+        write_log(d / f"result_{i}.txt", ttt_min=ttt, seed=seed, ruleset="1.0.0", gbs=96, lr=0.12)
+    review = review_folder(d)
+    off = official_answer(d, tmp_path / "official", "1.0.0")
+    assert review.verdict == off["verdict"] == "FAIL" and off["seeds_failed"]
     assert review.seeds.passed is False
-    assert any("same seed" in e for e in review.seeds.errors)
+    assert any("result_1.txt logs seed 7" in e for e in review.seeds.errors)
     assert review.seeds.duplicates == ["seed 7 used by result_0, result_1"]
+    assert review.problems[0].startswith("seed check failed: Result file result_1.txt logs seed 7")
 
 
-def test_ruleset_2_1_0_detected_and_forced(tmp_path):
+def test_ruleset_detected_from_the_date_and_forced(tmp_path):
     write_log(tmp_path / "result_0.txt", ruleset="2.1.0", gbs=96, lr=0.12)
     review = review_folder(tmp_path)
     assert review.ruleset == "2.1.0" and review.runs[0].compliance.passed is True
+    assert review.ruleset_reason.startswith("detected from the date: log dated 2022-09-24")
     forced = review_folder(tmp_path, ruleset="0.7.0")
     assert forced.ruleset == "0.7.0" and forced.runs[0].compliance.ruleset == "0.7.0"
 
 
 def test_detect_ruleset():
-    assert detect_ruleset({"run_start"}, 1.6e12)[0] == "0.7.0"
-    assert detect_ruleset({"gradient_accumulation_steps"}, 1620000000000)[0] == "1.0.0"
-    assert detect_ruleset({"gradient_accumulation_steps"}, 1696000000000)[0] == "3.1.0"
-    assert detect_ruleset({"gradient_accumulation_steps"}, 1680000000000)[0] == "3.0.0"
-    assert detect_ruleset({"gradient_accumulation_steps", "weights_initialization"}, 1633000000000)[0] == "1.1.0"
-    assert detect_ruleset({"gradient_accumulation_steps", "weights_initialization"}, 1652000000000)[0] == "2.0.0"
-    assert detect_ruleset({"gradient_accumulation_steps", "weights_initialization"}, None)[0] == "2.1.0"
+    day = lambda y, m, d: _dt.datetime(y, m, d, 12, tzinfo=_dt.timezone.utc).timestamp() * 1000  # noqa: E731
+    assert detect_ruleset(day(2020, 6, 21))[0] == "0.7.0"
+    assert detect_ruleset(day(2020, 7, 30))[0] == "1.0.0"
+    assert detect_ruleset(day(2021, 5, 3))[0] == "1.0.0"
+    assert detect_ruleset(day(2021, 9, 30))[0] == "1.1.0"
+    assert detect_ruleset(day(2022, 5, 1))[0] == "2.0.0"
+    assert detect_ruleset(day(2022, 9, 24))[0] == "2.1.0"
+    assert detect_ruleset(day(2023, 5, 13))[0] == "3.0.0"   # NVIDIA's v3.x H100 logs
+    assert detect_ruleset(day(2023, 9, 29))[0] == "3.1.0"
+    assert detect_ruleset(day(2025, 1, 1)) == ("3.1.0", "log dated 2025-01-01, after the last Mask R-CNN round 3.1.0")
+    assert detect_ruleset(None)[0] == "3.1.0"
 
 
 # ------------------------------------------------------------------------------------------------ closed rules
@@ -286,23 +261,6 @@ def test_open_division_skips_closed_rules(tmp_path):
     assert review.division == "open" and review.hparam_warnings == []
 
 
-# ------------------------------------------------------------------------------------------------ olympic unit
-def _run(name, ttt, ok=True):
-    r = RunSummary(name=name, path=name, status="converged" if ok else "not converged", ttt_min=ttt,
-                   n_events=1)
-    return r
-
-
-def test_olympic_rules():
-    s = olympic_score([_run(f"r{i}", t) for i, t in enumerate([5, 1, 3, 2, 4])])
-    assert s.score_min == 3 and s.dropped_fastest == "r1" and s.dropped_slowest == "r0"
-    s = olympic_score([_run("a", 1), _run("b", 2), _run("c", 3), _run("d", 4), _run("e", 0.5, ok=False)])
-    assert s.score_min == 3 and s.dropped_slowest == "e"
-    s = olympic_score([_run(f"r{i}", t) for i, t in enumerate([1, 2, 3, 4, 5, 6])])
-    assert s.score_min == 3.5 and s.warnings
-    assert olympic_score([]).message == "no maskrcnn runs: no score"
-
-
 # ------------------------------------------------------------------------------------------------ plot data
 def test_plot_data_matches_logged_series(tmp_path):
     write_runs(tmp_path, TTTS[:2])
@@ -321,7 +279,7 @@ def test_plot_data_matches_logged_series(tmp_path):
     assert tx == pytest.approx([e.minutes for e in r0.evals]) and tx[-1] < 100.0
     lx, ly = data["training loss"]["result_0"]
     assert lx == [p.iteration for p in r0.train_points] and ly == [p.loss for p in r0.train_points]
-    assert data["training throughput"]["result_0"][1] == pytest.approx([200.0] * 28)
+    assert data["training throughput per iteration"]["result_0"][1] == pytest.approx([200.0] * 28)
 
 
 def test_plot_without_training_lines_uses_epoch_times(tmp_path):
@@ -344,6 +302,7 @@ def test_cli_writes_outputs_and_compare(tmp_path, capsys):
     assert "Verdict: PASS" in out and "Comparison (A =" in out
     row = next(ln for ln in out.splitlines() if ln.startswith("score (min)"))
     assert row.split()[2:] == ["102.00", "52.00", "0.510"]
+    assert "Package checker: PASS" in out
     for name in (report.MD_NAME, report.JSON_NAME, report.PNG_NAME, report.COMPARE_MD_NAME,
                  report.COMPARE_JSON_NAME):
         assert (a / name).stat().st_size > 0
@@ -411,18 +370,16 @@ def test_cli_unwritable_output_still_prints(tmp_path, capsys):
     assert cap.err.startswith("error: cannot write the review files") and len(cap.err.strip().splitlines()) == 1
 
 
-def test_tracked_stats_throughput_and_name_clash(tmp_path):
-    lines = make_lines(train_lines=False)
-    idx = next(i for i, ln in enumerate(lines) if '"eval_accuracy"' in ln)
-    rec = {"namespace": "", "time_ms": 1592786700000, "event_type": "POINT_IN_TIME", "key": "tracked_stats",
-           "value": {"throughput": 321.5}, "metadata": {"file": "x.py", "lineno": 1, "step": 1}}
-    lines.insert(idx, ":::MLLOG " + json.dumps(rec))
+def test_progress_iterations_that_restart_are_plotted_monotonic(tmp_path):
+    """Finding 7 for progress lines: an iteration counter that restarts continues instead of drawing back."""
+    lines = make_lines(epochs=3)
+    k = 0
+    for i, ln in enumerate(lines):
+        if " iter: " in ln:
+            k += 1
+            lines[i] = ln.replace(ln.split(" iter: ")[1].split()[0], str(10 * (1 + (k - 1) % 2)), 1)
     write_log(tmp_path / "result_0.txt", lines=lines)
-    write_log(tmp_path / "result_0.txt.gz", seed=2)
     review = review_folder(tmp_path)
-    assert sorted(r.name for r in review.runs) == ["result_0.txt", "result_0.txt.gz"]
-    run = by_name(review)["result_0.txt"]
-    assert run.throughput_ips == 321.5 and run.throughput_source.startswith("mllog tracked_stats")
-    assert all(r.compliance.passed for r in review.runs)
     report.write_review_outputs(review, tmp_path / "out")
-    assert review.plot_data["training throughput"]["result_0.txt"] == ([1.0], [321.5])
+    xs, _ = review.plot_data["training throughput per iteration"]["result_0"]
+    assert xs == [10, 20, 30, 40, 50, 60]

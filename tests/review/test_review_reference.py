@@ -1,5 +1,5 @@
-"""Review of NVIDIA's published MLPerf v0.7 Mask R-CNN logs (../shared/reference_logs): compliance, scores,
-epochs, cross-checked against mlperf_logging's own functions."""
+"""Review of NVIDIA's published MLPerf v0.7 Mask R-CNN logs (../shared/reference_logs): the package checker's
+verdict, the published scores, epochs, each cross-checked against mlperf-logging's own tools."""
 
 import gzip
 import json
@@ -11,6 +11,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from official_reference import official_answer  # noqa: E402
 
 from maskrcnn_benchmark.review import review_folder  # noqa: E402
 from maskrcnn_benchmark.review import report  # noqa: E402
@@ -59,7 +62,7 @@ def _last_eval_epoch(path):
 
 def test_every_log_passes_0_7_0(system):
     name, folder, review, _ = system
-    assert review.ruleset == "0.7.0"
+    assert review.ruleset == "0.7.0" and review.ruleset_reason.startswith("detected from the date")
     assert len(review.runs) == 5
     for run in review.runs:
         assert run.compliance is not None and run.compliance.ruleset == "0.7.0"
@@ -69,23 +72,21 @@ def test_every_log_passes_0_7_0(system):
     assert review.verdict == "PASS", review.problems
 
 
-def test_score_matches_published_and_mlperf_logging(system, plain_copies):
+def test_score_and_verdict_are_the_official_tools(system, plain_copies, tmp_path):
     name, folder, review, _ = system
     score = review.score
     assert score.ok, score.message
     assert round(score.score_min, 2) == pytest.approx(SYSTEMS[name], abs=1e-9)
-    # mlperf_logging's own scoring, called here directly (compute_score itself crashes in 4.1.68)
-    from mlperf_logging.result_summarizer import result_summarizer as rs
-    ret = rs._compute_strong_score_standalone("maskrcnn", None, False, str(plain_copies[name]), "training",
-                                              "0.7.0", return_full_scores=True)
-    assert ret[2] == pytest.approx(score.score_min, abs=0.01)
-    assert score.mlperf_logging_score_min == pytest.approx(ret[2], abs=1e-9)
-    # per-run time to train agrees with mlperf_logging's per-file scores
-    ours = {r.name + ".txt": r.ttt_min for r in review.runs}
-    theirs = {Path(k).name: v for k, v in ret[0].items()}
-    assert theirs.keys() == ours.keys()
-    for k in ours:
-        assert ours[k] == pytest.approx(theirs[k], abs=1e-9)
+    off = official_answer(plain_copies[name], tmp_path, "0.7.0")
+    assert off["verdict"] == review.verdict == "PASS" and off["rcp"] is None
+    assert score.score_min == pytest.approx(off["score"], abs=1e-9)
+    assert score.scaling_factor == 1.0 and not score.warnings
+    assert len(score.used) == 3 and score.dropped_fastest and score.dropped_slowest
+    text = report.render_text(review)
+    assert "Package checker: PASS (mlperf-logging 4.1.68 package checker, ruleset 0.7.0)" in text
+    assert f"Score:           {SYSTEMS[name]:.2f} min (result_summarizer: olympic mean of 3 runs" in text
+    # 0.7.0 logs have no gradient_accumulation_steps: the newest ruleset would reject them, and the review says so
+    assert "5 of 5 logs pass 0.7.0 but fail the newest Mask R-CNN ruleset, 3.1.0" in text
 
 
 def test_epochs_are_the_last_eval_epoch(system, plain_copies):
@@ -114,7 +115,7 @@ def test_run_facts(system):
         assert len(run.train_points) > 1000  # trainer progress lines -> loss/throughput curves
         assert len(run.seeds) == 1
         assert not run.issues
-    assert review.rcp.applicable is False and "1.0.0" in review.rcp.message
+    assert review.rcp.applicable is False and "1.0.0" in review.rcp.explanation
     assert not review.hparam_warnings
 
 
@@ -136,4 +137,5 @@ def test_outputs_written(system):
         assert xs == [e.epoch for e in run.evals]
         assert ys == pytest.approx([e.bbox for e in run.evals])
     assert review.plot_data["BBOX AP per epoch"]["target 0.377"][1] == [0.377, 0.377]
-    assert set(review.plot_data) >= {"training loss", "training throughput", "SEGM AP vs time since run_start"}
+    assert set(review.plot_data) >= {"training loss", "training throughput per iteration",
+                                     "SEGM AP vs time since run_start"}

@@ -1,0 +1,513 @@
+"""The official MLPerf tools of mlperf-logging, run on a staged copy of a results folder.
+
+This is the only module of the review that calls mlperf_logging. It stages the folder the way the package
+checker expects a submission (``<org>/results/<system>/maskrcnn/result_*.txt`` plus
+``<org>/systems/<system>.json``) and runs, through their public entry points:
+
+- the compliance checker on each log (``mlp_compliance.make_checker`` + ``mlp_compliance.main``),
+- the package checker (``package_checker.check_training_package``): file count, compliance of every file with at
+  most one failure accepted, distinct seeds and the RCP check (rulesets >= 1.0.0, closed), which writes
+  ``scaling.json`` when the score must be normalized,
+- the result summarizer (``result_summarizer.summarize_results``): the olympic score, multiplied by
+  ``scaling.json``, as published.
+
+The package checker returns nothing; it reports through the root logger. Its verdict, and the details the review
+explains (RCP record, seed errors, file count), are read from those log records by their format strings, pinned
+below. Every such string, the signatures called and the result_summarizer behaviour the review mirrors are
+checked by ``tests/review/test_official_pins.py``, which fails loudly when mlperf-logging changes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from . import rules
+
+USAGE = "training"
+NEWEST_RULESET = rules.SUPPORTED_RULESETS[-1]
+PINNED_VERSION = "4.1.68"  # the mlperf-logging release these pins were checked against
+
+# Format strings of mlperf_logging's log records (LogRecord.msg), package_checker.py / rcp_checker.py /
+# seed_checker.py of 4.1.68.
+PKG_PASSED = "PACKAGE CHECKER FOUND NO ERRORS, SUCCESS !"
+PKG_FAILED = "PACKAGE CHECKER FOUND ERRORS, LOOK INTO ERROR LOG LINES AND FIX THEM."
+PKG_FILE_COUNT = ("Incorrect number of files in dir, or wrong file names in directory %s, "
+                  "found %d, expected %d")
+PKG_NONCOMPLIANT_REJECTED = " %d files do not comply, directory cannot be accepted"
+PKG_NONCOMPLIANT_ACCEPTED = " 1 file does not comply, accepting this under olympic scoring"
+PKG_RCP_PASSED = "RCP Test Passed: %s"
+PKG_RCP_FAILED = "RCP Test Failed: %s"
+PKG_SEED_FAILED = "Seed checker failed"
+SEED_RUNNING = " Running Seed Checker"
+SEED_ERRORS = " Seed checker failed and found the following errors: %s"
+RCP_RUNNING = " Running RCP Checker, pass: %s"
+RCP_RECORD = " RCP Record: %s"
+RCP_SUBMISSION_MEAN = " Submission mean epochs: %.4f"
+SCALING_FILE = "scaling.json"  # written by the RCP check, read by the result summarizer
+
+# Fields system_desc_checker.check_system_desc requires (training, 1.0.0+); staged with neutral values.
+SYSTEM_DESC_FIELDS = (
+    "submitter", "division", "status", "system_name", "number_of_nodes", "host_processors_per_node",
+    "host_processor_model_name", "host_processor_core_count", "host_processor_vcpu_count",
+    "host_processor_frequency", "host_processor_caches", "host_processor_interconnect", "host_memory_capacity",
+    "host_storage_type", "host_storage_capacity", "host_networking", "host_networking_topology",
+    "host_memory_configuration", "accelerators_per_node", "accelerator_model_name",
+    "accelerator_host_interconnect", "accelerator_frequency", "accelerator_on-chip_memories",
+    "accelerator_memory_configuration", "accelerator_memory_capacity", "accelerator_interconnect",
+    "accelerator_interconnect_topology", "cooling", "hw_notes", "framework", "other_software_stack",
+    "operating_system", "sw_notes",
+)
+
+
+def version() -> Optional[str]:
+    try:
+        from importlib.metadata import version as _v
+        return _v("mlperf-logging")
+    except Exception:  # noqa: BLE001 - not installed or odd metadata
+        return None
+
+
+def available() -> bool:
+    try:
+        import mlperf_logging.compliance_checker.mlp_compliance  # noqa: F401
+        import mlperf_logging.package_checker.package_checker  # noqa: F401
+        import mlperf_logging.result_summarizer.result_summarizer  # noqa: F401
+        return True
+    except Exception:  # noqa: BLE001 - missing package or one of its dependencies (pandas, scipy)
+        return False
+
+
+# ------------------------------------------------------------------------------------------------ capture
+class _RecordHandler(logging.Handler):
+    def __init__(self):
+        super().__init__(level=logging.DEBUG)
+        self.records: List[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+@dataclass
+class Captured:
+    records: List[logging.LogRecord] = field(default_factory=list)
+    stdout: str = ""
+    stderr: str = ""
+    warned: List[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def captured():
+    """Root-logger records, prints (stdout and stderr) and warnings of mlperf_logging code, kept off the
+    terminal: the tools report through all four."""
+    root = logging.getLogger()
+    handler = _RecordHandler()
+    old_handlers, old_level = root.handlers[:], root.level
+    root.handlers = [handler]
+    root.setLevel(logging.INFO)
+    out, err = io.StringIO(), io.StringIO()
+    cap = Captured()
+    try:
+        with warnings.catch_warnings(record=True) as warned, contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            warnings.simplefilter("always")
+            yield cap
+    finally:
+        root.handlers = old_handlers
+        root.setLevel(old_level)
+        cap.records = handler.records
+        cap.stdout, cap.stderr = out.getvalue(), err.getvalue()
+        cap.warned = [str(w.message) for w in warned]
+
+
+def record_text(rec: logging.LogRecord) -> str:
+    try:
+        return rec.getMessage()
+    except Exception:  # noqa: BLE001 - a record whose arguments do not fit its format
+        return str(rec.msg)
+
+
+# ------------------------------------------------------------------------------------------------ staging
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(text: Optional[str], default: str) -> str:
+    name = _UNSAFE.sub("_", text or "").strip("._")
+    return name or default
+
+
+def _nodes_of(platform: Optional[str]) -> str:
+    m = re.match(r"\s*(\d+)\s*x", platform or "")
+    return m.group(1) if m else "1"
+
+
+@dataclass
+class Package:
+    """A staged submission: ``org_dir/results/<system>/maskrcnn/<result files>`` and the system description."""
+
+    root: Path
+    org_dir: Path
+    system: str
+    benchmark_dir: Path
+    files: Dict[str, Path] = field(default_factory=dict)   # original file name -> staged path
+    shown: Dict[str, str] = field(default_factory=dict)    # staged path -> name shown in messages
+
+    def rename(self, text: str) -> str:
+        """The tools' messages name staged paths; show the original file names (and no temporary folder)."""
+        for staged, orig in sorted(self.shown.items(), key=lambda kv: -len(kv[0])):
+            text = text.replace(staged, orig)
+        return text.replace(str(self.benchmark_dir), "<results folder>").replace(str(self.root) + os.sep, "")
+
+    @property
+    def scaling_factor(self) -> Optional[float]:
+        path = self.benchmark_dir / SCALING_FILE
+        if not path.is_file():
+            return None
+        try:
+            return float(json.loads(path.read_text())["scaling_factor"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+def system_description(org: str, platform: str, division: str, status: str) -> Dict[str, str]:
+    """The smallest system description the package checker and result summarizer accept; only ``division``
+    (closed runs the seed and RCP checks) and the names matter to them."""
+    desc = {k: "" for k in SYSTEM_DESC_FIELDS}
+    desc.update({"submitter": org, "division": division, "status": status, "system_name": platform,
+                 "number_of_nodes": _nodes_of(platform), "host_processors_per_node": "1",
+                 "host_processor_core_count": "1", "accelerators_per_node": "1",
+                 "accelerator_model_name": "unknown", "host_processor_model_name": "unknown",
+                 "framework": "unknown"})
+    return desc
+
+
+@contextlib.contextmanager
+def stage(results: Sequence[Tuple[str, Path]], org: Optional[str], platform: Optional[str],
+          division: Optional[str], status: Optional[str] = None):
+    """results: (staged file name, source path). ``.gz`` sources are decompressed; a truncated or unreadable
+    file keeps what could be read (the review's parser reports the problem). Removed on exit."""
+    root = Path(tempfile.mkdtemp(prefix="mlperf_review_"))
+    try:
+        org_name = safe_name(org, "unknown_org")
+        system = safe_name(platform, "unknown_system")
+        org_dir = root / org_name
+        bench = org_dir / "results" / system / rules.BENCHMARK
+        bench.mkdir(parents=True)
+        (org_dir / "systems").mkdir()
+        desc = system_description(org or org_name, platform or system, division or "closed", status or "onprem")
+        (org_dir / "systems" / f"{system}.json").write_text(json.dumps(desc, indent=2))
+        pkg = Package(root=root, org_dir=org_dir, system=system, benchmark_dir=bench)
+        for name, src in results:
+            dest = bench / name
+            try:
+                opener = gzip.open if str(src).endswith(".gz") else open
+                with opener(src, "rb") as fin, open(dest, "wb") as fout:
+                    shutil.copyfileobj(fin, fout)
+            except (OSError, EOFError):
+                dest.touch(exist_ok=True)
+            pkg.files[Path(src).name] = dest
+            pkg.shown[str(dest)] = Path(src).name
+        yield pkg
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------ compliance
+@dataclass
+class ComplianceResult:
+    ruleset: str
+    passed: Optional[bool]          # None: the checker could not run
+    errors: List[str] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    parse_errors: List[str] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        if self.passed is None:
+            return "not run"
+        return "PASS" if self.passed else "FAIL"
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"ruleset": self.ruleset, "passed": self.passed, "errors": self.errors,
+                "warnings": self.warnings, "parse_errors": self.parse_errors, "note": self.note}
+
+
+_CHECKER_LINE_RE = re.compile(r"(failed in line |line )(\d+)(:)")
+
+
+def translate_checker_lines(msg: str, linenos: Sequence[int]) -> str:
+    """The compliance checker numbers lines among the ':::MLLOG ' lines from 0; add the file line number."""
+    def sub(m):
+        idx = int(m.group(2))
+        if 0 <= idx < len(linenos):
+            return f"{m.group(1)}{idx} (file line {linenos[idx]}){m.group(3)}"
+        return m.group(0)
+    return _CHECKER_LINE_RE.sub(sub, msg, count=1)
+
+
+def trim_message(msg: str, max_lines: int = 3, width: int = 240) -> str:
+    """The first lines of a checker message, without the context dumps (``current context[s]=...``)."""
+    lines = [ln for ln in msg.strip().splitlines() if ln.strip()]
+    keep = []
+    for ln in lines:
+        if ln.startswith("current context") or ln.startswith("current line"):
+            break
+        if ":::MLLOG" in ln and keep:
+            continue
+        ln = ln.strip()
+        keep.append(ln if len(ln) <= width else ln[: width - 3] + "...")
+        if len(keep) >= max_lines:
+            break
+    return " | ".join(keep)
+
+
+def check_log(path: Path, ruleset: str, max_errors: int = 10, rename=None,
+              linenos: Sequence[int] = ()) -> ComplianceResult:
+    """The compliance checker on one plain-text log, as ``python -m mlperf_logging.compliance_checker`` runs it."""
+    from mlperf_logging.compliance_checker import mlp_compliance
+
+    rename = rename or (lambda s: s)
+    mlp_compliance.enqueued_configs.clear()  # module-level queue; a crash would leave entries behind
+    checker = mlp_compliance.make_checker(USAGE, ruleset, False, False)
+    note = ""
+    with captured() as cap:
+        try:
+            valid, _, _, _ = mlp_compliance.main(str(path), f"{USAGE}_{ruleset}/common.yaml", checker)
+        except Exception as exc:  # noqa: BLE001 - the checker evaluates YAML rules with eval()
+            valid = False
+            note = f"the compliance checker stopped with {type(exc).__name__}: {exc}"
+        finally:
+            mlp_compliance.enqueued_configs.clear()
+    errors = [translate_checker_lines(rename(m), linenos)
+              for m in list(checker.not_overwritable) + list(checker.overwritable.values())]
+    if note:
+        errors.insert(0, note)
+    warns = [rename(m) for m in checker.warnings.values()]
+    parse_errors: List[str] = []
+    in_parse = False
+    for rec in cap.records:
+        msg = record_text(rec)
+        if "Found parsing errors" in msg:
+            in_parse = True
+            continue
+        if in_parse and rec.levelno == logging.WARNING and msg.startswith("  "):
+            parse_errors.append(msg.strip())
+        else:
+            in_parse = False
+    return ComplianceResult(ruleset, bool(valid), errors=errors[:max_errors], warnings=warns[:max_errors],
+                            parse_errors=parse_errors[: 2 * max_errors], note=note)
+
+
+def first_errors(result: Optional[ComplianceResult], n: int = 3) -> List[str]:
+    if result is None:
+        return []
+    if result.passed is None:
+        return [result.note] if result.note else []
+    return [trim_message(m) for m in result.errors[:n]]
+
+
+# ------------------------------------------------------------------------------------------------ package checker
+@dataclass
+class PackageCheck:
+    """What ``package_checker.check_training_package`` said about the staged folder."""
+
+    ruleset: str
+    passed: Optional[bool] = None
+    errors: List[str] = field(default_factory=list)     # its ERROR records, in order
+    other_errors: List[str] = field(default_factory=list)  # ERROR records of no format the review explains
+    notes: List[str] = field(default_factory=list)      # its WARNING records (compliance dumps left out)
+    crash: str = ""
+    file_count: Optional[Tuple[int, int]] = None        # (found, expected) when wrong
+    noncompliant_rejected: Optional[int] = None
+    noncompliant_accepted: bool = False
+    seeds_checked: bool = False
+    seeds_passed: Optional[bool] = None
+    seed_errors: List[str] = field(default_factory=list)
+    seed_warnings: List[str] = field(default_factory=list)
+    rcp_checked: bool = False
+    rcp_passed: Optional[bool] = None
+    rcp_message: str = ""
+    rcp_record: Optional[Dict[str, Any]] = None
+    rcp_submission_mean: Optional[float] = None
+    rcp_warnings: List[str] = field(default_factory=list)
+    scaling_factor: Optional[float] = None               # scaling.json after the check (None: not written)
+
+    def to_dict(self) -> Dict[str, Any]:
+        rec = None
+        if self.rcp_record:
+            rec = {k: self.rcp_record.get(k) for k in ("BS", "RCP Mean", "RCP Stdev", "Max Speedup", "Min Epochs")
+                   if k in self.rcp_record}
+        return {"ruleset": self.ruleset, "passed": self.passed, "errors": self.errors, "notes": self.notes,
+                "seeds_checked": self.seeds_checked, "seeds_passed": self.seeds_passed,
+                "rcp_checked": self.rcp_checked, "rcp_passed": self.rcp_passed, "rcp_message": self.rcp_message,
+                "crash": self.crash, "scaling_factor": self.scaling_factor, "rcp_record": rec}
+
+
+def _arg(rec: logging.LogRecord, i: int = 0):
+    args = rec.args
+    if isinstance(args, dict):  # logging unwraps a lone dict argument
+        return args if i == 0 else None
+    if isinstance(args, tuple) and len(args) > i:
+        return args[i]
+    return None
+
+
+_SEED_ERROR_START = re.compile(r"\n(?=Result file |Error found when querying seeds from )")
+_EXPLAINED_ERRORS = (PKG_FILE_COUNT, PKG_NONCOMPLIANT_REJECTED, SEED_ERRORS, PKG_SEED_FAILED, PKG_RCP_FAILED)
+
+
+def run_package_checker(pkg: Package, ruleset: str) -> PackageCheck:
+    from mlperf_logging.package_checker import package_checker
+
+    res = PackageCheck(ruleset=ruleset)
+    with captured() as cap:
+        try:
+            package_checker.check_training_package(
+                str(pkg.org_dir), USAGE, ruleset, False, False, False, False, False, os.devnull)
+        except Exception as exc:  # noqa: BLE001 - the official tool crashing is an answer too
+            res.crash = f"{type(exc).__name__}: {exc}"
+    in_rcp = False
+    for rec in cap.records:
+        msg = rec.msg if isinstance(rec.msg, str) else str(rec.msg)
+        text = pkg.rename(record_text(rec))
+        if rec.levelno >= logging.ERROR:
+            res.errors.append(text)
+            if msg not in _EXPLAINED_ERRORS:
+                res.other_errors.append(text)
+        if msg == PKG_PASSED:
+            res.passed = True
+        elif msg == PKG_FAILED:
+            res.passed = False
+        elif msg == PKG_FILE_COUNT:
+            res.file_count = (int(_arg(rec, 1)), int(_arg(rec, 2)))
+        elif msg == PKG_NONCOMPLIANT_REJECTED:
+            res.noncompliant_rejected = int(_arg(rec))
+        elif msg == PKG_NONCOMPLIANT_ACCEPTED:
+            res.noncompliant_accepted = True
+            res.notes.append(text.strip())
+        elif msg == SEED_RUNNING:
+            res.seeds_checked, res.seeds_passed = True, True
+        elif msg == SEED_ERRORS:
+            res.seeds_passed = False
+            # one message per result file, each possibly several lines long
+            res.seed_errors = [pkg.rename(e).strip() for e in _SEED_ERROR_START.split(str(_arg(rec))) if e.strip()]
+        elif msg == PKG_SEED_FAILED:
+            res.seeds_passed = False
+        elif msg == RCP_RUNNING:
+            res.rcp_checked, in_rcp = True, True
+        elif msg == RCP_RECORD and in_rcp:
+            rec_arg = _arg(rec)
+            res.rcp_record = dict(rec_arg) if isinstance(rec_arg, dict) else None
+        elif msg == RCP_SUBMISSION_MEAN and in_rcp:
+            res.rcp_submission_mean = float(_arg(rec))
+        elif msg in (PKG_RCP_PASSED, PKG_RCP_FAILED):
+            res.rcp_passed = msg == PKG_RCP_PASSED
+            res.rcp_message = str(_arg(rec))
+            in_rcp = False
+        elif rec.levelno == logging.WARNING and rec.module == "rcp_checker":
+            if text.strip() not in res.rcp_warnings:
+                res.rcp_warnings.append(text.strip())
+        elif rec.levelno == logging.WARNING and rec.module == "package_checker":
+            res.notes.append(text.strip())  # file naming, unknown files (compliance messages: see check_log)
+    res.seed_warnings = [pkg.rename(w) for w in cap.warned if "seed" in w.lower()]
+    res.scaling_factor = pkg.scaling_factor
+    if res.crash:
+        res.passed = False
+    return res
+
+
+# ------------------------------------------------------------------------------------------------ summarizer
+@dataclass
+class SummarizerResult:
+    """The maskrcnn columns of ``result_summarizer.summarize_results`` for the staged system."""
+
+    score_min: Optional[float] = None           # olympic mean x scaling factor, as published
+    scaling_factor: Optional[float] = None      # from scaling.json (1.0 when none)
+    rcp: str = ""                               # 'Pass', 'Fail', 'Interp. Fail', 'Missing', ... ('' when not run)
+    gbs: Optional[float] = None
+    samples_to_converge: Optional[float] = None
+    notes: List[str] = field(default_factory=list)
+    crash: str = ""
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"score_min": self.score_min, "scaling_factor": self.scaling_factor, "rcp": self.rcp,
+                "gbs": self.gbs, "samples_to_converge": self.samples_to_converge, "notes": self.notes,
+                "crash": self.crash}
+
+
+def _finite(x) -> Optional[float]:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def run_result_summarizer(pkg: Package, ruleset: str) -> SummarizerResult:
+    """Run after the package checker: the summarizer reads the ``scaling.json`` the RCP check wrote."""
+    from mlperf_logging.result_summarizer import result_summarizer
+
+    res = SummarizerResult()
+    with captured() as cap:
+        try:
+            strong, _weak, detailed, _power = result_summarizer.summarize_results(str(pkg.org_dir), USAGE, ruleset)
+        except Exception as exc:  # noqa: BLE001
+            res.crash = f"{type(exc).__name__}: {exc}"
+            strong = detailed = None
+    # Its one-line messages ("NOTICE: Dropping non-converged run(s)", "... in result_3.txt"); not the traceback
+    # it prints after trying the RCP checker, which has no RCPs before 1.0.0 (that is expected, not news).
+    no_rcps = not rules.at_least(ruleset, rules.RCP_MIN_RULESET)
+    res.notes = [pkg.rename(ln) for ln in cap.stdout.splitlines() if ln.strip()
+                 and not (no_rcps and ln.startswith("WARNING: RCP/GBS computation failed"))][:10]
+    if res.crash or strong is None or len(strong) == 0:
+        if not res.crash:
+            res.crash = "no row for the staged system (system description rejected?)"
+        return res
+    row = strong.to_dict("records")[0]
+    res.score_min = _finite(row.get(rules.BENCHMARK))
+    drow = detailed.to_dict("records")[0] if detailed is not None and len(detailed) else {}
+    res.scaling_factor = _finite(drow.get(f"{rules.BENCHMARK}:rcp_scaling_factor"))
+    res.rcp = str(drow.get(f"{rules.BENCHMARK}:RCP") or "")
+    res.gbs = _finite(drow.get(f"{rules.BENCHMARK}:GBS"))
+    res.samples_to_converge = _finite(drow.get(f"{rules.BENCHMARK}:samples_to_converge"))
+    return res
+
+
+# ------------------------------------------------------------------------------------------------ conventions
+def summarizer_start_stop(events) -> Tuple[Optional[Any], Optional[Any]]:
+    """The run_start and run_stop records result_summarizer takes (``_query_run_start_stop``): in file order,
+    run_start is updated until a run_stop has been seen as well, so with repeated run_start lines (multi-rank
+    logs) the last one before the first run_stop counts. ``events`` need ``key``."""
+    start = stop = None
+    for ev in events:
+        if ev.key == "run_start":
+            start = ev
+        if ev.key == "run_stop":
+            stop = ev
+        if start is not None and stop is not None:
+            break
+    return start, stop
+
+
+def olympic(scores: List[float], dropped: int, max_dropped: int = 1) -> Optional[float]:
+    """result_summarizer's strong-scaling score before scaling: no score with more than ``max_dropped`` runs
+    dropped; else ``_compute_olympic_average``: sort, drop ``max_dropped`` from the bottom and
+    ``max_dropped - dropped`` from the top (a dropped run counts as the slowest)."""
+    if dropped > max_dropped:
+        return None
+    scores = sorted(scores)
+    kept = scores[max_dropped: len(scores) - (max_dropped - dropped)]
+    return sum(kept) / len(kept) if kept else None
