@@ -15,7 +15,16 @@ export EXTRA_CONFIG="${EXTRA_CONFIG:-}"
 ## System run params
 export DGXSYSTEM="${DGXSYSTEM:-CPU}"
 export DGXNNODES="${DGXNNODES:-1}"
-export WALLTIME="${WALLTIME:-00:20:00}"
+
+## Time budget (minutes). A trial gets the expected training time plus the init allowance, +25 %: Slurm stops a
+## trial at that limit (srun --time) and the next one starts. The job asks for NEXP trials + 15 minutes.
+export DGXRUNMINUTES="${DGXRUNMINUTES:-15}"  # the synthetic demo: 4-10 min on 2 cores; 13 when 4 processes share them
+export DGXINITMINUTES="${DGXINITMINUTES:-5}"
+export NEXP="${NEXP:-5}"
+export TRIAL_MINUTES="${TRIAL_MINUTES:-$(( (DGXRUNMINUTES + DGXINITMINUTES) * 5 / 4 ))}"
+_job_minutes=$(( NEXP * TRIAL_MINUTES + 15 ))
+export WALLTIME="${WALLTIME:-$(printf '%02d:%02d:00' $(( _job_minutes / 60 )) $(( _job_minutes % 60 )))}"
+unset _job_minutes
 
 ## System config params
 export DGXNGPU="${DGXNGPU:-1}"            # processes per node

@@ -11,7 +11,16 @@ export EXTRA_CONFIG="${EXTRA_CONFIG:-SOLVER.BASE_LR 0.16 SOLVER.MAX_ITER 40000 S
 ## System run params
 export DGXSYSTEM="${DGXSYSTEM:-DGXA100_4x8x4}"
 export DGXNNODES="${DGXNNODES:-4}"
-export WALLTIME="${WALLTIME:-02:00:00}"
+
+## Time budget (minutes). A trial gets the expected training time plus the init allowance, +25 %: Slurm stops a
+## trial at that limit (srun --time) and the next one starts. The job asks for NEXP trials + 15 minutes.
+export DGXRUNMINUTES="${DGXRUNMINUTES:-33}"  # NVIDIA v0.7 4 x DGX-A100: 27-33 min to train
+export DGXINITMINUTES="${DGXINITMINUTES:-5}"
+export NEXP="${NEXP:-5}"
+export TRIAL_MINUTES="${TRIAL_MINUTES:-$(( (DGXRUNMINUTES + DGXINITMINUTES) * 5 / 4 ))}"
+_job_minutes=$(( NEXP * TRIAL_MINUTES + 15 ))
+export WALLTIME="${WALLTIME:-$(printf '%02d:%02d:00' $(( _job_minutes / 60 )) $(( _job_minutes % 60 )))}"
+unset _job_minutes
 
 ## System config params
 export DGXNGPU="${DGXNGPU:-8}"

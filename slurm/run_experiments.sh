@@ -11,6 +11,10 @@ if [[ ! -x "${REPO}/run_and_time.sh" ]]; then
 fi
 cd "${REPO}"
 export DGXSYSTEM="${DGXSYSTEM:-DGXA100}"
+if [[ "${SKIP_CONFIG:-0}" != 1 ]]; then
+  # shellcheck source=/dev/null
+  source "./config_${DGXSYSTEM}.sh"  # NEXP and TRIAL_MINUTES (the per-trial time limit) come from it
+fi
 NEXP="${NEXP:-5}"
 NNODES="${SLURM_JOB_NUM_NODES:-1}"
 JOBID="${SLURM_JOB_ID:-0}"
@@ -26,6 +30,10 @@ export MASTER_ADDR="${MASTER_ADDR:-${hosts[0]}}"
 port0="${MASTER_PORT:-$((29500 + JOBID % 1000))}"
 read -r -a srun_extra <<< "${SRUN_ARGS:-}"
 srun_cmd=(srun "--nodes=${NNODES}" --ntasks-per-node=1 --kill-on-bad-exit=1 --cpu-bind=none "${srun_extra[@]}")
+# Each trial has its own time limit: Slurm sends SIGTERM (the trainer logs run_stop aborted and exits), then
+# SIGKILL after KillWait, and the next trial starts; one hung trial cannot eat the others' time.
+train_cmd=("${srun_cmd[@]}")
+if [[ -n "${TRIAL_MINUTES:-}" ]]; then train_cmd+=("--time=${TRIAL_MINUTES}"); fi
 
 if [[ "${CONTAINER}" == none ]]; then
   run_cmd=("${REPO}/run_and_time.sh")
@@ -40,7 +48,7 @@ else
 fi
 
 echo "run_experiments: job ${JOBID} nodes=${NNODES} (${hosts[*]}) system=${DGXSYSTEM} nexp=${NEXP}"
-echo "run_experiments: master=${MASTER_ADDR} logdir=${LOGDIR} container=${CONTAINER}"
+echo "run_experiments: master=${MASTER_ADDR} logdir=${LOGDIR} container=${CONTAINER} trial limit=${TRIAL_MINUTES:-none} min"
 status=0
 for ((i = 0; i < NEXP; i++)); do
   export MASTER_PORT=$((port0 + i))
@@ -48,11 +56,16 @@ for ((i = 0; i < NEXP; i++)); do
   rc=0
   {
     echo "Beginning trial $((i + 1)) of ${NEXP}"
+    # The trainer logs cache_clear once, true only when the caches were really dropped on every node.
+    export MLPERF_CACHE_CLEARED=0
     if [[ "${CLEAR_CACHES}" == 1 ]]; then
-      "${srun_cmd[@]}" bash -c "${DROP_CACHES_CMD}" || echo "run_experiments: WARNING: cache clearing failed" >&2
-      printf ':::MLLOG {"namespace": "", "time_ms": %s, "event_type": "POINT_IN_TIME", "key": "cache_clear", "value": true, "metadata": {"file": "run_experiments.sh", "lineno": 0}}\n' "$(date +%s%3N)"
+      if "${srun_cmd[@]}" bash -c "${DROP_CACHES_CMD}"; then
+        export MLPERF_CACHE_CLEARED=1
+      else
+        echo "run_experiments: WARNING: cache clearing failed" >&2
+      fi
     fi
-    "${srun_cmd[@]}" "${run_cmd[@]}"
+    "${train_cmd[@]}" "${run_cmd[@]}"
   } 2>&1 | tee "${log}" || rc=$?
   echo "run_experiments: trial $((i + 1)) exit code ${rc}, log ${log}"
   if [[ "${rc}" -ne 0 ]]; then status="${rc}"; fi

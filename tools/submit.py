@@ -106,14 +106,13 @@ class NodeTask:
                 log.write(text)
                 log.flush()
 
+            env["MLPERF_CACHE_CLEARED"] = "0"
             if self.clear_caches:
                 r = subprocess.run(["bash", "-c", self.drop_caches_cmd], capture_output=True, text=True)
                 if r.returncode != 0:
                     emit(f"submit: WARNING: cache clearing failed on node {node}: {r.stderr.strip()}\n")
-                if node == 0:
-                    ms = int(time.time() * 1000)
-                    emit(f':::MLLOG {{"namespace": "", "time_ms": {ms}, "event_type": "POINT_IN_TIME", '
-                         f'"key": "cache_clear", "value": true, "metadata": {{"file": "submit.py", "lineno": 0}}}}\n')
+                else:
+                    env["MLPERF_CACHE_CLEARED"] = "1"  # the trainer logs cache_clear true, once
             p = subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True, bufsize=1)
             for line in p.stdout:
@@ -181,7 +180,7 @@ def main(argv=None):
     p.add_argument("--system", default="DGXA100_4x8x4", help="config_<system>.sh (default DGXA100_4x8x4)")
     p.add_argument("--nodes", type=int, default=None, help="default: DGXNNODES")
     p.add_argument("--gpus-per-node", type=int, default=None, help="default: DGXNGPU (0: do not request GPUs)")
-    p.add_argument("--time", default=None, help="per run, HH:MM:SS (default: WALLTIME)")
+    p.add_argument("--time", default=None, help="per run, HH:MM:SS (default: the config's TRIAL_MINUTES)")
     p.add_argument("--partition")
     p.add_argument("--account")
     p.add_argument("--qos")
@@ -217,7 +216,8 @@ def main(argv=None):
     args.nodes = args.nodes or int(cfg.get("DGXNNODES") or 1)
     if args.gpus_per_node is None:
         args.gpus_per_node = int(cfg.get("DGXNGPU") or 0)
-    args.time_min = walltime_minutes(args.time or cfg.get("WALLTIME") or "01:00:00")
+    # one Slurm job per run: each gets the config's per-trial limit (TRIAL_MINUTES), not the NEXP-run WALLTIME
+    args.time_min = walltime_minutes(args.time or cfg.get("TRIAL_MINUTES") or "01:00:00")
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     results = Path(args.results or ROOT / "results" / f"submit-{stamp}").resolve()
     results.mkdir(parents=True, exist_ok=True)

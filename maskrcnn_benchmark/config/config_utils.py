@@ -112,12 +112,111 @@ def merge_cfg_from_file(cfg, path):
     return cfg
 
 
+# Keys kept so that upstream configs merge, but with no effect on this package's model (Mask R-CNN with FPN):
+# setting one to another value than the default is reported once (``ignored_settings``).
+IGNORED_KEYS = (
+    "MODEL.RPN_ONLY", "MODEL.RETINANET_ON", "MODEL.KEYPOINT_ON", "MODEL.RETINANET.", "MODEL.ROI_KEYPOINT_HEAD.",
+    "MODEL.RPN.USE_FPN", "MODEL.ROI_HEADS.USE_FPN", "MODEL.BACKBONE.USE_GN", "MODEL.ROI_BOX_HEAD.USE_GN",
+    "MODEL.ROI_BOX_HEAD.DILATION", "MODEL.ROI_BOX_HEAD.CONV_HEAD_DIM", "MODEL.ROI_BOX_HEAD.NUM_STACKED_CONVS",
+    "MODEL.ROI_MASK_HEAD.MLP_HEAD_DIM", "MODEL.ROI_MASK_HEAD.SHARE_BOX_FEATURE_EXTRACTOR",
+    "TEST.DETECTIONS_PER_IMG", "TEST.EXPECTED_RESULTS", "TEST.EXPECTED_RESULTS_SIGMA_TOL", "AMP_VERBOSE",
+)
+# Ignored keys whose upstream value differs from the default in every config this package ships (the
+# reference's yamls set SHARE_BOX_FEATURE_EXTRACTOR False and the USE_FPN flags True for FPN models).
+_EXPECTED_VALUES = {"MODEL.RPN.USE_FPN": (True, False), "MODEL.ROI_HEADS.USE_FPN": (True, False),
+                    "MODEL.ROI_MASK_HEAD.SHARE_BOX_FEATURE_EXTRACTOR": (True, False)}
+
+
+def _get(cfg, full_key):
+    node = cfg
+    for part in full_key.split("."):
+        node = node[part]
+    return node
+
+
+def ignored_settings(cfg):
+    """``KEY=value`` for every ignored key set to something that would matter elsewhere (a sorted list)."""
+    out = []
+    for key in _all_keys(cfg):
+        if not any(key == k or (k.endswith(".") and key.startswith(k)) for k in IGNORED_KEYS):
+            continue
+        value, default = _get(cfg, key), _get(_C, key)
+        if value == default or value in _EXPECTED_VALUES.get(key, ()):
+            continue
+        out.append(f"{key}={value!r}")
+    return sorted(out)
+
+
+def _require(ok, key, value, what):
+    if not ok:
+        raise ConfigError(f"config key '{key}' = {value!r}: {what}")
+
+
+def check_values(cfg):
+    """Reject values that cannot work, with one line naming the key (instead of a ZeroDivisionError or a
+    silent no-op run later)."""
+    def positive_int(key):
+        v = _get(cfg, key)
+        _require(isinstance(v, int) and not isinstance(v, bool) and v > 0, key, v, "must be a positive integer")
+
+    for key in ("SOLVER.IMS_PER_BATCH", "TEST.IMS_PER_BATCH", "SOLVER.MAX_ITER", "MODEL.RPN.BATCH_SIZE_PER_IMAGE",
+                "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", "MODEL.RPN.PRE_NMS_TOP_N_TRAIN",
+                "MODEL.RPN.POST_NMS_TOP_N_TRAIN", "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN",
+                "MODEL.RPN.PRE_NMS_TOP_N_TEST", "MODEL.RPN.POST_NMS_TOP_N_TEST",
+                "MODEL.RPN.FPN_POST_NMS_TOP_N_TEST", "MODEL.ROI_MASK_HEAD.RESOLUTION", "INPUT.MAX_SIZE_TRAIN",
+                "INPUT.MAX_SIZE_TEST", "INPUT.MIN_SIZE_TEST"):
+        positive_int(key)
+    positive_int("DISTRIBUTED_TIMEOUT")
+    for key in ("DATALOADER.NUM_WORKERS", "DATALOADER.SIZE_DIVISIBILITY", "SOLVER.WARMUP_ITERS",
+                "SOLVER.CHECKPOINT_PERIOD", "MODEL.ROI_HEADS.DETECTIONS_PER_IMG"):
+        v = _get(cfg, key)
+        _require(isinstance(v, int) and not isinstance(v, bool) and v >= 0, key, v, "must be an integer >= 0")
+    v = cfg.MODEL.ROI_BOX_HEAD.NUM_CLASSES
+    _require(isinstance(v, int) and v >= 2, "MODEL.ROI_BOX_HEAD.NUM_CLASSES", v,
+             "must count the background and at least one class (>= 2)")
+    v = cfg.INPUT.MIN_SIZE_TRAIN
+    _require(len(v) > 0 and all(isinstance(x, int) and x > 0 for x in v), "INPUT.MIN_SIZE_TRAIN", v,
+             "must hold positive integers")
+    for key in ("SOLVER.BASE_LR", "SOLVER.GAMMA"):
+        v = _get(cfg, key)
+        _require(v > 0, key, v, "must be > 0")
+    for key in ("SOLVER.MOMENTUM", "SOLVER.WEIGHT_DECAY", "SOLVER.WEIGHT_DECAY_BIAS", "SOLVER.WARMUP_FACTOR",
+                "SOLVER.CLIP_GRAD_NORM"):
+        v = _get(cfg, key)
+        _require(v >= 0, key, v, "must be >= 0")
+    for key in ("MODEL.RPN.POSITIVE_FRACTION", "MODEL.ROI_HEADS.POSITIVE_FRACTION"):
+        v = _get(cfg, key)
+        _require(0 < v <= 1, key, v, "must be in (0, 1]")
+    for key in ("MODEL.RPN.NMS_THRESH", "MODEL.ROI_HEADS.NMS", "MODEL.RPN.FG_IOU_THRESHOLD",
+                "MODEL.RPN.BG_IOU_THRESHOLD", "MODEL.ROI_HEADS.FG_IOU_THRESHOLD", "MODEL.ROI_HEADS.BG_IOU_THRESHOLD",
+                "MODEL.ROI_HEADS.SCORE_THRESH", "MLPERF.MIN_BBOX_MAP", "MLPERF.MIN_SEGM_MAP"):
+        v = _get(cfg, key)
+        _require(0 <= v <= 1, key, v, "must be in [0, 1]")
+    steps = list(cfg.SOLVER.STEPS)
+    _require(steps == sorted(steps) and all(isinstance(x, int) and x >= 0 for x in steps), "SOLVER.STEPS", steps,
+             "must be increasing iterations >= 0")
+    _require(cfg.SOLVER.WARMUP_METHOD in ("constant", "linear", "mlperf_linear"), "SOLVER.WARMUP_METHOD",
+             cfg.SOLVER.WARMUP_METHOD, "must be constant, linear or mlperf_linear")
+    _require(cfg.TEST.COCO_BACKEND in ("auto", "faster_coco_eval", "pycocotools"), "TEST.COCO_BACKEND",
+             cfg.TEST.COCO_BACKEND, "must be auto, faster_coco_eval or pycocotools")
+    _require(cfg.TEST.MASK_ENCODING in ("box", "full"), "TEST.MASK_ENCODING", cfg.TEST.MASK_ENCODING,
+             "must be box or full")
+    _require(isinstance(cfg.TEST.COCO_WORKERS, int) and cfg.TEST.COCO_WORKERS >= 0, "TEST.COCO_WORKERS",
+             cfg.TEST.COCO_WORKERS, "must be an integer >= 0 (0: one per core)")
+    _require(cfg.DTYPE in ("float32", "float16", "bfloat16"), "DTYPE", cfg.DTYPE,
+             "must be float32, float16 or bfloat16")
+    _require(cfg.MODEL.DEVICE in ("cpu", "cuda") or str(cfg.MODEL.DEVICE).startswith("cuda:"), "MODEL.DEVICE",
+             cfg.MODEL.DEVICE, "must be cpu or cuda")
+    return cfg
+
+
 def load_config(config_file="", opts=(), freeze=False):
-    """Defaults <- YAML file <- ``KEY VALUE`` overrides: what every entry point does."""
+    """Defaults <- YAML file <- ``KEY VALUE`` overrides, values checked: what every entry point does."""
     cfg = get_cfg()
     if config_file:
         merge_cfg_from_file(cfg, config_file)
     merge_cfg_from_list(cfg, opts)
+    check_values(cfg)
     if freeze:
         cfg.freeze()
     return cfg

@@ -226,6 +226,13 @@ _C.TEST.EXPECTED_RESULTS = []
 _C.TEST.EXPECTED_RESULTS_SIGMA_TOL = 4
 _C.TEST.IMS_PER_BATCH = 8
 _C.TEST.DETECTIONS_PER_IMG = 100
+# COCO scoring backend: "auto" (faster-coco-eval when installed, else pycocotools), "faster_coco_eval" or
+# "pycocotools" (the reference). Both give the same numbers. (added)
+_C.TEST.COCO_BACKEND = "auto"
+# Processes that score COCO (disjoint category sets); 0 = one per core this process may use. (added)
+_C.TEST.COCO_WORKERS = 0
+# Mask pasting for COCO results: "box" (only inside each expanded box) or "full" (whole image); same RLE. (added)
+_C.TEST.MASK_ENCODING = "box"
 
 # ---------------------------------------------------------------------------
 # Misc
@@ -240,6 +247,10 @@ _C.AMP_VERBOSE = False
 # channels_last memory format for the convolutions.
 _C.NHWC = False
 _C.DISABLE_REDUCED_LOGGING = False
+# Seconds a collective (all-reduce, barrier, gather) waits for the other ranks before the run fails and names
+# the rank that stopped answering. Long enough for a COCO evaluation's gather, short enough not to hold a
+# cluster allocation for half an hour when a rank hangs. (added)
+_C.DISTRIBUTED_TIMEOUT = 300
 
 # ---------------------------------------------------------------------------
 # MLPerf

@@ -64,12 +64,15 @@ def make_data_loader(cfg, is_train=True, is_distributed=False, start_iter=0, num
         else:
             batch_sampler = torch.utils.data.BatchSampler(sampler, per_gpu, drop_last=False)
         if is_train:
-            batch_sampler = IterationBasedBatchSampler(batch_sampler, max_iter or cfg.SOLVER.MAX_ITER, start_iter)
+            batch_sampler = IterationBasedBatchSampler(batch_sampler, max_iter or cfg.SOLVER.MAX_ITER, start_iter,
+                                                       seed=seed, rank=rank)
         workers = cfg.DATALOADER.NUM_WORKERS
         loaders.append(torch.utils.data.DataLoader(
             dataset, num_workers=workers, batch_sampler=batch_sampler,
             collate_fn=BatchCollator(cfg.DATALOADER.SIZE_DIVISIBILITY),
             pin_memory=torch.cuda.is_available() and cfg.MODEL.DEVICE == "cuda",
             persistent_workers=workers > 0 and is_train,
+            # its own generator: creating the loader must not draw from the global RNG a resumed run restores
+            generator=torch.Generator().manual_seed(int(seed) + rank),
         ))
     return loaders[0] if is_train else loaders

@@ -3,18 +3,20 @@ import logging
 import time
 
 from ..utils import comm
+from ..utils.rng import get_rng_state
+from .trainer import HookBase
 
 logger = logging.getLogger(__name__)
 
 
-class MetricsHook:
-    """Every ``period`` iterations (rank 0): losses (averaged over ranks), LR, images/s. Plain log lines,
-    never inside an MLPerf line and never a progress bar."""
+class MetricsHook(HookBase):
+    """Every ``period`` iterations (rank 0): losses (averaged over ranks unless ``reduce`` is False, NVIDIA's
+    DISABLE_REDUCED_LOGGING: rank 0's own losses, no collective), LR, images/s. Plain log lines, never inside an
+    MLPerf line and never a progress bar."""
 
-    trainer = None
-
-    def __init__(self, period=20):
+    def __init__(self, period=20, reduce=True):
         self.period = period
+        self.reduce = reduce
         self._t = None
         self._images = 0
 
@@ -26,7 +28,7 @@ class MetricsHook:
         t = self.trainer
         if t.iter % self.period and t.iter != t.max_iter:
             return
-        losses = comm.reduce_dict(t.loss_dict)
+        losses = comm.reduce_dict(t.loss_dict) if self.reduce else t.loss_dict
         now = time.perf_counter()
         ips = (t.images_seen - self._images) / max(now - self._t, 1e-9)
         self._t, self._images = now, t.images_seen
@@ -37,57 +39,67 @@ class MetricsHook:
             logger.info("iter: %d  epoch: %d  loss: %.4f  %s  lr: %.6f  images/s: %.2f",
                         t.iter, t.epoch, total, parts, lr, ips)
 
-    def after_train(self):
-        pass
 
+class CheckpointHook(HookBase):
+    """Every ``period`` iterations (and at the end) rank 0 saves model, optimizer, LR schedule, gradient scaler,
+    the iteration and every rank's random-number state (gathered), so ``--resume`` continues exactly."""
 
-class CheckpointHook:
-    trainer = None
-
-    def __init__(self, checkpointer, period, save_final=True):
+    def __init__(self, checkpointer, period, save_final=True, seed=None):
         self.checkpointer = checkpointer
         self.period = period
         self.save_final = save_final
+        self.seed = seed
 
-    def before_train(self):
-        pass
+    def _save(self, name):
+        states = comm.all_gather(get_rng_state())
+        if comm.is_main_process():
+            self.checkpointer.save(name, iteration=self.trainer.iter, seed=self.seed, rng_states=states)
 
     def after_step(self):
         it = self.trainer.iter
-        if self.period > 0 and it % self.period == 0 and comm.is_main_process():
-            self.checkpointer.save(f"model_{it:07d}", iteration=it)
+        if self.period > 0 and it % self.period == 0:
+            self._save(f"model_{it:07d}")
 
     def after_train(self):
-        if self.save_final and self.trainer.error is None and comm.is_main_process():
-            self.checkpointer.save("model_final", iteration=self.trainer.iter)
+        if self.save_final and self.trainer.error is None:
+            self._save("model_final")
 
 
-class MLPerfHook:
+GO_ON, TARGET_MET, FAILED, NOTHING_PENDING = 0, 1, 2, 4  # only rank 0's value matters (all-reduce MAX)
+
+
+class MLPerfHook(HookBase):
     """Epoch boundaries, per-epoch evaluation and early stop, logged with the MLPerf keys.
 
     At each epoch end: ``epoch_stop``/``block_stop``, then ``eval_start``, distributed inference
-    (``evaluate(epoch)``, blocking) and ``eval_stop``; scoring runs in the scorer (asynchronous by default).
-    Every ``poll_period`` iterations rank 0 collects finished scores, logs ``eval_accuracy`` and decides
-    whether both targets are met; the decision is broadcast so all ranks stop at the same iteration.
-    ``run_stop`` closes the run with status success or aborted.
+    (``evaluate(epoch)`` returns the gathered detections on rank 0; blocking on every rank) and ``eval_stop``;
+    rank 0 hands the detections to the scorer (asynchronous by default). After every iteration rank 0 collects
+    finished scores (one ``done()`` check), logs ``eval_accuracy`` and decides whether both targets are met. The
+    decision reaches every rank through a non-blocking all-reduce (:class:`~maskrcnn_benchmark.utils.comm.
+    AsyncFlag`): all ranks stop together at the end of the iteration after the one in which the target epoch's
+    scores arrived (the same iteration with one process, or when scoring is synchronous). The exchange only
+    runs while a score is pending (from an epoch end until rank 0 has the scores), not every iteration of the
+    run: it costs a small all-reduce per iteration (``bench/stop_signal.py``). A failure of
+    rank-0-only work (COCO conversion, scoring) travels the same way and aborts every rank, instead of leaving
+    the others blocked. ``run_stop`` closes the run with status success or aborted.
     """
 
-    trainer = None
-
-    def __init__(self, mllogger, evaluate, scorer, min_bbox_map, min_segm_map, poll_period=20,
-                 per_epoch_eval=True):
+    def __init__(self, mllogger, evaluate, scorer, min_bbox_map, min_segm_map, per_epoch_eval=True):
         self.ml = mllogger
         self.evaluate = evaluate
         self.scorer = scorer
         self.targets = (min_bbox_map, min_segm_map)
-        self.poll_period = poll_period
         self.per_epoch_eval = per_epoch_eval
         self.success = False
         self.converged_epoch = None
-        self.eval_seconds = 0.0
+        self.stop_iteration = None
+        self.eval_seconds = []  # blocking time (eval_start to eval_stop) per evaluated epoch
+        self.scoring_seconds = []
         self.accuracies = []  # (epoch, bbox, segm)
         self._open_epoch = None
-        self._failure = None  # an error in rank-0-only work (scoring, COCO conversion), shared at the next sync
+        self._failure = None
+        self._flag = None
+        self._polling = False  # every rank: an epoch's scores are pending
 
     def _start_epoch(self, epoch):
         self.ml.start("block_start", metadata={"first_epoch_num": epoch, "epoch_count": 1})
@@ -106,57 +118,79 @@ class MLPerfHook:
             bbox = scores["bbox"]["stats"]["AP"]
             segm = scores["segm"]["stats"]["AP"]
             self.accuracies.append((epoch, bbox, segm))
+            if "seconds" in scores:
+                self.scoring_seconds.append(scores["seconds"])
             self.ml.event("eval_accuracy", {"BBOX": bbox, "SEGM": segm}, metadata={"epoch_num": epoch})
-            logger.info("epoch %d: box AP %.4f, mask AP %.4f (targets %.3f / %.3f)", epoch, bbox, segm,
-                        *self.targets)
+            logger.info("epoch %d: box AP %.4f, mask AP %.4f (targets %.3f / %.3f; scored by %s in %.1f s)",
+                        epoch, bbox, segm, *self.targets, scores.get("backend", "?"), scores.get("seconds", 0.0))
             if not self.success and bbox >= self.targets[0] and segm >= self.targets[1]:
                 self.success = True
                 self.converged_epoch = epoch
 
-    def before_train(self):
-        self._start_epoch(self.trainer.start_iter // self.trainer.iters_per_epoch + 1)
-
     def _rank0(self, fn, *args):
-        """Run rank-0-only work; an exception is kept and turned into a run abort on every rank at the next
-        decision broadcast instead of leaving the other ranks blocked in it."""
+        """Rank-0-only work; an exception is kept and becomes FAILED in the next decision."""
         if self._failure is None:
             try:
                 fn(*args)
             except Exception as e:  # noqa: BLE001
                 self._failure = e
 
-    def _decide(self, device):
-        """0: go on, 1: targets met, 2: rank 0 failed. Same answer on every rank."""
-        code = 2 if self._failure is not None else int(self.success)
-        code = comm.broadcast_object(code) if comm.get_world_size() > 1 else code
-        if code == 2:
+    def _local_code(self):
+        if not comm.is_main_process():
+            return GO_ON
+        if self._failure is not None:
+            return FAILED
+        if self.success:
+            return TARGET_MET
+        return GO_ON if self.scorer.pending else NOTHING_PENDING
+
+    def _act(self, code):
+        if code == NOTHING_PENDING:
+            return False
+        if code == FAILED:
             raise RuntimeError(f"evaluation failed on rank 0: {self._failure or 'see rank 0'}")
-        return code == 1
+        if code == TARGET_MET:
+            self.success = True  # rank 0 decided; every rank now agrees
+            self.stop_iteration = self.trainer.iter
+            self.trainer.request_stop()
+            return True
+        return False
+
+    def before_train(self):
+        self._flag = comm.AsyncFlag()
+        self._start_epoch(self.trainer.start_iter // self.trainer.iters_per_epoch + 1)
 
     def _run_eval(self, epoch):
         t0 = time.perf_counter()
         self.ml.start("eval_start", metadata={"epoch_num": epoch})
-        self.evaluate(epoch)
-        if not self.scorer.asynchronous and comm.is_main_process():
-            self._rank0(lambda: self._record(self.scorer.poll()))
+        detections = self.evaluate(epoch)
+        if comm.is_main_process():
+            self._rank0(self.scorer.submit, epoch, detections)
+            if not self.scorer.asynchronous:
+                self._rank0(lambda: self._record(self.scorer.poll()))
         self.ml.end("eval_stop", metadata={"epoch_num": epoch})
-        self.eval_seconds += time.perf_counter() - t0
+        self.eval_seconds.append(time.perf_counter() - t0)
 
     def after_step(self):
         t = self.trainer
         epoch_end = t.iter % t.iters_per_epoch == 0 or t.iter >= t.max_iter
         if epoch_end:
-            epoch = t.epoch
             self._stop_epoch()
             if self.per_epoch_eval or t.iter >= t.max_iter:
-                self._run_eval(epoch)
-        if epoch_end or t.iter % self.poll_period == 0:
-            if comm.is_main_process() and self.scorer.asynchronous:
-                self._rank0(lambda: self._record(self.scorer.poll()))
-            if self._decide(t.device):
-                self.success = True  # rank 0 decided; every rank now agrees
-                t.request_stop()
-                return
+                self._run_eval(t.epoch)
+        if comm.is_main_process() and self.scorer.pending:
+            self._rank0(lambda: self._record(self.scorer.poll()))
+        if epoch_end:
+            # epoch ends are synchronization points anyway (the gather of the detections): decide there at once
+            code = self._flag.agree(self._local_code())
+            self._polling = code == GO_ON
+        elif self._polling:
+            code = self._flag.exchange(self._local_code())
+            self._polling = code == GO_ON
+        else:
+            code = GO_ON
+        if self._act(code):
+            return
         if epoch_end and t.iter < t.max_iter:
             self._start_epoch(t.epoch + 1)
 
@@ -166,7 +200,12 @@ class MLPerfHook:
             if t.error is None and not self.success:
                 if comm.is_main_process():
                     self._rank0(lambda: self._record(self.scorer.wait_all()))
-                self.success = self._decide(t.device)
+                code = self._flag.agree(self._local_code())
+                if code == FAILED:
+                    raise RuntimeError(f"evaluation failed on rank 0: {self._failure or 'see rank 0'}")
+                self.success = code == TARGET_MET
+            elif t.error is None and self._flag is not None:
+                self._flag.close()  # never wait on other ranks after an error: one of them may be gone
         finally:
             self._stop_epoch()
             self.scorer.shutdown()
@@ -174,18 +213,13 @@ class MLPerfHook:
             self.ml.end("run_stop", metadata={"status": status})
 
 
-class ProfilerHook:
+class ProfilerHook(HookBase):
     """``PROFILE=torch|memory`` (via MASKRCNN_PROFILE): a torch.profiler trace or a per-iteration memory CSV."""
-
-    trainer = None
 
     def __init__(self, rank=0):
         from ..utils import profiling
 
         self.profiler = profiling.from_env(rank=rank)
-
-    def before_train(self):
-        pass
 
     def after_step(self):
         self.profiler.step(self.trainer.iter)

@@ -12,7 +12,7 @@ from PIL import Image
 from ..config import ConfigError, load_config
 from ..data.transforms import build_transforms
 from ..modeling import build_detection_model
-from ..modeling.roi_heads.mask_head import Masker
+from ..evaluation.postprocess import to_original
 from ..structures.image_list import to_image_list
 from ..utils.c2_model_loading import WeightsError
 from ..utils.checkpoint import DetectronCheckpointer
@@ -24,11 +24,10 @@ class Predictor:
         self.device = torch.device(cfg.MODEL.DEVICE if cfg.MODEL.DEVICE != "cuda" or torch.cuda.is_available()
                                    else "cpu")
         self.model = build_detection_model(cfg).to(self.device).eval()
-        DetectronCheckpointer(cfg, self.model).load(weights or cfg.MODEL.WEIGHT)
+        DetectronCheckpointer(cfg, self.model).load_weights(weights or cfg.MODEL.WEIGHT)
         self.transforms = build_transforms(cfg, is_train=False)
         self.class_names = class_names
         self.score_threshold = score_threshold
-        self.masker = Masker(threshold=0.5, padding=1)
 
     @torch.no_grad()
     def predict(self, image):
@@ -36,12 +35,8 @@ class Predictor:
         image = image.convert("RGB")
         tensor, _ = self.transforms(image, None)
         out = self.model(to_image_list([tensor], self.cfg.DATALOADER.SIZE_DIVISIBILITY).to(self.device))[0]
-        out = out.to("cpu").resize(image.size)
-        keep = out.get_field("scores") >= self.score_threshold
-        out = out[keep]
-        if out.has_field("mask"):
-            out.add_field("mask", self.masker.paste(out.get_field("mask"), out.bbox, image.size[1], image.size[0]))
-        return out
+        out = out[out.get_field("scores") >= self.score_threshold]
+        return to_original(out, image.size[0], image.size[1]).to("cpu")
 
     def label_name(self, label):
         if self.class_names and 0 < label <= len(self.class_names):

@@ -3,6 +3,7 @@ backward and steps the optimizer; logging, evaluation, checkpoints and early sto
 import logging
 import math
 import time
+import warnings
 
 import torch
 
@@ -11,14 +12,25 @@ from ..utils import comm
 logger = logging.getLogger(__name__)
 
 
+# fp16: the GradScaler skips a step whose gradients overflowed and halves its scale (as NVIDIA's FP16 optimizer
+# does); a run whose scale falls below this has diverged (gradients overflow even unscaled) and is aborted.
+MIN_LOSS_SCALE = 1.0
+
+
 class NonFiniteLossError(FloatingPointError):
     pass
 
 
 class HookBase:
+    """A training hook: called before training, before and after every iteration, and after training (also when
+    training failed; ``trainer.error`` then holds the exception)."""
+
     trainer = None
 
     def before_train(self):
+        pass
+
+    def before_step(self):
         pass
 
     def after_step(self):
@@ -28,16 +40,27 @@ class HookBase:
         pass
 
 
+def make_grad_scaler(device, dtype):
+    """The GradScaler of a run: enabled for float16 autocast on GPU (on CPU float16 runs as bfloat16)."""
+    return torch.amp.GradScaler(device.type, enabled=dtype == "float16" and device.type == "cuda")
+
+
 class Trainer:
     """Runs iterations ``start_iter + 1 .. max_iter`` (1-based, as the reference counts).
 
-    ``dtype`` float16 uses autocast with a GradScaler, bfloat16 autocast alone. Loss finiteness is checked every
-    ``nan_check_period`` iterations from a flag accumulated on the device, so GPU steps do not sync for it.
+    ``dtype`` float16 uses autocast with a GradScaler, bfloat16 autocast alone. The LR scheduler steps after
+    the optimizer (the reference's order: iteration k trains with the LR of schedule step k - 1).
+
+    Non-finite losses: in float32/bfloat16 a non-finite loss aborts the run (NonFiniteLossError, on every rank
+    together). In float16 the GradScaler skips a step whose gradients overflowed (a non-finite loss always
+    does) and halves the loss scale, as NVIDIA's FP16 optimizer does: that is not an abort; the run aborts
+    only when the scale falls below MIN_LOSS_SCALE. Both are checked every ``nan_check_period`` iterations from
+    device-side state, so GPU steps do not sync for it.
     """
 
     def __init__(self, model, optimizer, scheduler, data_loader, device, max_iter, iters_per_epoch,
                  dtype="float32", start_iter=0, hooks=(), clip_grad_norm=0.0, nan_check_period=None,
-                 channels_last=False):
+                 channels_last=False, scaler=None):
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
@@ -56,7 +79,7 @@ class Trainer:
             logger.warning("DTYPE float16 on CPU: using bfloat16 autocast instead")
             amp_dtype = torch.bfloat16
         self.amp_dtype = amp_dtype
-        self.scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
+        self.scaler = scaler if scaler is not None else make_grad_scaler(device, dtype)
         self.hooks = []
         for h in hooks:
             h.trainer = self
@@ -79,6 +102,13 @@ class Trainer:
     def check_finite(self):
         """Raise on every rank together: with DDP a non-finite loss on one rank poisons all of them, and a rank
         that stopped alone would leave the others waiting in the next collective."""
+        if self.scaler.is_enabled():
+            # DDP averages the gradients, so every rank sees the same overflow and holds the same scale.
+            scale = self.scaler.get_scale()
+            if scale < MIN_LOSS_SCALE:
+                raise NonFiniteLossError(f"float16 loss scale fell to {scale:g} at iteration {self.iter}: the "
+                                         "gradients overflow even unscaled, training diverged")
+            return
         flag = self._nonfinite.to(torch.int32)
         if comm.get_world_size() > 1:
             torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
@@ -93,7 +123,8 @@ class Trainer:
                             enabled=self.amp_dtype is not None):
             loss_dict = self.model(images, targets)
         losses = sum(loss_dict.values())
-        self._nonfinite |= ~torch.isfinite(losses.detach())
+        if not self.scaler.is_enabled():
+            self._nonfinite |= ~torch.isfinite(losses.detach())
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(losses).backward()
         if self.clip_grad_norm > 0:
@@ -101,7 +132,10 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self.scheduler.step()
+        with warnings.catch_warnings():
+            # A float16 step the scaler skipped still advances the schedule (the reference's loop does too).
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
+            self.scheduler.step()
         self.loss_dict = {k: v.detach() for k, v in loss_dict.items()}
         self.images_seen += len(images.image_sizes) * comm.get_world_size()
 
@@ -111,6 +145,8 @@ class Trainer:
         try:
             t_last = time.perf_counter()
             for self.iter, (images, targets, _) in enumerate(self.data_loader, self.start_iter + 1):
+                for h in self.hooks:
+                    h.before_step()
                 self.run_step(images, targets)
                 if self.iter % self.nan_check_period == 0:
                     self.check_finite()

@@ -2,8 +2,9 @@
 from .batch_norm import FrozenBatchNorm2d
 from .misc import cat, group_norm
 from .nms import batched_nms, nms
+from .rasterize import rasterize_polygons
 from .roi_align import ROIAlign, roi_align
 from .smooth_l1_loss import smooth_l1_loss
 
 __all__ = ["FrozenBatchNorm2d", "ROIAlign", "roi_align", "nms", "batched_nms", "smooth_l1_loss", "cat",
-           "group_norm"]
+           "group_norm", "rasterize_polygons"]

@@ -1,11 +1,16 @@
-"""Non-maximum suppression with the legacy "+1" IoU of maskrcnn-benchmark, on torchvision's kernels.
+"""Non-maximum suppression with the MLPerf reference's semantics, on torchvision's kernel.
 
-torchvision computes box areas as ``(x2 - x1) * (y2 - y1)``; the reference uses ``(x2 - x1 + 1) * (y2 - y1 + 1)``
-and an intersection width ``min(x2) - max(x1) + 1``. Shifting ``x2, y2`` by +1 turns one into the other exactly,
-so the legacy IoU costs one add and no kernel of our own.
+* "+1" IoU: the reference computes areas as ``(x2 - x1 + 1) * (y2 - y1 + 1)`` and intersections with the same
+  ``+1``; torchvision without it. Shifting ``x2, y2`` by +1 turns one into the other.
+* The reference's CUDA kernel (what MLPerf runs) suppresses at ``IoU > threshold`` with a float32 threshold and
+  returns the kept boxes in decreasing score order. torchvision compares its float32 IoU with a *double*
+  threshold, so an IoU that rounds to exactly ``float32(0.3)`` (> 0.3 in double) would be suppressed; we pass
+  the threshold already rounded to float32. (The reference's CPU kernel suppresses at ``>=``.)
+* Batched NMS runs the kernel on each group's own coordinates, as the reference does per image/level/class.
+  torchvision's batched NMS offsets the boxes of each group by ``group * (max + 1)``, which rounds float32
+  coordinates (by up to ~0.004 px at COCO scale) and can flip near-threshold decisions.
 """
 import torch
-from torchvision.ops import batched_nms as _tv_batched_nms
 from torchvision.ops import nms as _tv_nms
 
 
@@ -13,11 +18,26 @@ def _legacy(boxes):
     return torch.cat((boxes[:, :2], boxes[:, 2:] + 1), dim=1)
 
 
+def _threshold(iou_threshold):
+    return float(torch.tensor(iou_threshold, dtype=torch.float32))
+
+
 def nms(boxes, scores, iou_threshold):
-    """Indices of the kept boxes, sorted by decreasing score ("+1" IoU)."""
-    return _tv_nms(_legacy(boxes.float()), scores.float(), iou_threshold)
+    """Indices of the kept boxes, sorted by decreasing score ("+1" IoU, suppression at IoU > threshold)."""
+    return _tv_nms(_legacy(boxes.float()), scores.float(), _threshold(iou_threshold))
 
 
 def batched_nms(boxes, scores, idxs, iou_threshold):
-    """NMS applied independently within each value of ``idxs`` (image, level or class), "+1" IoU."""
-    return _tv_batched_nms(_legacy(boxes.float()), scores.float(), idxs, iou_threshold)
+    """NMS within each value of ``idxs`` (image, level or class); kept indices by decreasing score."""
+    if boxes.numel() == 0:
+        return torch.zeros((0,), dtype=torch.int64, device=boxes.device)
+    legacy = _legacy(boxes.float())
+    scores = scores.float()
+    order = torch.sort(idxs, stable=True).indices
+    counts = torch.unique_consecutive(idxs[order], return_counts=True)[1].tolist()
+    thr = _threshold(iou_threshold)
+    kept = []
+    for members in order.split(counts):
+        kept.append(members[_tv_nms(legacy[members], scores[members], thr)])
+    keep = torch.cat(kept)
+    return keep[torch.sort(scores[keep], descending=True, stable=True).indices]

@@ -9,8 +9,8 @@ class Matcher:
     Input: ``(N, G, P)`` IoU matrices where padded ground-truth rows are negative. Output ``(N, P)``:
     the matched gt index, ``BELOW_LOW_THRESHOLD`` (-1) or ``BETWEEN_THRESHOLDS`` (-2).
     With ``allow_low_quality_matches`` each ground truth also keeps the predictions of its highest IoU
-    (ties included), as in Detectron; unlike the reference, a ground truth that overlaps nothing (best IoU 0)
-    matches nothing rather than every non-overlapping prediction.
+    (ties included), as in the reference, even when that IoU is 0 (a ground truth that overlaps no prediction
+    then claims all of them; real anchors always overlap an in-image box).
     """
 
     BELOW_LOW_THRESHOLD = -1
@@ -34,7 +34,7 @@ class Matcher:
         matches[between] = self.BETWEEN_THRESHOLDS
         if self.allow_low_quality_matches:
             best_for_gt = match_quality.max(dim=2, keepdim=True).values
-            is_best = (match_quality == best_for_gt) & (best_for_gt > 0)
+            is_best = (match_quality == best_for_gt) & (best_for_gt >= 0)  # padded rows are -1
             low_quality = is_best.any(dim=1)
             matches = torch.where(low_quality, all_matches, matches)
         return matches

@@ -11,6 +11,8 @@ class LevelMapper:
     """FPN level of each ROI (Feature Pyramid Networks, eq. 1), as in the reference.
 
     ``level = floor(4 + log2(sqrt(area) / 224 + 1e-6))`` with the "+1" area, clamped to the available levels.
+    A box whose "+1" area is negative (an inverted box) has no level: -1 (the reference pools nothing for it,
+    its features stay zero).
     """
 
     def __init__(self, k_min, k_max, canonical_scale=224, canonical_level=4, eps=1e-6):
@@ -20,7 +22,8 @@ class LevelMapper:
     def __call__(self, boxes):
         area = (boxes[:, 2] - boxes[:, 0] + TO_REMOVE) * (boxes[:, 3] - boxes[:, 1] + TO_REMOVE)
         target = torch.floor(self.lvl0 + torch.log2(area.sqrt() / self.s0 + self.eps))
-        return (target.clamp(self.k_min, self.k_max) - self.k_min).to(torch.int64)
+        level = (target.clamp(self.k_min, self.k_max) - self.k_min).nan_to_num(-1.0)
+        return level.to(torch.int64)
 
 
 class Pooler(nn.Module):
@@ -44,12 +47,13 @@ class Pooler(nn.Module):
             return self.poolers[0](features[0], rois)
         levels = self.map_levels(rois[:, 1:])
         order = torch.argsort(levels)
-        counts = torch.bincount(levels, minlength=len(self.poolers)).tolist()
+        counts = torch.bincount(levels + 1, minlength=len(self.poolers) + 1).tolist()  # bin 0: no level
         sorted_rois = rois[order]
         x = features[0]
-        out = x.new_empty((rois.shape[0], x.shape[1]) + tuple(self.output_size))
+        out = x.new_zeros((rois.shape[0], x.shape[1]) + tuple(self.output_size))
         pooled = []
-        start = 0
+        start = counts.pop(0)
+        order = order[start:]
         for level, (count, pooler) in enumerate(zip(counts, self.poolers)):
             if count:
                 pooled.append(pooler(features[level], sorted_rois[start:start + count]).to(out.dtype))

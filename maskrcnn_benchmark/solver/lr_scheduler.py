@@ -37,9 +37,9 @@ class WarmupMultiStepLR(LRScheduler):
         return base_lr * decay
 
     def get_lr(self):
-        # The scheduler steps once per iteration after the optimizer; iteration k (1-based, as the
-        # reference counts) trains with lr_at(k), so the LR in force is one step ahead of last_epoch.
-        return [self.lr_at(base, self.last_epoch + 1) for base in self.base_lrs]
+        # As the MLPerf reference (NVIDIA v0.7 steps the scheduler after optimizer.step()), iteration k
+        # (1-based) trains with lr_at(k - 1): iteration 1 runs at the start of the warmup (0 for mlperf_linear).
+        return [self.lr_at(base, self.last_epoch) for base in self.base_lrs]
 
     def _get_closed_form_lr(self):
         return self.get_lr()

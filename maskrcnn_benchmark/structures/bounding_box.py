@@ -151,7 +151,7 @@ class BoxList:
         out = BoxList(self.bbox.to(device, non_blocking=non_blocking), self.size, self.mode)
         for k, v in self.extra_fields.items():
             if hasattr(v, "to"):
-                v = v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v.to(device)
+                v = v.to(device, non_blocking=non_blocking)
             out.add_field(k, v)
         return out
 
@@ -159,7 +159,7 @@ class BoxList:
         """Pinned copy (DataLoader ``pin_memory=True``) so the trainer's non_blocking copies overlap."""
         out = BoxList(self.bbox.pin_memory(), self.size, self.mode)
         for k, v in self.extra_fields.items():
-            out.add_field(k, v.pin_memory() if isinstance(v, torch.Tensor) else v)
+            out.add_field(k, v.pin_memory() if hasattr(v, "pin_memory") else v)
         return out
 
     def __getitem__(self, item):

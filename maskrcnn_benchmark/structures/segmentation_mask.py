@@ -30,6 +30,7 @@ class SegmentationMask:
         if mode == "poly":
             self.polygons = [[_as_part(p) for p in inst] for inst in instances]
             self.masks = None
+            self._packed = None
         elif mode == "mask":
             if isinstance(instances, (list, tuple)):
                 instances = (torch.stack([torch.as_tensor(np.asarray(m)) for m in instances])
@@ -42,6 +43,7 @@ class SegmentationMask:
                                  f"{(self.size[1], self.size[0])}")
             self.masks = masks
             self.polygons = None
+            self._packed = None
         else:
             raise ValueError(f"mode must be 'poly' or 'mask', got {mode!r}")
         self.mode = mode
@@ -51,6 +53,7 @@ class SegmentationMask:
     def _from_polygons(cls, polygons, size):
         out = cls.__new__(cls)
         out.size, out.mode, out.polygons, out.masks = (int(size[0]), int(size[1])), "poly", polygons, None
+        out._packed = None
         return out
 
     def _map_parts(self, fn, size):
@@ -119,42 +122,48 @@ class SegmentationMask:
             return torch.zeros((0, height, width), dtype=torch.uint8)
         out = []
         for inst in self.polygons:
+            if not inst:  # every part was degenerate: an empty mask
+                out.append(torch.zeros((height, width), dtype=torch.uint8))
+                continue
             rles = mask_utils.frPyObjects([p.tolist() for p in inst], height, width)
             out.append(torch.from_numpy(mask_utils.decode(mask_utils.merge(rles)).astype(np.uint8)))
         return torch.stack(out)
 
-    def polygon_edges(self):
-        """All polygon edges of each instance as a ``(N, E, 4)`` tensor ``(x0, y0, x1, y1)``.
-
-        Instances with fewer edges are padded with zero-length edges, which never cross a scanline, so the
-        even-odd rule over all edges of an instance (all its parts) gives its mask. Used to rasterize mask
-        targets for all ROIs at once on the device. Parts of one instance that overlap each other would cancel
-        where they overlap (the reference takes their union); COCO's parts practically never overlap.
+    def packed_polygons(self):
+        """All parts of all instances as flat tensors, the form the batched mask-target rasterizer reads:
+        ``(vertices (V, 2) float32, part_lengths (P,) int64, part_instance (P,) int64)``, parts in instance
+        order. Cached (masks are immutable: every op returns a new object), so a data-loader worker can build
+        it once per image and ``to(device)`` moves it with the targets.
         """
         if self.mode != "poly":
-            raise ValueError("polygon_edges needs polygon masks")
-        cached = getattr(self, "_edges", None)
-        if cached is not None:
-            return cached
-        per_inst = []
-        for inst in self.polygons:
-            edges = []
-            for p in inst:
-                pts = p.view(-1, 2)
-                edges.append(torch.cat((pts, pts.roll(-1, dims=0)), dim=1))
-            per_inst.append(torch.cat(edges) if edges else torch.zeros((0, 4)))
-        n_max = max((len(e) for e in per_inst), default=0)
-        out = torch.zeros((len(per_inst), n_max, 4))
-        for i, e in enumerate(per_inst):
-            out[i, : len(e)] = e
-        self._edges = out  # masks are immutable (every op returns a new object); data workers precompute this
-        return out
+            raise ValueError("packed_polygons needs polygon masks")
+        if self._packed is None:
+            parts = [(i, p) for i, inst in enumerate(self.polygons) for p in inst]
+            if parts:
+                vertices = torch.cat([p.view(-1, 2) for _, p in parts])
+                lengths = torch.tensor([p.numel() // 2 for _, p in parts], dtype=torch.int64)
+                owner = torch.tensor([i for i, _ in parts], dtype=torch.int64)
+            else:
+                vertices = torch.zeros((0, 2))
+                lengths = owner = torch.zeros((0,), dtype=torch.int64)
+            self._packed = (vertices, lengths, owner)
+        return self._packed
 
     # -- containers -----------------------------------------------------------------------------------------
-    def to(self, device):
+    def to(self, device, non_blocking=False):
         if self.mode == "mask":
-            return SegmentationMask(self.masks.to(device), self.size, "mask")
-        return self
+            return SegmentationMask(self.masks.to(device, non_blocking=non_blocking), self.size, "mask")
+        out = SegmentationMask._from_polygons(self.polygons, self.size)
+        if self._packed is not None:
+            out._packed = tuple(t.to(device, non_blocking=non_blocking) for t in self._packed)
+        return out
+
+    def pin_memory(self):
+        out = SegmentationMask._from_polygons(self.polygons, self.size) if self.mode == "poly" else \
+            SegmentationMask(self.masks.pin_memory(), self.size, "mask")
+        if self.mode == "poly" and self._packed is not None:
+            out._packed = tuple(t.pin_memory() for t in self._packed)
+        return out
 
     def __getitem__(self, item):
         if self.mode == "mask":

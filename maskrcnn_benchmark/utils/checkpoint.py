@@ -1,8 +1,16 @@
-"""Checkpoints: atomic saves, weights-only loads, explicit resume.
+"""Checkpoints: the reference's ``Checkpointer``/``DetectronCheckpointer`` API, atomic saves, safe loads.
 
-``DetectronCheckpointer.load(path)`` loads *weights* (a Detectron ``.pkl`` through the restricted unpickler, or
-a torch checkpoint with ``weights_only=True``). Optimizer/scheduler state is restored only by ``resume()``,
-which the trainer calls when the user asks for it, never implicitly from a stale ``last_checkpoint``.
+``Checkpointer(model, optimizer, scheduler, save_dir, save_to_disk)`` has the reference's ``save``,
+``load(f=None)``, ``has_checkpoint``, ``get_checkpoint_file`` and ``tag_last_checkpoint``. Differences, on
+purpose: files are written atomically (temp file + rename, so a kill never leaves a half-written checkpoint);
+they are read with ``torch.load(weights_only=True)`` (a checkpoint cannot run code); and an explicit ``f`` is
+never replaced by ``last_checkpoint`` (only ``load()`` without a file picks the latest one), so nothing resumes
+by surprise. Keys load through :func:`~maskrcnn_benchmark.utils.model_serialization.load_state_dict`
+(``module.`` prefixes, suffix matching, this package's 0.1.0 names).
+
+The trainer uses :meth:`DetectronCheckpointer.load_weights` for ``MODEL.WEIGHT`` (weights only: a Detectron
+``.pkl`` or any torch checkpoint) and :meth:`Checkpointer.resume` for ``--resume`` (model, optimizer, LR
+schedule, gradient scaler, and the extra state the trainer saved).
 """
 import logging
 import os
@@ -11,6 +19,7 @@ import tempfile
 import torch
 
 from .c2_model_loading import WeightsError, load_c2_weights
+from .model_serialization import load_state_dict
 
 
 def atomic_torch_save(obj, path):
@@ -31,28 +40,56 @@ def atomic_torch_save(obj, path):
         raise
 
 
-def _strip_module_prefix(state):
-    if state and all(k.startswith("module.") for k in state):
-        return {k[len("module."):]: v for k, v in state.items()}
-    return state
+def _atomic_write_text(path, text):
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def remove_stale_temp_files(folder):
+    """Delete ``.tmp-*`` files a killed run left in ``folder`` (never complete files). Returns their names."""
+    if not folder or not os.path.isdir(folder):
+        return []
+    removed = []
+    for name in os.listdir(folder):
+        if name.startswith(".tmp-"):
+            try:
+                os.unlink(os.path.join(folder, name))
+                removed.append(name)
+            except OSError:
+                pass
+    return removed
 
 
 def load_torch_checkpoint(path):
+    """``torch.load(weights_only=True)`` with one-line errors that name the file (and never suggest
+    ``weights_only=False``)."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise WeightsError(f"weights file '{path}' does not exist") from None
-    except Exception as e:
-        raise WeightsError(f"cannot load weights file '{path}': {str(e).splitlines()[0]}") from None
+    except IsADirectoryError:
+        raise WeightsError(f"weights file '{path}' is a directory") from None
+    except PermissionError:
+        raise WeightsError(f"weights file '{path}' is not readable (permission denied)") from None
+    except Exception as e:  # noqa: BLE001 - torch raises many kinds for a bad file
+        msg = str(e)
+        if "weights_only" in msg or "Unsupported global" in msg or "Unsupported operand" in msg:
+            raise WeightsError(f"weights file '{path}' holds Python objects other than tensors and plain "
+                               "containers; refusing to load it (it could run code)") from None
+        raise WeightsError(f"weights file '{path}' is not a torch checkpoint (truncated or another format)") \
+            from None
 
 
-class DetectronCheckpointer:
-    def __init__(self, cfg, model, optimizer=None, scheduler=None, save_dir="", save_to_disk=True,
-                 logger=None):
-        self.cfg = cfg
+class Checkpointer:
+    def __init__(self, model, optimizer=None, scheduler=None, save_dir="", save_to_disk=None, logger=None,
+                 scaler=None):
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
+        self.scaler = scaler
         self.save_dir = save_dir
         self.save_to_disk = save_to_disk
         self.logger = logger or logging.getLogger(__name__)
@@ -60,63 +97,132 @@ class DetectronCheckpointer:
     def _model(self):
         return self.model.module if hasattr(self.model, "module") else self.model
 
-    def save(self, name, **extra):
+    # -- saving ---------------------------------------------------------------------------------------------
+    def save(self, name, **kwargs):
         if not self.save_dir or not self.save_to_disk:
             return None
-        data = {"model": self._model().state_dict(), **extra}
+        data = {"model": self._model().state_dict()}
         if self.optimizer is not None:
             data["optimizer"] = self.optimizer.state_dict()
         if self.scheduler is not None:
             data["scheduler"] = self.scheduler.state_dict()
+        if self.scaler is not None and self.scaler.is_enabled():
+            data["scaler"] = self.scaler.state_dict()
+        data.update(kwargs)
         path = os.path.join(self.save_dir, f"{name}.pth")
         atomic_torch_save(data, path)
-        with open(os.path.join(self.save_dir, ".last_checkpoint.tmp"), "w") as f:
-            f.write(path)
-        os.replace(os.path.join(self.save_dir, ".last_checkpoint.tmp"), os.path.join(self.save_dir,
-                                                                                     "last_checkpoint"))
+        self.tag_last_checkpoint(path)
         self.logger.info("saved checkpoint %s", path)
         return path
 
-    def last_checkpoint(self):
-        marker = os.path.join(self.save_dir, "last_checkpoint")
-        if not os.path.exists(marker):
-            return None
-        with open(marker) as f:
-            return f.read().strip() or None
+    def tag_last_checkpoint(self, last_filename):
+        _atomic_write_text(os.path.join(self.save_dir, "last_checkpoint"), last_filename)
 
-    def load(self, path):
-        """Load model weights only. ``.pkl`` -> Detectron blobs; anything else -> torch checkpoint."""
-        if not path:
-            self.logger.info("no weights given: the model keeps its initialization")
+    def has_checkpoint(self):
+        return bool(self.save_dir) and os.path.exists(os.path.join(self.save_dir, "last_checkpoint"))
+
+    def get_checkpoint_file(self):
+        try:
+            with open(os.path.join(self.save_dir, "last_checkpoint")) as f:
+                return f.read().strip()
+        except OSError:
+            return ""
+
+    # -- loading --------------------------------------------------------------------------------------------
+    def _load_file(self, f):
+        return load_torch_checkpoint(f)
+
+    def _load_model(self, checkpoint, path):
+        state = checkpoint.pop("model", None) if isinstance(checkpoint, dict) else None
+        if state is None and isinstance(checkpoint, dict) and checkpoint and \
+                all(isinstance(v, torch.Tensor) for v in checkpoint.values()):
+            state = dict(checkpoint)  # a bare state dict
+            checkpoint.clear()
+        if not isinstance(state, dict):
+            raise WeightsError(f"weights file '{path}' holds no model state dict")
+        try:
+            load_state_dict(self._model(), state, self.logger)
+        except (ValueError, RuntimeError) as e:
+            raise WeightsError(f"weights file '{path}' does not fit this model: {str(e).splitlines()[0]}") \
+                from None
+
+    def load(self, f=None, use_latest=True):
+        """The reference's ``load``: model, then optimizer/scheduler (and scaler) when given and present; returns
+        the checkpoint's other entries. Without ``f`` (and ``use_latest``), the folder's last checkpoint."""
+        if not f and use_latest and self.has_checkpoint():
+            f = self.get_checkpoint_file()
+        if not f:
+            self.logger.info("No checkpoint found. Initializing model from scratch")
             return {}
+        checkpoint = self._load_file(f)
+        if not isinstance(checkpoint, dict):
+            raise WeightsError(f"weights file '{f}' holds a {type(checkpoint).__name__}, not a checkpoint")
+        self._load_model(checkpoint, f)
+        self._load_training_state(checkpoint, f)
+        return checkpoint
+
+    def _load_training_state(self, checkpoint, path):
+        for key, obj in (("optimizer", self.optimizer), ("scheduler", self.scheduler), ("scaler", self.scaler)):
+            state = checkpoint.pop(key, None)
+            if obj is None or state is None:
+                continue
+            try:
+                obj.load_state_dict(state)
+            except (ValueError, KeyError, RuntimeError) as e:
+                raise WeightsError(f"checkpoint '{path}': its {key} state does not fit this run: "
+                                   f"{str(e).splitlines()[0]}") from None
+
+    def resume(self, path):
+        """Restore model, optimizer, LR schedule and gradient scaler from a checkpoint this trainer wrote;
+        returns its extra entries (iteration, RNG and sampler state)."""
+        data = load_torch_checkpoint(path)
+        if not isinstance(data, dict) or "model" not in data:
+            raise WeightsError(f"'{path}' is not a training checkpoint (no 'model' entry)")
+        self._load_model(data, path)
+        if self.optimizer is not None and "optimizer" not in data:
+            raise WeightsError(f"'{path}' has no optimizer state: it holds weights, not a training checkpoint "
+                               "(use MODEL.WEIGHT to start from it)")
+        self._load_training_state(data, path)
+        self.logger.warning("RESUMED from %s (optimizer, LR schedule and gradient scaler restored)", path)
+        return data
+
+
+class DetectronCheckpointer(Checkpointer):
+    """``DetectronCheckpointer(cfg, model, ...)``: also reads Detectron ``.pkl`` weights (through the restricted
+    unpickler) and ``catalog://`` names."""
+
+    def __init__(self, cfg, model, optimizer=None, scheduler=None, save_dir="", save_to_disk=None, logger=None,
+                 scaler=None):
+        super().__init__(model, optimizer, scheduler, save_dir, save_to_disk, logger, scaler)
+        self.cfg = cfg
+
+    def _resolve(self, path):
         if path.startswith("catalog://"):
             from ..config.paths_catalog import resolve_model_url  # lazy: the catalog is optional
 
             path = resolve_model_url(self.cfg, path)
-        if path.endswith(".pkl"):
-            load_c2_weights(self._model(), path, self.logger)
-            return {}
-        data = load_torch_checkpoint(path)
-        state = data.get("model", data) if isinstance(data, dict) else None
-        if not isinstance(state, dict):
-            raise WeightsError(f"weights file '{path}' holds no model state dict")
-        missing, unexpected = self._model().load_state_dict(_strip_module_prefix(state), strict=False)
-        if missing:
-            self.logger.warning("weights file %s misses %d model tensors: %s", path, len(missing),
-                                ", ".join(missing[:10]))
-        if unexpected:
-            self.logger.warning("weights file %s has %d tensors the model does not use", path, len(unexpected))
-        return {k: v for k, v in data.items() if k not in ("model", "optimizer", "scheduler")}
+        return path
 
-    def resume(self, path):
-        """Restore model, optimizer and scheduler from a checkpoint we wrote; returns its extra data."""
-        data = load_torch_checkpoint(path)
-        if not isinstance(data, dict) or "model" not in data:
-            raise WeightsError(f"'{path}' is not a training checkpoint (no 'model' entry)")
-        self._model().load_state_dict(_strip_module_prefix(data["model"]))
-        if self.optimizer is not None and "optimizer" in data:
-            self.optimizer.load_state_dict(data["optimizer"])
-        if self.scheduler is not None and "scheduler" in data:
-            self.scheduler.load_state_dict(data["scheduler"])
-        self.logger.warning("RESUMED from %s (optimizer and LR schedule state restored)", path)
-        return {k: v for k, v in data.items() if k not in ("model", "optimizer", "scheduler")}
+    def _load_file(self, f):
+        f = self._resolve(f)
+        if f.endswith(".pkl"):
+            return {"c2_pickle": f}
+        return super()._load_file(f)
+
+    def _load_model(self, checkpoint, path):
+        if "c2_pickle" in checkpoint:
+            load_c2_weights(self._model(), checkpoint.pop("c2_pickle"), self.logger)
+            return
+        super()._load_model(checkpoint, path)
+
+    def load_weights(self, path):
+        """Model weights only (``MODEL.WEIGHT``): a Detectron ``.pkl``, a ``catalog://`` name or any torch
+        checkpoint (its optimizer state is ignored). Returns the checkpoint's other entries."""
+        if not path:
+            self.logger.info("no weights given: the model keeps its initialization")
+            return {}
+        checkpoint = self._load_file(path)
+        if not isinstance(checkpoint, dict):
+            raise WeightsError(f"weights file '{path}' holds a {type(checkpoint).__name__}, not a checkpoint")
+        self._load_model(checkpoint, path)
+        return {k: v for k, v in checkpoint.items() if k not in ("optimizer", "scheduler", "scaler")}

@@ -4,10 +4,16 @@ Processes are started by bind_launch/torchrun/srun with ``RANK``, ``WORLD_SIZE``
 ``MASTER_ADDR``, ``MASTER_PORT`` in the environment (Slurm's ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``
 are used when those are missing). The device is pinned before ``init_process_group`` (NCCL needs it), the
 backend is NCCL on GPU and gloo on CPU, and a barrier ends the setup so a rank that cannot join fails early.
+
+Every collective gives up after ``timeout_s`` (the config's DISTRIBUTED_TIMEOUT). Each rank also beats a heartbeat
+into the rendezvous store from a background thread, so that when a collective fails the surviving ranks can say
+which rank stopped answering (:func:`unresponsive_ranks`).
 """
 import datetime
 import logging
 import os
+import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -22,7 +28,64 @@ def _env_int(*names, default=None):
     return default
 
 
-def init_distributed(local_rank=None, device="cuda", timeout_s=1800):
+HEARTBEAT_PERIOD_S = 2.0
+_state = {"timeout": None, "heartbeat": None}
+
+
+class _Heartbeat:
+    """A counter per rank in the rendezvous store, advanced every HEARTBEAT_PERIOD_S by a daemon thread on its
+    own store connection (it keeps beating while the main thread waits in a collective)."""
+
+    def __init__(self, host, port, rank, world, timeout_s):
+        self.rank, self.world = rank, world
+        self.store = dist.TCPStore(host, port, None, is_master=False, timeout=datetime.timedelta(seconds=timeout_s),
+                                   wait_for_workers=False)
+        self.prefix = f"maskrcnn_heartbeat/{os.environ.get('MASTER_PORT', '')}/"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self):
+        key = f"{self.prefix}{self.rank}"
+        while not self._stop.is_set():
+            try:
+                self.store.add(key, 1)
+            except Exception:  # noqa: BLE001 - the store host is gone: nothing to beat into
+                return
+            self._stop.wait(HEARTBEAT_PERIOD_S)
+
+    def counters(self):
+        out = {}
+        for r in range(self.world):
+            try:
+                out[r] = self.store.add(f"{self.prefix}{r}", 0)
+            except Exception:  # noqa: BLE001
+                out[r] = None
+        return out
+
+    def stop(self):
+        self._stop.set()
+
+
+def unresponsive_ranks(wait_s=None):
+    """Ranks whose heartbeat did not advance over ``wait_s`` (default: 3 periods); ``[0]`` when the store host
+    (rank 0) itself is gone; ``None`` when unknown (single process, no heartbeat)."""
+    hb = _state["heartbeat"]
+    if hb is None:
+        return None
+    before = hb.counters()
+    if all(v is None for v in before.values()):
+        return [0]
+    time.sleep(wait_s if wait_s is not None else 3 * HEARTBEAT_PERIOD_S)
+    after = hb.counters()
+    return [r for r in range(hb.world) if r != hb.rank and (after.get(r) is None or after[r] == before.get(r))]
+
+
+def collective_timeout():
+    return _state["timeout"]
+
+
+def init_distributed(local_rank=None, device="cuda", timeout_s=300):
     """Initialise torch.distributed from the environment; returns ``(rank, world_size, local_rank, device)``."""
     world = _env_int("WORLD_SIZE", "SLURM_NTASKS", default=1)
     rank = _env_int("RANK", "SLURM_PROCID", default=0)
@@ -39,7 +102,13 @@ def init_distributed(local_rank=None, device="cuda", timeout_s=1800):
         os.environ.setdefault("MASTER_PORT", "29500")
         dist.init_process_group(backend="nccl" if use_cuda else "gloo", init_method="env://", rank=rank,
                                 world_size=world, timeout=datetime.timedelta(seconds=timeout_s))
+        _state["timeout"] = timeout_s
         synchronize()
+        try:
+            _state["heartbeat"] = _Heartbeat(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), rank, world,
+                                             timeout_s)
+        except Exception as e:  # noqa: BLE001 - diagnostics only: training works without it
+            logger.warning("no heartbeat (a stalled rank will not be named): %s", str(e).splitlines()[0])
     return rank, world, local_rank, dev
 
 
@@ -92,10 +161,60 @@ def reduce_dict(values, average=True):
     return dict(zip(keys, stacked))
 
 
+class AsyncFlag:
+    """Agree on a small integer across ranks (the maximum) without waiting for it.
+
+    ``exchange(value)`` posts this rank's value in an asynchronous all-reduce and returns the result of the
+    previous post, so a decision one rank takes at iteration i is known to every rank at iteration i + 1, and no
+    iteration blocks on a collective. The all-reduce runs on a gloo group (the default group when it is gloo, a
+    separate one beside NCCL), on CPU tensors: no GPU synchronization. ``agree(value)`` is the blocking form.
+    """
+
+    def __init__(self):
+        self.world = get_world_size()
+        self.group = None
+        if self.world > 1:
+            timeout = datetime.timedelta(seconds=_state["timeout"] or 300)
+            self.group = dist.group.WORLD if dist.get_backend() == "gloo" else dist.new_group(backend="gloo",
+                                                                                               timeout=timeout)
+        self._work = None
+        self._buf = None
+
+    def _result(self):
+        if self._work is None:
+            return 0
+        self._work.wait()
+        self._work = None
+        return int(self._buf.item())
+
+    def exchange(self, value):
+        if self.world == 1:
+            return int(value)
+        previous = self._result()
+        self._buf = torch.tensor([int(value)], dtype=torch.int64)
+        self._work = dist.all_reduce(self._buf, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+        return previous
+
+    def agree(self, value):
+        """Blocking: the maximum of every rank's value (and of any pending post)."""
+        if self.world == 1:
+            return int(value)
+        pending = self._result()
+        buf = torch.tensor([max(int(value), pending)], dtype=torch.int64)
+        dist.all_reduce(buf, op=dist.ReduceOp.MAX, group=self.group)
+        return int(buf.item())
+
+    def close(self):
+        self._result()
+
+
 def destroy():
+    if _state["heartbeat"] is not None:
+        _state["heartbeat"].stop()
+        _state["heartbeat"] = None
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
 
 __all__ = ["init_distributed", "get_rank", "get_world_size", "is_main_process", "synchronize", "all_gather",
-           "broadcast_object", "reduce_dict", "destroy"]
+           "broadcast_object", "reduce_dict", "AsyncFlag", "unresponsive_ranks", "collective_timeout", "destroy"]

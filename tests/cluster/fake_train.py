@@ -4,7 +4,8 @@
 Same command line as the trainer (``--config-file X [--local_rank N] KEY VALUE ...``, all ignored but echoed)
 and the same distributed setup (env:// from RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, gloo).  Every rank joins,
 all-reduces a few times ("epochs"); rank 0 prints a minimal MLPerf 0.7.0 maskrcnn ``:::MLLOG`` log that passes
-the compliance checker when a ``cache_clear`` line precedes it (the Slurm scripts print that line).
+the compliance checker. Like the trainer it logs ``cache_clear`` from ``MLPERF_CACHE_CLEARED`` (the Slurm
+scripts set it when they dropped the caches).
 
 Environment knobs:
   FAKE_TRAIN_SLEEP=S        sleep S seconds inside the first epoch (to be killed mid-run)
@@ -77,6 +78,7 @@ def main(argv):
             getattr(mllogger, kind)(key=key, value=value, metadata=meta or None)
             sys.stdout.flush()
 
+    log("event", "cache_clear", os.environ.get("MLPERF_CACHE_CLEARED", "0") == "1")
     log("event", "init_start")
     print(f"fake_train: rank={rank}/{world} local_rank={local_rank} host={host} "
           f"affinity={sorted(os.sched_getaffinity(0))} config={config_file} overrides={' '.join(overrides)}",

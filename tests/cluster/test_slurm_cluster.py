@@ -204,3 +204,102 @@ def test_4node_real_trainer(cluster, tmp_path):
     output = job_output(out, jobid)
     assert info["JobState"] == "COMPLETED", f"{info}\n{output[-5000:]}"
     check_result_log(out / "results" / "result_0.txt", tmp_path, 4)
+
+
+def _tagged_processes(tag):
+    """Processes (on any of the sandbox's nodes: they share this kernel) whose environment carries ``tag``."""
+    found = []
+    needle = f"MASKRCNN_TEST_TAG={tag}".encode()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    with open(f"/proc/{pid}/status") as s:
+                        if "zombie" not in s.read():
+                            found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def _assert_nothing_left(tag, within=15):
+    deadline = time.monotonic() + within
+    while _tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = _tagged_processes(tag)
+    assert not left, [open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ")[:200] for p in left]
+
+
+@pytest.fixture(scope="module")
+def synthetic_data(cluster):
+    data = Path(cluster.workdir) / "jobs" / "data"
+    if not (data / "annotations").exists():
+        subprocess.run([sys.executable, "tools/make_synthetic_coco.py", "--out", str(data), "--train", "200",
+                        "--val", "40"], cwd=ROOT, check=True, timeout=600)
+    return data
+
+
+def _real_job(cluster, name, data, **env):
+    out = Path(cluster.workdir) / "jobs" / name
+    tag = f"{name}-{time.monotonic_ns()}"
+    e = job_env(NEXP=1, DGXNGPU=1, LOGDIR=out / "results", DATADIR=data, OMP_NUM_THREADS=1, MASKRCNN_TEST_TAG=tag,
+                EXTRA_CONFIG=f"OUTPUT_DIR {out / 'output'} SOLVER.MAX_ITER 100000", **env)
+    return out, tag, submit(cluster, "slurm/maskrcnn_4node.sbatch", out, e)
+
+
+def _wait_for_training(out, jobid, cluster, timeout=240):
+    log = out / "results" / "result_0.txt"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and "iter: 20" in log.read_text(errors="replace"):
+            return
+        assert job_info(cluster, jobid).get("JobState") in ("PENDING", "CONFIGURING", "RUNNING"), \
+            job_output(out, jobid)[-3000:]
+        time.sleep(1)
+    raise AssertionError(f"training did not start\n{job_output(out, jobid)[-3000:]}")
+
+
+def _assert_aborted_cleanly(out, job_log=True):
+    """The trainer's own MLPerf log (rank 0 writes it) ends in run_stop aborted; with ``job_log`` the trial's
+    result file (teed by the batch script, which a scancel kills too) also has the one-line reason."""
+    mllog = (out / "output" / "mlperf_log.txt").read_text(errors="replace")
+    stops = re.findall(r'"key": "run_stop".*?"status": "(\w+)"', mllog)
+    assert stops == ["aborted"], mllog[-3000:]
+    if job_log:
+        text = (out / "results" / "result_0.txt").read_text(errors="replace")
+        assert "error: stopped by SIGTERM; run_stop logged as aborted" in text, text[-3000:]
+        assert "Traceback" not in text
+
+
+def test_4node_trial_time_limit_expires_mid_run(cluster, synthetic_data):
+    """TRIAL_MINUTES=1: Slurm stops the trial's step at its limit (SIGTERM); the trainer logs run_stop aborted,
+    the job ends, nothing is left on any node."""
+    if not REAL_TRAINER:
+        pytest.skip("real-trainer cluster runs switched off")
+    out, tag, jobid = _real_job(cluster, "timelimit4", synthetic_data, TRIAL_MINUTES=1)
+    t0 = time.monotonic()
+    info = wait_job(cluster, jobid, timeout=240)
+    output = job_output(out, jobid)
+    assert time.monotonic() - t0 < 200, output[-3000:]
+    assert info["JobState"] in ("FAILED", "COMPLETED"), f"{info}\n{output[-3000:]}"
+    assert "trial 1 exit code" in output and "trial limit=1 min" in output, output[-3000:]
+    _assert_aborted_cleanly(out)
+    _assert_nothing_left(tag)
+
+
+def test_4node_scancel_mid_run(cluster, synthetic_data):
+    if not REAL_TRAINER:
+        pytest.skip("real-trainer cluster runs switched off")
+    out, tag, jobid = _real_job(cluster, "scancel4", synthetic_data)
+    _wait_for_training(out, jobid, cluster)
+    cluster.run(["scancel", jobid], check=False)
+    info = wait_job(cluster, jobid, timeout=60)
+    assert info["JobState"] == "CANCELLED", info
+    mllog = out / "output" / "mlperf_log.txt"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and '"key": "run_stop"' not in mllog.read_text():
+        time.sleep(0.5)
+    _assert_aborted_cleanly(out, job_log=False)
+    _assert_nothing_left(tag)

@@ -45,20 +45,22 @@ def test_edge_cases_crowd_empty_contiguous_ids_and_rle(tmp_path):
     anns = [
         _ann(1, 1, 9, [2, 3, 10, 8]),
         _ann(2, 1, 5, [0, 0, 40, 30], crowd=1),      # crowd: ignored
-        _ann(3, 2, 5, [0, 0, 40, 30], crowd=1),      # image 2 has only a crowd box -> removed in training
+        _ann(3, 2, 5, [0, 0, 40, 30], crowd=1),      # only a crowd box: kept (the reference's filter counts it)
         _ann(4, 3, 5, [10, 5, 20, 10], seg=rle),      # RLE segmentation -> bitmap masks
         _ann(5, 4, 5, [1, 1, 0.5, 3]),                # degenerate box -> image 4 removed in training
     ]
     ann, root = _write(tmp_path, [_img(1), _img(2), _img(3), _img(4), _img(5)], anns)
     train = COCODataset(ann, root, remove_images_without_annotations=True)
-    assert train.ids == [1, 3]
+    assert train.ids == [1, 2, 3]
     assert train.json_category_id_to_contiguous_id == {5: 1, 9: 2}
     img, target, idx = train[0]
     assert idx == 0 and img.size == (40, 30)
     assert target.get_field("labels").tolist() == [2]
     assert target.bbox.tolist() == [[2, 3, 11, 10]]  # xywh -> xyxy with the "+1" convention
     assert target.get_field("masks").mode == "poly"
-    _, t3, _ = train[1]
+    _, crowd_only, _ = train[1]
+    assert len(crowd_only) == 0  # trains as an image without objects (crowd regions are never targets)
+    _, t3, _ = train[2]
     assert t3.get_field("masks").mode == "mask" and t3.get_field("masks").get_mask_tensor().sum() == 200
     test = COCODataset(ann, root, remove_images_without_annotations=False)
     assert test.ids == [1, 2, 3, 4, 5]
@@ -90,9 +92,9 @@ def test_bad_inputs_name_the_file(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(DatasetError, match="bad.json"):
         COCODataset(str(bad), root, True)
-    only_crowd, root = _write(tmp_path, [_img(1)], [_ann(1, 1, 5, [0, 0, 4, 4], crowd=1)])
+    only_tiny, root = _write(tmp_path, [_img(1)], [_ann(1, 1, 5, [0, 0, 1, 4])])
     with pytest.raises(DatasetError, match="no images with usable annotations"):
-        COCODataset(only_crowd, root, True)
+        COCODataset(only_tiny, root, True)
 
 
 def test_resize_rule_matches_reference():
@@ -138,3 +140,49 @@ def test_flip_moves_boxes_and_polygons_together(synthetic_dir):
     m_f = t_f.get_field("masks").convert("mask").get_mask_tensor()
     m_p = t_p.get_field("masks").convert("mask").get_mask_tensor()
     assert (m_f.flip(-1).float() - m_p.float()).abs().mean() < 0.02
+
+
+def test_training_filter_counts_crowd_boxes_like_the_reference(tmp_path):
+    """maskrcnn-benchmark keeps a training image when any annotation, crowd included, has a box wider and
+    higher than 1 pixel (``has_valid_annotation``); train_samples is logged from that count."""
+    anns = [_ann(1, 1, 5, [0, 0, 40, 30], crowd=1), _ann(2, 2, 5, [0, 0, 1, 30]), _ann(3, 3, 9, [3, 3, 9, 9])]
+    ann, root = _write(tmp_path, [_img(1), _img(2), _img(3), _img(4)], anns)
+    assert COCODataset(ann, root, True).ids == [1, 3]
+
+
+def test_degenerate_parts_are_dropped_per_instance_not_per_image(tmp_path):
+    """A part with fewer than 3 points is dropped from its instance (the reference); the image keeps polygon
+    masks, so its other instances keep their exact polygon targets."""
+    anns = [_ann(1, 1, 5, [2, 3, 10, 8], seg=[[2, 3, 12, 3], [2, 3, 12, 3, 12, 11]]),
+            _ann(2, 1, 9, [20, 3, 10, 8], seg=[[20, 3, 30, 3]])]
+    ann, root = _write(tmp_path, [_img(1)], anns)
+    _, t, _ = COCODataset(ann, root, True)[0]
+    masks = t.get_field("masks")
+    assert masks.mode == "poly" and len(masks) == 2
+    assert [len(inst) for inst in masks.polygons] == [1, 0]
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("bbox", [2, 3, float("nan"), 8], r"annotation 1 in '.*instances.json' has an invalid bbox \[2, 3, nan, 8\]"),
+    ("bbox", [float("inf"), 3, 10, 8], r"annotation 1 in .* invalid bbox \[inf"),
+    ("segmentation", [[2, 3, 12, 3, float("nan"), 11]], r"annotation 1 in .* polygon with a non-finite coordinate"),
+    ("category_id", 99, r"annotation 1 in .* category_id 99, which is not in the file's categories \(5, 9\)"),
+    ("image_id", 7, r"annotation 1 in .* image_id 7, which is not in the file's images"),
+])
+def test_corrupt_annotations_are_one_line_errors_naming_id_and_file(tmp_path, field, value, needle):
+    ann = _ann(1, 1, 5, [2, 3, 10, 8])
+    ann[field] = value
+    path, root = _write(tmp_path, [_img(1)], [ann, _ann(2, 1, 9, [1, 1, 5, 5])])  # json writes NaN/Infinity
+    with pytest.raises(DatasetError, match=needle) as e:
+        COCODataset(path, root, True)
+    assert "\n" not in str(e.value)
+
+
+def test_filter_report_warns_when_a_large_share_is_dropped(tmp_path, caplog):
+    anns = [_ann(i, 1 + i % 4, 5, [1, 1, 0.5, 0.5]) for i in range(1, 9)] + [_ann(9, 1, 5, [2, 3, 10, 8])]
+    path, root = _write(tmp_path, [_img(i) for i in range(1, 5)], anns)
+    with caplog.at_level(logging.INFO):
+        ds = COCODataset(path, root, True)
+    assert ds.ids == [1]
+    assert "training on 1 of 4 images" in caplog.text and "8 have boxes of 1 px or less" in caplog.text
+    assert any(r.levelno == logging.WARNING and "large share" in r.getMessage() for r in caplog.records)

@@ -44,3 +44,33 @@ def test_collator_pads_to_size_divisibility():
     images, targets, ids = BatchCollator(32)(batch)
     assert images.tensors.shape == (2, 3, 64, 64) and images.image_sizes == [(30, 41), (50, 20)]
     assert targets == ("t0", "t1") and ids == (0, 1)
+
+
+def _run_batches(num_iterations, start_iter, seed=5, groups=None):
+    sampler = DistributedSampler(23, 2, 1, shuffle=True, seed=seed)
+    groups = groups or [i % 3 == 0 for i in range(23)]  # two aspect-ratio groups of different sizes
+    grouped = GroupedBatchSampler(sampler, groups, 3)
+    return list(IterationBasedBatchSampler(grouped, num_iterations, start_iter, seed=seed, rank=1))
+
+
+def test_resumed_sampler_continues_exactly_mid_epoch_and_at_epoch_boundaries():
+    full = _run_batches(30, 0)
+    per_epoch = len(GroupedBatchSampler(DistributedSampler(23, 2, 1, seed=5), [i % 3 == 0 for i in range(23)], 3))
+    assert per_epoch < 30 // 2  # the run spans several epochs
+    for start in (1, 4, per_epoch - 1, per_epoch, per_epoch + 2, 2 * per_epoch):
+        assert _run_batches(30, start) == full[start:], start
+    # every element carries its own augmentation seed; the same (index, seed) pairs come back after a resume
+    assert all(isinstance(x, tuple) and len(x) == 2 for batch in full for x in batch)
+    assert len({x[1] for batch in full for x in batch}) == sum(len(b) for b in full)
+
+
+def test_grouped_batches_follow_the_epoch_set_after_len():
+    """len() before set_epoch must not freeze the previous epoch's batches (the resumed epoch replayed the
+    previous one)."""
+    sampler = DistributedSampler(12, 1, 0, shuffle=True, seed=0)
+    grouped = GroupedBatchSampler(sampler, [0] * 12, 4)
+    assert len(grouped) == 3
+    epoch0 = list(grouped)
+    sampler.set_epoch(1)
+    assert list(grouped) != epoch0
+    assert sorted(sum(list(grouped), [])) == list(range(12))

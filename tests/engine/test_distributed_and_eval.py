@@ -1,15 +1,10 @@
 import os
 import sys
 
-import pytest
 import torch
 
 from conftest import CPU_YAML, mllog_events, run_train
 from maskrcnn_benchmark.config import get_cfg, merge_cfg_from_file, merge_cfg_from_list
-from maskrcnn_benchmark.data import make_data_loader
-from maskrcnn_benchmark.data.datasets.evaluation.coco_eval import format_per_class_table, predictions_to_coco
-from maskrcnn_benchmark.engine.inference import inference
-from maskrcnn_benchmark.engine.scoring import COCOScorer
 from maskrcnn_benchmark.modeling import build_detection_model
 from maskrcnn_benchmark.utils.checkpoint import DetectronCheckpointer
 
@@ -40,28 +35,6 @@ def _small_cfg(data_dir):
     return cfg
 
 
-def test_async_scoring_gives_the_same_ap_as_sync(tiny_data):
-    torch.manual_seed(0)
-    cfg = _small_cfg(tiny_data)
-    model = build_detection_model(cfg)
-    loader = make_data_loader(cfg, is_train=False)[0]
-    preds = inference(model, loader, torch.device("cpu"))
-    assert sorted(preds) == list(range(len(loader.dataset)))
-    bbox, segm = predictions_to_coco(preds, loader.dataset)
-    assert bbox and segm and {b["category_id"] for b in bbox} <= {1, 3, 7}
-    sync = COCOScorer(loader.dataset.ann_file, asynchronous=False)
-    asyn = COCOScorer(loader.dataset.ann_file, asynchronous=True)
-    sync.submit(1, bbox, segm)
-    asyn.submit(1, bbox, segm)
-    (e1, s1), = sync.poll()
-    (e2, s2), = asyn.wait_all()
-    asyn.shutdown()
-    assert e1 == e2 == 1
-    assert s1["bbox"]["stats"] == s2["bbox"]["stats"] and s1["segm"]["stats"] == s2["segm"]["stats"]
-    table = format_per_class_table(s1)
-    assert "| circle |" in table and "| triangle |" in table
-
-
 def test_resume_restores_iteration_optimizer_and_schedule(tiny_data, tmp_path):
     out = str(tmp_path / "first")
     os.makedirs(out)
@@ -84,5 +57,5 @@ def test_resume_restores_iteration_optimizer_and_schedule(tiny_data, tmp_path):
 
     # a plain MODEL.WEIGHT load takes the weights only: no resume line, training starts at iteration 1
     model = build_detection_model(_small_cfg(tiny_data))
-    extra = DetectronCheckpointer(None, model).load(ckpt)
-    assert extra == {"iteration": 4}
+    extra = DetectronCheckpointer(None, model).load_weights(ckpt)
+    assert extra["iteration"] == 4 and extra["seed"] == 5 and len(extra["rng_states"]) == 1

@@ -22,7 +22,7 @@ def _weights(tmp_path):
     cfg = get_cfg()
     merge_cfg_from_file(cfg, CPU_YAML)
     model = build_detection_model(cfg)
-    return DetectronCheckpointer(cfg, model, save_dir=str(tmp_path)).save("random_init")
+    return DetectronCheckpointer(cfg, model, save_dir=str(tmp_path), save_to_disk=True).save("random_init")
 
 
 def test_test_net_writes_results_and_scores(tiny_data, tmp_path):

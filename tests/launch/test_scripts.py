@@ -22,13 +22,14 @@ SHELL_SCRIPTS = sorted(
 )
 CONFIGS = ["DGX1", "DGXA100", "DGXA100_4x8x4", "CPU"]
 CONFIG_VARS = ["DGXSYSTEM", "DGXNNODES", "DGXNGPU", "DGXSOCKETCORES", "DGXNSOCKET", "DGXHT", "WALLTIME",
-               "EXTRA_PARAMS", "EXTRA_CONFIG"]
+               "EXTRA_PARAMS", "EXTRA_CONFIG", "TRIAL_MINUTES", "DGXRUNMINUTES", "DGXINITMINUTES", "NEXP"]
 
 
 def clean_env(**extra):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SLURM_", "DGX")) and k not in (
                "MASTER_ADDR", "MASTER_PORT", "EXTRA_CONFIG", "EXTRA_PARAMS", "WALLTIME", "CONFIG_FILE", "DTYPE",
+               "NEXP", "TRIAL_MINUTES",
                "WEIGHTS", "DATADIR", "PATHS_CATALOG", "PROFILE", "LOGDIR", "TRAIN_SCRIPT", "NPROC_PER_NODE")}
     env.update({k: str(v) for k, v in extra.items()})
     return env
@@ -84,10 +85,24 @@ def test_configs_export_nvidia_variables(name):
     assert len(v["EXTRA_CONFIG"].split()) % 2 == 0
 
 
+@pytest.mark.parametrize("name,run_minutes", [("DGX1", 160), ("DGXA100", 90), ("DGXA100_4x8x4", 33)])
+def test_time_budget_derives_from_the_expected_run_time(name, run_minutes):
+    """NVIDIA's v0.7 runs took 150-160 / 79-87 / 27-33 min: a trial gets that plus 5 min of init, +25 %, and the
+    job NEXP trials + 15 min (5 x 4-node trials: 4 h 10, not the 2 h that 5 x 33 min runs do not fit in)."""
+    v = source_config(name)
+    trial = (run_minutes + 5) * 5 // 4
+    assert (int(v["DGXRUNMINUTES"]), int(v["TRIAL_MINUTES"])) == (run_minutes, trial)
+    h, m, _ = map(int, v["WALLTIME"].split(":"))
+    assert h * 60 + m == 5 * trial + 15
+    fewer = source_config(name, NEXP=2)
+    h, m, _ = map(int, fewer["WALLTIME"].split(":"))
+    assert h * 60 + m == 2 * trial + 15
+
+
 def test_nvidia_config_values():
     dgx1 = source_config("DGX1")
     assert (dgx1["DGXNNODES"], dgx1["DGXNGPU"], dgx1["DGXSOCKETCORES"], dgx1["DGXNSOCKET"], dgx1["DGXHT"],
-            dgx1["WALLTIME"]) == ("1", "8", "20", "2", "2", "04:00:00")
+            dgx1["WALLTIME"]) == ("1", "8", "20", "2", "2", "17:25:00")
     o = overrides(dgx1["EXTRA_CONFIG"])
     assert (o["SOLVER.BASE_LR"], o["SOLVER.IMS_PER_BATCH"], o["SOLVER.WARMUP_ITERS"], o["SOLVER.STEPS"],
             o["MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN"], o["NHWC"]) == ("0.06", "48", "625", "(24000,32000)", "6000",
@@ -140,7 +155,9 @@ def test_run_experiments_uses_srun_per_node_and_container():
     text = (ROOT / "slurm/run_experiments.sh").read_text()
     assert "--ntasks-per-node=1" in text and "--kill-on-bad-exit=1" in text
     assert 'exec --nv' in text and '"${DATADIR}:/data"' in text and '"${LOGDIR}:/results"' in text
-    assert 'result_${i}.txt' in text and 'NEXP="${NEXP:-5}"' in text and "cache_clear" in text
+    assert 'result_${i}.txt' in text and 'NEXP="${NEXP:-5}"' in text and "MLPERF_CACHE_CLEARED=1" in text
+    assert ":::MLLOG" not in text  # cache_clear is logged once, by the trainer, not hand-written here
+    assert '"--time=${TRIAL_MINUTES}"' in text
     assert '"${CONTAINER}" == none' in text
 
 

@@ -19,7 +19,8 @@ def test_walltime_minutes():
 
 def test_read_config_defaults_and_overrides():
     cfg = submit.read_config("DGXA100_4x8x4", {"PATH": "/usr/bin:/bin"})
-    assert (cfg["DGXNNODES"], cfg["DGXNGPU"], cfg["WALLTIME"]) == ("4", "8", "02:00:00")
+    # 5 trials of (33 + 5) min + 25 % = 47 min each, + 15 min
+    assert (cfg["DGXNNODES"], cfg["DGXNGPU"], cfg["TRIAL_MINUTES"], cfg["WALLTIME"]) == ("4", "8", "47", "04:10:00")
     cfg = submit.read_config("DGXA100_4x8x4", {"PATH": "/usr/bin:/bin", "DGXNGPU": "4"})
     assert cfg["DGXNGPU"] == "4"
 

@@ -93,3 +93,15 @@ def test_masker_pastes_reference_geometry():
     # does (x: 9.04..37.96 -> 9..37), so a full mask covers 10..36 (the padding cells fall on 9 and 37).
     assert xs.min().item() == 10 and xs.max().item() == 36
     assert ys.min().item() == 5 and ys.max().item() == 31
+
+
+def test_pooler_gives_zero_features_to_an_inverted_box():
+    """A box inverted in one direction has a negative "+1" area, so no FPN level (NaN): the reference pools
+    nothing for it (and ours did not crash on a negative bincount)."""
+    from maskrcnn_benchmark.modeling.poolers import Pooler
+
+    pooler = Pooler(7, (0.25, 0.125, 0.0625, 0.03125), 2)
+    feats = [torch.randn(1, 4, 64 // s, 64 // s) for s in (1, 2, 4, 8)]
+    rois = torch.tensor([[0.0, 10, 10, 40, 40], [0.0, 30, 10, 20, 40], [0.0, 0, 0, 200, 200]])  # 2nd: w = -9
+    out = pooler(feats, rois)
+    assert out.shape == (3, 4, 7, 7) and (out[1] == 0).all() and out[0].abs().sum() > 0 and out[2].abs().sum() > 0

@@ -33,14 +33,17 @@ def test_nvidia_dgx1_mlperf_linear_ramp():
 
 
 def test_optimizer_lr_follows_reference_iteration_numbering():
-    s = _sched("linear", 0.1)
+    # NVIDIA v0.7 (maskrcnn_benchmark/engine/trainer.py) calls scheduler.step() after optimizer.step(): the
+    # scheduler's constructor sets lr_at(0), so iteration k (1-based) trains with lr_at(k - 1).
+    s = _sched("mlperf_linear", 0.01)
     opt = s.optimizer
     lrs = []
     for _ in range(12):
         lrs.append(opt.param_groups[0]["lr"])  # LR used by iteration k = 1, 2, ...
         opt.step()
         s.step()
-    assert lrs == pytest.approx([s.lr_at(0.1, k) for k in range(1, 13)])
+    assert lrs == pytest.approx([s.lr_at(0.1, k - 1) for k in range(1, 13)])
+    assert lrs[0] == 0.0 and lrs[10] == pytest.approx(0.1)  # iteration 1 at progress 0; 11 is the first at base
 
 
 def test_bad_schedule_is_rejected():

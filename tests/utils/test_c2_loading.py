@@ -86,9 +86,9 @@ def test_corrupt_and_missing_weights_give_clear_errors(tmp_path):
 def test_torch_checkpoint_roundtrip_is_weights_only_and_atomic(tmp_path):
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    ckpt = DetectronCheckpointer(None, model, opt, save_dir=str(tmp_path))
+    ckpt = DetectronCheckpointer(None, model, opt, save_dir=str(tmp_path), save_to_disk=True)
     path = ckpt.save("model_0001", iteration=1)
-    assert os.path.basename(path) == "model_0001.pth" and ckpt.last_checkpoint() == path
+    assert os.path.basename(path) == "model_0001.pth" and ckpt.get_checkpoint_file() == path
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp")]
     other = torch.nn.Linear(3, 2)
     extra = DetectronCheckpointer(None, other).load(path)

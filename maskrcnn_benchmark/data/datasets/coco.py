@@ -1,8 +1,11 @@
 """COCO-format detection dataset (pycocotools), with the reference's filtering and contiguous class ids."""
 import contextlib
 import io
+import json
 import logging
+import math
 import os
+import random
 
 import numpy as np
 import torch
@@ -18,9 +21,87 @@ class DatasetError(RuntimeError):
     """A dataset file or entry that cannot be used; the message names it."""
 
 
-def _usable(anno):
-    """Non-crowd annotations with a box of positive size (crowd regions are ignored, as in the reference)."""
-    return [a for a in anno if not a.get("iscrowd", 0) and a["bbox"][2] > 1 and a["bbox"][3] > 1]
+def has_valid_annotation(anno):
+    """The reference's training-image filter: at least one annotation (crowd regions count) whose box is more
+    than 1 pixel wide and high."""
+    return any(a["bbox"][2] > 1 and a["bbox"][3] > 1 for a in anno)
+
+
+def _instances(anno):
+    """The annotations an image trains on: the non-crowd ones (crowd regions are ignored, as in the reference);
+    boxes left empty after clipping to the image are dropped later."""
+    return [a for a in anno if not a.get("iscrowd", 0)]
+
+
+def _non_finite(values):
+    return any(not isinstance(v, (int, float)) or not math.isfinite(v) for v in values)
+
+
+def _check_annotations(data, ann_file, has_constants):
+    """Every annotation names a known image and category and has finite coordinates; one line otherwise.
+    Polygons are scanned only when the file holds a NaN/Infinity literal (the only way a JSON writer puts a
+    non-finite number in a file): COCO train has 40 M polygon coordinates."""
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
+            or not isinstance(data.get("annotations", []), list):
+        raise DatasetError(f"annotation file '{ann_file}' is not COCO instances json (no images/annotations lists)")
+    cats = {c.get("id") for c in data.get("categories", [])}
+    images = {i.get("id") for i in data["images"]}
+    for a in data.get("annotations", []):
+        aid = a.get("id")
+        if a.get("category_id") not in cats:
+            raise DatasetError(f"annotation {aid} in '{ann_file}' has category_id {a.get('category_id')!r}, which "
+                               f"is not in the file's categories ({', '.join(map(str, sorted(cats)))})")
+        if a.get("image_id") not in images:
+            raise DatasetError(f"annotation {aid} in '{ann_file}' refers to image_id {a.get('image_id')!r}, which "
+                               "is not in the file's images")
+        bbox = a.get("bbox")
+        if not isinstance(bbox, (list, tuple)) or len(bbox) != 4 or (has_constants and _non_finite(bbox)):
+            raise DatasetError(f"annotation {aid} in '{ann_file}' has an invalid bbox {bbox!r} (4 finite numbers "
+                               "[x, y, w, h] expected)")
+        seg = a.get("segmentation")
+        if has_constants and isinstance(seg, list) and any(isinstance(p, list) and _non_finite(p) for p in seg):
+            raise DatasetError(f"annotation {aid} in '{ann_file}' has a polygon with a non-finite coordinate")
+
+
+def load_coco(ann_file):
+    """pycocotools' COCO of ``ann_file``, after checking every annotation (NaN and Infinity parse as numbers in
+    Python's json: they would train on nothing, silently)."""
+    from pycocotools.coco import COCO
+
+    constants = []
+
+    def constant(name):
+        constants.append(name)
+        return float(name.replace("Infinity", "inf"))
+
+    try:
+        with open(ann_file) as f:
+            data = json.load(f, parse_constant=constant)
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"annotation file '{ann_file}' is not valid COCO json: {e}") from None
+    _check_annotations(data, ann_file, bool(constants))
+    coco = COCO()
+    coco.dataset = data
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco.createIndex()
+    return coco
+
+
+def _report_filter(coco, kept_ids, ann_file):
+    """Say what the training filter removed, and warn when it is a large share (a broken file, not COCO's 1 %)."""
+    anns = coco.dataset.get("annotations", [])
+    if not anns:
+        return
+    crowd = sum(1 for a in anns if a.get("iscrowd", 0))
+    tiny = sum(1 for a in anns if not a.get("iscrowd", 0) and not (a["bbox"][2] > 1 and a["bbox"][3] > 1))
+    dropped_images = len(coco.imgs) - len(kept_ids)
+    msg = (f"{ann_file}: training on {len(kept_ids)} of {len(coco.imgs)} images ({dropped_images} without a box "
+           f"wider and higher than 1 px); of {len(anns)} annotations {crowd} are crowd regions (ignored) and "
+           f"{tiny} have boxes of 1 px or less (dropped)")
+    if (crowd + tiny) > 0.25 * len(anns) or dropped_images > 0.25 * len(coco.imgs):
+        logger.warning("%s: a large share; check the annotation file", msg)
+    else:
+        logger.info(msg)
 
 
 class COCODataset(torch.utils.data.Dataset):
@@ -36,19 +117,14 @@ class COCODataset(torch.utils.data.Dataset):
             raise DatasetError(f"annotation file '{ann_file}' does not exist")
         if not os.path.isdir(root):
             raise DatasetError(f"image folder '{root}' does not exist")
-        from pycocotools.coco import COCO
-
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                self.coco = COCO(ann_file)
-        except Exception as e:
-            raise DatasetError(f"annotation file '{ann_file}' is not valid COCO json: {e}") from None
+        self.coco = load_coco(ann_file)
         self.ann_file = ann_file
         self.root = root
         self.transforms = transforms
         ids = sorted(self.coco.imgs.keys())
         if remove_images_without_annotations:
-            ids = [i for i in ids if _usable(self.coco.imgToAnns.get(i, []))]
+            ids = [i for i in ids if has_valid_annotation(self.coco.imgToAnns.get(i, []))]
+            _report_filter(self.coco, ids, ann_file)
         if not ids:
             raise DatasetError(f"dataset '{ann_file}' has no images"
                                + (" with usable annotations" if remove_images_without_annotations else ""))
@@ -79,7 +155,11 @@ class COCODataset(torch.utils.data.Dataset):
             raise DatasetError(f"image file '{path}' is corrupt or not an image: {e}") from None
 
     def _segmentation(self, anno, width, height):
-        """Polygons when every instance has them, else bitmaps (RLE instances decoded)."""
+        """Polygons when every instance has them, else bitmaps (RLE instances decoded).
+
+        As the reference, polygon parts with fewer than 3 points are dropped from their instance; an instance
+        left with no part keeps an empty mask (its mask target is all background).
+        """
         from pycocotools import mask as mask_utils
 
         polys, all_poly = [], True
@@ -102,7 +182,7 @@ class COCODataset(torch.utils.data.Dataset):
             else:
                 all_poly = False
                 polys.append(seg)
-        if all_poly and all(polys):
+        if all_poly:
             return SegmentationMask(polys, (width, height), mode="poly")
         bitmaps = []
         for a, seg in zip(anno, polys):
@@ -117,10 +197,15 @@ class COCODataset(torch.utils.data.Dataset):
         return SegmentationMask(masks, (width, height), mode="mask")
 
     def __getitem__(self, index):
+        """``index`` or ``(index, augmentation seed)`` (training): ``(image, target, index)``."""
+        rng = None
+        if isinstance(index, tuple):
+            index, seed = index
+            rng = random.Random(seed)
         img_id = self.ids[index]
         img = self._load_image(index)
         width, height = img.size
-        anno = _usable(self.coco.imgToAnns.get(img_id, []))
+        anno = _instances(self.coco.imgToAnns.get(img_id, []))
         boxes = torch.as_tensor([a["bbox"] for a in anno], dtype=torch.float32).reshape(-1, 4)
         target = BoxList(boxes, (width, height), mode="xywh").convert("xyxy")
         target.add_field("labels", torch.tensor([self.json_category_id_to_contiguous_id[a["category_id"]]
@@ -128,8 +213,8 @@ class COCODataset(torch.utils.data.Dataset):
         target.add_field("masks", self._segmentation(anno, width, height))
         target = target.clip_to_image(remove_empty=True)
         if self.transforms is not None:
-            img, target = self.transforms(img, target)
+            img, target = self.transforms(img, target, rng) if rng is not None else self.transforms(img, target)
         masks = target.get_field("masks")
         if masks.mode == "poly":
-            masks.polygon_edges()  # precomputed here, in the loader worker, for the mask-target rasterizer
+            masks.packed_polygons()  # built here, in the loader worker, for the batched mask-target rasterizer
         return img, target, index

@@ -39,7 +39,8 @@ class GroupedBatchSampler(BatchSampler):
 
     Elements keep the sampler's order within each group and are cut into batches; the batches are then
     ordered by the sampler position of their first element. With ``drop_uneven`` incomplete batches are
-    dropped.
+    dropped. The batches depend on the sampler's epoch; they are computed for the epoch in force when asked
+    (never kept from an earlier ``set_epoch``).
     """
 
     def __init__(self, sampler, group_ids, batch_size, drop_uneven=False):
@@ -47,9 +48,12 @@ class GroupedBatchSampler(BatchSampler):
         self.group_ids = list(group_ids)
         self.batch_size = batch_size
         self.drop_uneven = drop_uneven
-        self._batches = None
+        self._cache = (None, None)  # (epoch, batches)
 
-    def _prepare_batches(self):
+    def _batches(self):
+        epoch = getattr(self.sampler, "epoch", None)
+        if self._cache[1] is not None and self._cache[0] == epoch and epoch is not None:
+            return self._cache[1]
         order = list(self.sampler)
         by_group = {}
         for pos, idx in enumerate(order):
@@ -61,40 +65,68 @@ class GroupedBatchSampler(BatchSampler):
                 if self.drop_uneven and len(chunk) < self.batch_size:
                     continue
                 batches.append((chunk[0][0], [idx for _, idx in chunk]))
-        return [b for _, b in sorted(batches, key=lambda x: x[0])]
+        batches = [b for _, b in sorted(batches, key=lambda x: x[0])]
+        self._cache = (epoch, batches)
+        return batches
 
     def __iter__(self):
-        batches = self._batches if self._batches is not None else self._prepare_batches()
-        self._batches = None
-        return iter(batches)
+        return iter(self._batches())
 
     def __len__(self):
-        if self._batches is None:
-            self._batches = self._prepare_batches()
-        return len(self._batches)
+        return len(self._batches())
+
+
+def augmentation_seed(seed, rank, iteration, slot):
+    """The random seed of one training sample's augmentation: a function of where it sits in the run, so a
+    resumed run (or a restarted loader worker) draws exactly what the uninterrupted run drew."""
+    return hash((int(seed), int(rank), int(iteration), int(slot))) & 0x7FFFFFFFFFFFFFFF
 
 
 class IterationBasedBatchSampler(BatchSampler):
-    """Re-iterates a batch sampler until ``num_iterations`` batches were produced, calling
-    ``set_epoch`` on the underlying sampler at each pass so shuffling differs per epoch."""
+    """Re-iterates a batch sampler until ``num_iterations`` batches were produced, calling ``set_epoch`` on the
+    underlying sampler at each pass so shuffling differs per epoch.
 
-    def __init__(self, batch_sampler, num_iterations, start_iter=0):
+    ``start_iter`` resumes exactly: iteration ``start_iter + 1`` gets the batch the uninterrupted run gave it
+    (the epochs before are replayed in the sampler only, an epoch's batch count may differ per epoch with
+    aspect-ratio grouping). With ``seed`` set, every element is ``(index, augmentation seed)``.
+    """
+
+    def __init__(self, batch_sampler, num_iterations, start_iter=0, seed=None, rank=0):
         self.batch_sampler = batch_sampler
         self.num_iterations = num_iterations
         self.start_iter = start_iter
+        self.seed = seed
+        self.rank = rank
+
+    def _set_epoch(self, epoch):
+        sampler = getattr(self.batch_sampler, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
 
     def __iter__(self):
+        epoch, done = 0, 0
+        while True:  # find the epoch and the batch the run stopped in
+            self._set_epoch(epoch)
+            n = len(self.batch_sampler)
+            if done + n > self.start_iter or n == 0:
+                break
+            done += n
+            epoch += 1
+        skip = self.start_iter - done
         iteration = self.start_iter
-        epoch = self.start_iter // max(len(self.batch_sampler), 1)  # a resumed run continues the epoch order
         while iteration < self.num_iterations:
-            sampler = getattr(self.batch_sampler, "sampler", None)
-            if hasattr(sampler, "set_epoch"):
-                sampler.set_epoch(epoch)
+            self._set_epoch(epoch)
             for batch in self.batch_sampler:
+                if skip:
+                    skip -= 1
+                    continue
                 if iteration >= self.num_iterations:
                     return
                 iteration += 1
-                yield batch
+                if self.seed is None:
+                    yield batch
+                else:
+                    yield [(idx, augmentation_seed(self.seed, self.rank, iteration, k)) for k, idx in enumerate(batch)]
             epoch += 1
 
     def __len__(self):

@@ -11,9 +11,12 @@ class Compose:
     def __init__(self, transforms):
         self.transforms = transforms
 
-    def __call__(self, image, target):
+    def __call__(self, image, target, rng=None):
+        """``rng``: the ``random.Random`` of this sample (the training sampler seeds one per sample), else the
+        ``random`` module."""
+        rng = rng or random
         for t in self.transforms:
-            image, target = t(image, target)
+            image, target = t(image, target, rng)
         return image, target
 
 
@@ -24,9 +27,9 @@ class Resize:
         self.min_size = (min_size,) if isinstance(min_size, int) else tuple(min_size)
         self.max_size = max_size
 
-    def get_size(self, image_size):
+    def get_size(self, image_size, rng=random):
         w, h = image_size
-        size = random.choice(self.min_size)
+        size = rng.choice(self.min_size)
         if self.max_size is not None:
             lo, hi = float(min(w, h)), float(max(w, h))
             if hi / lo * size > self.max_size:
@@ -37,8 +40,8 @@ class Resize:
             return int(size * h / w), size
         return size, int(size * w / h)
 
-    def __call__(self, image, target):
-        h, w = self.get_size(image.size)
+    def __call__(self, image, target, rng=random):
+        h, w = self.get_size(image.size, rng)
         if (w, h) != image.size:
             image = image.resize((w, h), Image.BILINEAR)
         if target is not None:
@@ -50,8 +53,8 @@ class RandomHorizontalFlip:
     def __init__(self, prob=0.5):
         self.prob = prob
 
-    def __call__(self, image, target):
-        if self.prob > 0 and random.random() < self.prob:
+    def __call__(self, image, target, rng=random):
+        if self.prob > 0 and rng.random() < self.prob:
             image = image.transpose(Image.FLIP_LEFT_RIGHT)
             if target is not None:
                 target = target.transpose(FLIP_LEFT_RIGHT)
@@ -59,7 +62,7 @@ class RandomHorizontalFlip:
 
 
 class ToTensor:
-    def __call__(self, image, target):
+    def __call__(self, image, target, rng=None):
         t = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8)
         return t.view(image.size[1], image.size[0], 3).permute(2, 0, 1).float().div_(255), target
 
@@ -72,7 +75,7 @@ class Normalize:
         self.std = torch.tensor(std).view(-1, 1, 1)
         self.to_bgr255 = to_bgr255
 
-    def __call__(self, image, target):
+    def __call__(self, image, target, rng=None):
         if self.to_bgr255:
             image = image[[2, 1, 0]] * 255
         return (image - self.mean) / self.std, target

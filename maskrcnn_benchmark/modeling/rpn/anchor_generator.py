@@ -32,6 +32,21 @@ def generate_anchors(stride, sizes, aspect_ratios):
     return torch.from_numpy(np.vstack(out)).float()
 
 
+class BufferList(nn.Module):
+    """A list of buffers named ``0, 1, ...`` (the reference's ``rpn.anchor_generator.cell_anchors.<i>``)."""
+
+    def __init__(self, buffers):
+        super().__init__()
+        for i, b in enumerate(buffers):
+            self.register_buffer(str(i), b)
+
+    def __len__(self):
+        return len(self._buffers)
+
+    def __iter__(self):
+        return iter(self._buffers.values())
+
+
 class AnchorGenerator(nn.Module):
     """Per FPN level: one anchor size, all aspect ratios, on the level's stride grid.
 
@@ -48,9 +63,13 @@ class AnchorGenerator(nn.Module):
                 raise ValueError("MODEL.RPN.ANCHOR_STRIDE and ANCHOR_SIZES must have the same length with FPN")
             cell = [generate_anchors(s, (size,), aspect_ratios) for s, size in zip(anchor_strides, sizes)]
         self.strides = tuple(anchor_strides)
-        self.cell_anchors = cell
+        self.cell_anchors = BufferList(cell)  # buffers, as the reference: state dicts match key for key
         self.straddle_thresh = straddle_thresh
         self._cache = {}
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        self._cache.clear()  # loaded cell anchors replace the ones the grids were built from
+        super()._load_from_state_dict(*args, **kwargs)
 
     def num_anchors_per_location(self):
         return [len(c) for c in self.cell_anchors]
@@ -64,7 +83,7 @@ class AnchorGenerator(nn.Module):
                 sy = torch.arange(0, h * stride, step=stride, dtype=torch.float32, device=device)
                 yy, xx = torch.meshgrid(sy, sx, indexing="ij")
                 shifts = torch.stack((xx.reshape(-1), yy.reshape(-1), xx.reshape(-1), yy.reshape(-1)), dim=1)
-                out.append((shifts[:, None, :] + base.to(device)[None, :, :]).reshape(-1, 4))
+                out.append((shifts[:, None, :] + base.to(device=device, dtype=torch.float32)[None, :, :]).reshape(-1, 4))
             if len(self._cache) > 32:
                 self._cache.clear()
             self._cache[key] = out

@@ -16,7 +16,7 @@ from ..balanced_positive_negative_sampler import BalancedPositiveNegativeSampler
 from ..box_coder import BoxCoder
 from ..matcher import Matcher, batched_iou
 from ..registry import RPN_HEADS
-from ..utils import image_sizes_tensor, pad_boxes, rank_within_groups, split_by_image
+from ..utils import image_sizes_tensor, pad_boxes, rank_within_groups
 from .anchor_generator import AnchorGenerator
 
 
@@ -64,6 +64,17 @@ def clip_boxes(boxes, hw):
 
 
 class RPNPostProcessor:
+    """Proposals from the RPN outputs, with the reference's selection, order and numerics.
+
+    Per image and level: sigmoid, top ``pre_nms_top_n`` by probability, decode, clip, drop boxes smaller than
+    ``min_size``, NMS, keep the first ``post_nms_top_n`` (in score order). Levels are concatenated P2 first.
+    Then ``fpn_post_nms_top_n``: over the whole batch in training when ``per_batch`` (the survivors stay in
+    level order, unsorted, as the reference's boolean-mask selection leaves them), otherwise per image, sorted by
+    probability. In training the ground-truth boxes are appended with objectness 1 (``add_gt_proposals``).
+    ``objectness`` of the output is the probability. Everything runs batched: one top-k per level, one decode,
+    one batched NMS.
+    """
+
     def __init__(self, pre_nms_top_n, post_nms_top_n, nms_thresh, min_size, fpn_post_nms_top_n,
                  per_batch, box_coder):
         self.pre_nms_top_n = pre_nms_top_n
@@ -75,46 +86,55 @@ class RPNPostProcessor:
         self.box_coder = box_coder
 
     @torch.no_grad()
-    def __call__(self, anchors, objectness, box_regression, image_sizes_list):
+    def __call__(self, anchors, objectness, box_regression, image_sizes_list, targets=None):
         device = objectness[0].device
         n = objectness[0].shape[0]
         sizes = image_sizes_tensor(image_sizes_list, device)
         boxes, scores, levels = [], [], []
         for level, (anc, obj, reg) in enumerate(zip(anchors, objectness, box_regression)):
             k = min(self.pre_nms_top_n, obj.shape[1])
-            top_scores, idx = obj.topk(k, dim=1, sorted=True)
+            # top-k of the probabilities, as the reference: sigmoid saturates, and its ties decide the order
+            top_scores, idx = obj.float().sigmoid().topk(k, dim=1, sorted=True)
             deltas = reg.gather(1, idx[..., None].expand(-1, -1, 4))
             decoded = self.box_coder.decode(deltas, anc[idx])
             boxes.append(clip_boxes(decoded, sizes[:, None, :].expand(-1, k, -1)))
             scores.append(top_scores)
             levels.append(torch.full((k,), level, dtype=torch.int64, device=device))
+        # Flat layout: image-major, then level, then top-k rank: ascending flat index = the reference's order.
         boxes = torch.cat(boxes, dim=1).reshape(-1, 4)
         scores = torch.cat(scores, dim=1).reshape(-1)
-        num_levels = len(anchors)
-        per_image = torch.cat(levels).numel()
-        image_idx = torch.arange(n, device=device).repeat_interleave(per_image)
-        groups = image_idx * num_levels + torch.cat(levels).repeat(n)
+        levels = torch.cat(levels)
+        image_idx = torch.arange(n, device=device).repeat_interleave(levels.numel())
+        groups = image_idx * len(anchors) + levels.repeat(n)
 
         ws = boxes[:, 2] - boxes[:, 0] + TO_REMOVE
         hs = boxes[:, 3] - boxes[:, 1] + TO_REMOVE
         keep = ((ws >= self.min_size) & (hs >= self.min_size)).nonzero().squeeze(1)
-        keep = keep[batched_nms(boxes[keep], scores[keep], groups[keep], self.nms_thresh)]
+        keep = keep[batched_nms(boxes[keep], scores[keep], groups[keep], self.nms_thresh)].sort().values
         keep = keep[rank_within_groups(groups[keep]) < self.post_nms_top_n]
 
         if self.per_batch:
             k = min(self.fpn_post_nms_top_n, keep.numel())
-            keep = keep[scores[keep].topk(k, sorted=True).indices]
+            chosen = torch.zeros(keep.numel(), dtype=torch.bool, device=device)
+            chosen[scores[keep].topk(k, sorted=True).indices] = True
+            keep = keep[chosen]
         else:
-            order = scores[keep].argsort(descending=True)
-            keep = keep[order]
+            # Per image, by decreasing probability; equal probabilities (sigmoid saturates in float32) keep level
+            # and rank order, the same on every device (torch.topk leaves their order to the implementation).
+            keep = keep[torch.sort(scores[keep], descending=True, stable=True).indices]
+            keep = keep[torch.sort(image_idx[keep], stable=True).indices]
             keep = keep[rank_within_groups(image_idx[keep]) < self.fpn_post_nms_top_n]
 
-        order, counts = split_by_image(image_idx[keep], n)
-        keep = keep[order]
+        counts = torch.bincount(image_idx[keep], minlength=n).tolist()
         out = []
-        for (h, w), kept in zip(image_sizes_list, keep.split(counts)):
-            b = BoxList(boxes[kept], (w, h), mode="xyxy")
-            b.add_field("objectness", scores[kept].sigmoid())
+        for i, ((h, w), kept) in enumerate(zip(image_sizes_list, keep.split(counts))):
+            b_boxes, b_scores = boxes[kept], scores[kept]
+            if targets is not None:
+                gt = targets[i].convert("xyxy").bbox.to(device)
+                b_boxes = torch.cat((b_boxes, gt))
+                b_scores = torch.cat((b_scores, torch.ones(len(gt), device=device)))
+            b = BoxList(b_boxes, (w, h), mode="xyxy")
+            b.add_field("objectness", b_scores)
             out.append(b)
         return out
 
@@ -134,27 +154,37 @@ class RPNLossComputation:
         self.box_coder = box_coder
         self.anchor_generator = anchor_generator
 
+    @torch.no_grad()
+    def prepare_targets(self, anchors, targets, image_sizes_list):
+        """``(labels (N, A), regression_targets (N, A, 4))`` for the concatenated anchors: 1 / 0 / -1 (ignored:
+        between the thresholds, or not inside the unpadded image within STRADDLE_THRESH)."""
+        device = anchors.device
+        n = len(targets)
+        gt_boxes, gt_valid, _ = pad_boxes(targets, device=device)
+        sizes = image_sizes_tensor(image_sizes_list, device)
+        matches = self.matcher(batched_iou(gt_boxes, gt_valid, anchors[None].expand(n, -1, -1)))
+        labels = (matches >= 0).float()
+        labels[~self.anchor_generator.visibility(anchors, sizes)] = -1
+        labels[matches == Matcher.BETWEEN_THRESHOLDS] = -1
+        matched = gt_boxes.gather(1, matches.clamp(min=0)[..., None].expand(-1, -1, 4))
+        return labels, self.box_coder.encode(matched, anchors[None].expand(n, -1, -1))
+
     def __call__(self, anchors, objectness, box_regression, targets, image_sizes_list):
         anchors = torch.cat(anchors)
         objectness = torch.cat(objectness, dim=1)
         box_regression = torch.cat(box_regression, dim=1)
-        device = anchors.device
-        n = objectness.shape[0]
-        gt_boxes, gt_valid, _ = pad_boxes(targets, device=device)
-        sizes = image_sizes_tensor(image_sizes_list, device)
+        labels, targets_reg = self.prepare_targets(anchors, targets, image_sizes_list)
         with torch.no_grad():
-            iou = batched_iou(gt_boxes, gt_valid, anchors[None].expand(n, -1, -1))
-            matches = self.matcher(iou)
-            labels = (matches >= 0).float()
-            labels[matches == Matcher.BETWEEN_THRESHOLDS] = -1
-            labels[~self.anchor_generator.visibility(anchors, sizes)] = -1
             pos, neg = self.sampler(labels)
-            matched = gt_boxes.gather(1, matches.clamp(min=0)[..., None].expand(-1, -1, 4))
-            targets_reg = self.box_coder.encode(matched, anchors[None].expand(n, -1, -1))
             sampled = pos | neg
             num_sampled = sampled.sum().clamp(min=1)
-        box_loss = (_smooth_l1(box_regression - targets_reg, 1.0 / 9) * pos[..., None]).sum() / num_sampled
-        obj_loss = (F.binary_cross_entropy_with_logits(objectness, labels.clamp(min=0), reduction="none")
+        # Unsampled anchors are masked out of the inputs, not multiplied by zero afterwards: early in training
+        # their logits/deltas can be inf, and inf * 0 = NaN (the reference only indexes the sampled anchors).
+        pos4 = pos[..., None]
+        diff = torch.where(pos4, box_regression, 0.0) - torch.where(pos4, targets_reg, 0.0)
+        box_loss = _smooth_l1(diff, 1.0 / 9).sum() / num_sampled
+        logits = torch.where(sampled, objectness, 0.0)
+        obj_loss = (F.binary_cross_entropy_with_logits(logits, labels.clamp(min=0), reduction="none")
                     * sampled).sum() / num_sampled
         return obj_loss, box_loss
 
@@ -187,7 +217,7 @@ class RPNModule(nn.Module):
             if targets is None:
                 raise ValueError("targets are required in training mode")
             boxes = self.box_selector_train(anchors, [o.detach() for o in objectness],
-                                            [b.detach() for b in box_regression], images.image_sizes)
+                                            [b.detach() for b in box_regression], images.image_sizes, targets)
             loss_objectness, loss_rpn_box_reg = self.loss_evaluator(
                 anchors, objectness, box_regression, targets, images.image_sizes)
             return boxes, {"loss_objectness": loss_objectness, "loss_rpn_box_reg": loss_rpn_box_reg}

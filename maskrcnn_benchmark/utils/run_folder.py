@@ -1,0 +1,59 @@
+"""A run owns its output folder: an exclusive lock, fresh logs, no leftovers of a killed run.
+
+``claim_output_folder(path)`` (rank 0, before anything is written):
+
+* takes an exclusive ``flock`` on ``<path>/.run.lock`` (released by the kernel when the process ends, even by
+  ``kill -9``, so a stale lock never blocks the next run); a second run on the same folder gets a
+  :class:`RunFolderError` naming the folder and the process that holds it;
+* moves an existing ``mlperf_log.txt`` and ``log.txt`` aside (``mlperf_log.<time>.txt``): a run's MLPerf log
+  only ever holds that run (a failed attempt's ``init_start`` must not precede the good run's);
+* deletes the ``.tmp-*`` files a killed run left behind (half-written checkpoints, never complete ones).
+"""
+import fcntl
+import os
+import socket
+import time
+
+from .checkpoint import remove_stale_temp_files
+
+LOCK_NAME = ".run.lock"
+ROTATED = ("mlperf_log.txt", "log.txt")
+
+
+class RunFolderError(RuntimeError):
+    """The output folder cannot be used by this run; the message names it."""
+
+
+def claim_output_folder(path):
+    """Returns the lock's open file (keep it for the lifetime of the run) and the names of rotated logs."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        fd = os.open(os.path.join(path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise RunFolderError(f"cannot use output folder '{path}': {e.strerror}") from None
+    lock = os.fdopen(fd, "r+")
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        raise RunFolderError(f"output folder '{path}' is in use by another run ({holder}); wait for it or set "
+                             "another OUTPUT_DIR") from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    lock.flush()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    rotated = []
+    for name in ROTATED:
+        old = os.path.join(path, name)
+        if os.path.exists(old):
+            stem, ext = os.path.splitext(name)
+            new = os.path.join(path, f"{stem}.{stamp}{ext}")
+            n = 1
+            while os.path.exists(new):
+                new = os.path.join(path, f"{stem}.{stamp}-{n}{ext}")
+                n += 1
+            os.replace(old, new)
+            rotated.append(os.path.basename(new))
+    return lock, rotated, remove_stale_temp_files(path)

@@ -1,0 +1,63 @@
+import pytest
+
+from helpers import R50_YAML
+from maskrcnn_benchmark.config import ConfigError, get_cfg, ignored_settings, load_config
+
+# configs/e2e_mask_rcnn_R_50_FPN_1x.yaml of the MLPerf reference (mlcommons/training object_detection) and of
+# NVIDIA's v0.7 package: every value it sets that differs from the defaults. Per-system values (LR, steps,
+# batch, FPN_POST_NMS_TOP_N_TRAIN) come from config_<SYSTEM>.sh, never from the yaml.
+REFERENCE_YAML_DIFF = {
+    "MODEL.WEIGHT": "catalog://ImageNetPretrained/MSRA/R-50",
+    "MODEL.BACKBONE.CONV_BODY": "R-50-FPN", "MODEL.BACKBONE.OUT_CHANNELS": 256,
+    "MODEL.RPN.USE_FPN": True, "MODEL.RPN.ANCHOR_STRIDE": (4, 8, 16, 32, 64),
+    "MODEL.RPN.PRE_NMS_TOP_N_TRAIN": 2000, "MODEL.RPN.PRE_NMS_TOP_N_TEST": 1000,
+    "MODEL.RPN.FPN_POST_NMS_TOP_N_TEST": 1000,
+    "MODEL.ROI_HEADS.USE_FPN": True,
+    "MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION": 7, "MODEL.ROI_BOX_HEAD.POOLER_SCALES": (0.25, 0.125, 0.0625, 0.03125),
+    "MODEL.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO": 2, "MODEL.ROI_BOX_HEAD.FEATURE_EXTRACTOR": "FPN2MLPFeatureExtractor",
+    "MODEL.ROI_BOX_HEAD.PREDICTOR": "FPNPredictor",
+    "MODEL.ROI_MASK_HEAD.POOLER_SCALES": (0.25, 0.125, 0.0625, 0.03125),
+    "MODEL.ROI_MASK_HEAD.FEATURE_EXTRACTOR": "MaskRCNNFPNFeatureExtractor",
+    "MODEL.ROI_MASK_HEAD.POOLER_SAMPLING_RATIO": 2, "MODEL.ROI_MASK_HEAD.RESOLUTION": 28,
+    "MODEL.ROI_MASK_HEAD.SHARE_BOX_FEATURE_EXTRACTOR": False, "MODEL.MASK_ON": True,
+    "DATASETS.TRAIN": ("coco_2017_train",), "DATASETS.TEST": ("coco_2017_val",),
+    "DATALOADER.SIZE_DIVISIBILITY": 32, "SOLVER.BASE_LR": 0.02, "SOLVER.WEIGHT_DECAY": 0.0001,
+    "SOLVER.STEPS": (60000, 80000), "SOLVER.MAX_ITER": 90000,
+}
+
+
+def _flat(node, prefix=""):
+    for k, v in node.items():
+        if hasattr(v, "items"):
+            yield from _flat(v, prefix + k + ".")
+        else:
+            yield prefix + k, v
+
+
+def test_r50_yaml_sets_exactly_the_reference_values():
+    default = dict(_flat(get_cfg()))
+    ours = dict(_flat(load_config(R50_YAML)))
+    diff = {k: v for k, v in ours.items() if v != default[k]}
+    assert diff == REFERENCE_YAML_DIFF
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("SOLVER.IMS_PER_BATCH", "0", "SOLVER.IMS_PER_BATCH' = 0: must be a positive integer"),
+    ("SOLVER.MAX_ITER", "-1", "SOLVER.MAX_ITER' = -1: must be a positive integer"),
+    ("SOLVER.STEPS", "(300, 200)", "SOLVER.STEPS' = [300, 200]: must be increasing"),
+    ("MODEL.ROI_BOX_HEAD.NUM_CLASSES", "1", "NUM_CLASSES' = 1"),
+    ("DTYPE", "float8", "DTYPE' = 'float8'"),
+    ("MODEL.RPN.POSITIVE_FRACTION", "1.5", "POSITIVE_FRACTION' = 1.5"),
+])
+def test_values_that_cannot_work_are_one_line_errors(key, value, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(R50_YAML, [key, value])
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_keys_without_effect_are_reported():
+    assert ignored_settings(load_config(R50_YAML)) == []
+    cfg = load_config(R50_YAML, ["MODEL.KEYPOINT_ON", "True", "TEST.DETECTIONS_PER_IMG", "50",
+                                 "MODEL.RETINANET.NUM_CONVS", "2"])
+    assert ignored_settings(cfg) == ["MODEL.KEYPOINT_ON=True", "MODEL.RETINANET.NUM_CONVS=2",
+                                     "TEST.DETECTIONS_PER_IMG=50"]

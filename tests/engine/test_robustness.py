@@ -1,0 +1,232 @@
+"""Runs that end cleanly whatever happens: exact resume, signals, a shared output folder, broken input."""
+import os
+
+import pytest
+import torch
+
+from conftest import mllog_events, run_train
+
+NEVER = ("MLPERF.MIN_BBOX_MAP", "1.0", "MLPERF.MIN_SEGM_MAP", "1.0")
+
+
+def _final_weights(folder):
+    return torch.load(os.path.join(folder, "model_final.pth"), weights_only=True)["model"]
+
+
+def test_resume_at_any_iteration_continues_the_run_exactly(tiny_data, tmp_path):
+    """16 images, batch 4: 4 iterations per epoch. Interrupted after iteration 3 (mid-epoch) or 4 (epoch
+    boundary, with aspect-ratio grouping), the resumed run gets the same batches, LR, augmentation and random
+    draws: its final weights are bitwise those of the uninterrupted run (CPU, one thread)."""
+    common = ("SOLVER.MAX_ITER", 7, "SOLVER.IMS_PER_BATCH", 4, "SAVE_CHECKPOINTS", True, "SOLVER.CHECKPOINT_PERIOD",
+              1, "PER_EPOCH_EVAL", False, "INPUT.HORIZONTAL_FLIP_PROB_TRAIN", 0.5, *NEVER)
+    full = tmp_path / "full"
+    full.mkdir()
+    r = run_train(tiny_data, str(full), *common, extra_args=("--sync-eval",))
+    assert r.returncode == 3, r.stderr[-3000:]
+    reference = _final_weights(full)
+    for start in (3, 4):
+        out = tmp_path / f"resumed_{start}"
+        out.mkdir()
+        ckpt = str(full / f"model_{start:07d}.pth")
+        r = run_train(tiny_data, str(out), *common, extra_args=("--sync-eval", "--resume", ckpt))
+        assert r.returncode == 3, r.stderr[-3000:]
+        assert "RESUMED from" in r.stdout + r.stderr
+        resumed = _final_weights(out)
+        different = [k for k in reference if not torch.equal(reference[k], resumed[k])]
+        assert different == [], (start, different[:5])
+
+
+# -- signals, a second run, leftovers ---------------------------------------------------------------------------
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+from conftest import train_cmd  # noqa: E402
+
+
+class _Run:
+    """A training process in its own session, its output collected as it comes."""
+
+    def __init__(self, cmd, cwd, env=None):
+        e = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env or {}))
+        self.proc = subprocess.Popen(cmd, cwd=cwd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        self.out, self.err = [], []
+        self._threads = [threading.Thread(target=self._pump, args=(s, b), daemon=True)
+                         for s, b in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for t in self._threads:
+            t.start()
+
+    @staticmethod
+    def _pump(stream, buf):
+        for line in stream:
+            buf.append(line)
+
+    def wait_for(self, needle, timeout=240):
+        end = time.time() + timeout
+        while time.time() < end:
+            if any(needle in line for line in self.out + self.err):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"'{needle}' not seen; stdout tail: {''.join(self.out[-20:])} "
+                             f"stderr tail: {''.join(self.err[-20:])}")
+
+    def finish(self, timeout=60):
+        self.proc.wait(timeout)
+        for t in self._threads:
+            t.join(5)
+        return self.proc.returncode, "".join(self.out), "".join(self.err)
+
+    def session_processes(self):
+        """Processes still alive in the run's session (its pid is the session id)."""
+        alive = []
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    if os.getsid(int(pid)) == self.proc.pid:
+                        alive.append(int(pid))
+                except OSError:
+                    pass
+        return alive
+
+
+def _mid_run(tiny_data, out, *extra):
+    """A run long enough to be stopped in the middle: the epoch-1 scorer is busy, training goes on."""
+    cmd = train_cmd(tiny_data, out, "SOLVER.MAX_ITER", 400, "SOLVER.IMS_PER_BATCH", 4, "DATALOADER.NUM_WORKERS", 1,
+                    *NEVER, *extra)
+    return _Run(cmd, out)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_ends_the_run_cleanly(tiny_data, tmp_path, sig):
+    out = str(tmp_path)
+    run = _mid_run(tiny_data, out)
+    run.wait_for('"key": "eval_stop"')  # epoch 1 evaluated: the scoring process exists
+    if sig == signal.SIGTERM:
+        # a second run on the same folder is refused in one line, and touches nothing
+        second = subprocess.run(train_cmd(tiny_data, out, "SOLVER.MAX_ITER", 4), capture_output=True, text=True,
+                                cwd=out, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        assert second.returncode == 1
+        assert second.stderr.strip().splitlines()[-1].startswith(f"error: output folder '{out}' is in use by "
+                                                                 "another run (pid")
+        assert "Traceback" not in second.stderr
+    t0 = time.time()
+    os.killpg(run.proc.pid, sig) if sig == signal.SIGINT else run.proc.send_signal(sig)
+    code, stdout, stderr = run.finish()
+    assert time.time() - t0 < 15
+    assert code == 128 + sig
+    assert stderr.strip().splitlines()[-1] == f"error: stopped by {signal.Signals(sig).name}; run_stop logged as aborted"
+    assert "Traceback" not in stderr
+    stops = [e for e in mllog_events(stdout) if e["key"] == "run_stop"]
+    assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"
+    logged = [e["key"] for e in mllog_events(open(os.path.join(out, "mlperf_log.txt")).read())]
+    assert logged.count("run_stop") == 1 and logged.count("init_start") == 1
+    deadline = time.time() + 10
+    while run.session_processes() and time.time() < deadline:
+        time.sleep(0.2)
+    assert run.session_processes() == []  # scorer, its pool, loader workers, resource tracker: all gone
+
+
+def test_killed_trainer_leaves_no_scorer_behind(tiny_data, tmp_path):
+    run = _mid_run(tiny_data, str(tmp_path))
+    run.wait_for('"key": "eval_stop"')
+    run.proc.send_signal(signal.SIGKILL)
+    run.finish()
+    deadline = time.time() + 10
+    while run.session_processes() and time.time() < deadline:
+        time.sleep(0.2)
+    assert run.session_processes() == []  # the scorer asked the kernel to kill it with its parent
+
+
+def test_next_run_starts_a_fresh_log_and_removes_temporary_files(tiny_data, tmp_path):
+    out = str(tmp_path)
+    r = run_train(tiny_data, out, "SOLVER.MAX_ITER", 4, "MODEL.WEIGHT", "/nonexistent/R-50.pkl")
+    assert r.returncode == 1  # a failed attempt: init_start and the submission lines are in its log
+    (tmp_path / ".tmp-abcd1234.pth").write_bytes(b"half a checkpoint")
+    r = run_train(tiny_data, out, "SOLVER.MAX_ITER", 4, "SOLVER.IMS_PER_BATCH", 4, "PER_EPOCH_EVAL", False,
+                  *NEVER, extra_args=("--sync-eval",))
+    assert r.returncode == 3, r.stderr[-2000:]
+    keys = [e["key"] for e in mllog_events(open(os.path.join(out, "mlperf_log.txt")).read())]
+    assert keys.count("init_start") == 1 and keys.count("submission_org") == 1 and keys.count("run_stop") == 1
+    aside = [f for f in os.listdir(out) if f.startswith("mlperf_log.") and f != "mlperf_log.txt"]
+    assert len(aside) == 1  # the failed attempt's log, moved aside, not appended to
+    assert not (tmp_path / ".tmp-abcd1234.pth").exists()
+    assert "removed 1 temporary file(s) left by an interrupted run" in r.stdout
+
+
+def test_a_rank_that_stops_answering_is_named(tiny_data, tmp_path):
+    """Two gloo ranks; rank 1 is frozen (SIGSTOP) mid-run. Rank 0's next collective times out after
+    DISTRIBUTED_TIMEOUT and its one-line error names rank 1."""
+    out = str(tmp_path)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29637"]
+    run = _Run(train_cmd(tiny_data, out, "SOLVER.MAX_ITER", 400, "SOLVER.IMS_PER_BATCH", 4, *NEVER,
+                         "DISTRIBUTED_TIMEOUT", 8, launcher=launcher), out)
+    try:
+        run.wait_for("iter: 20")
+        ranks = _children(run.proc.pid)  # torchrun starts each rank in a session of its own
+        rank1 = [p for p in ranks if _env(p).get(b"RANK") == b"1"]
+        assert len(rank1) == 1, ranks
+        os.kill(rank1[0], signal.SIGSTOP)
+        t0 = time.time()
+        run.wait_for("stopped answering", timeout=90)
+        waited = time.time() - t0
+        line = [x for x in run.err if "stopped answering" in x][0]
+        assert line.startswith("error: rank 1 stopped answering (no heartbeat); a collective on rank 0 failed "
+                               "(DISTRIBUTED_TIMEOUT 8 s)"), line
+        assert waited < 60
+    finally:
+        for pid in _children(run.proc.pid) + run.session_processes():
+            try:
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        run.finish()
+
+
+def _children(ppid):
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == ppid:
+                        out.append(int(pid))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def _env(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    except OSError:
+        return {}
+
+
+def test_a_dead_sibling_stops_the_run_cleanly(tiny_data, tmp_path):
+    """bind_launch, 2 ranks: rank 1 is SIGKILLed; bind_launch sends SIGTERM to rank 0, which logs run_stop
+    aborted and stops its scorer and loader workers; the launcher exits with the dead rank's code."""
+    out = str(tmp_path)
+    launcher = [sys.executable, "-m", "bind_launch", "--nproc_per_node=2", "--binding=none", "--master_port=29641"]
+    run = _Run(train_cmd(tiny_data, out, "SOLVER.MAX_ITER", 400, "SOLVER.IMS_PER_BATCH", 4,
+                         "DATALOADER.NUM_WORKERS", 1, *NEVER, launcher=launcher), out)
+    run.wait_for('"key": "eval_stop"')
+    rank1 = [p for p in _children(run.proc.pid) if _env(p).get(b"RANK") == b"1"]
+    assert len(rank1) == 1
+    t0 = time.time()
+    os.kill(rank1[0], signal.SIGKILL)
+    code, stdout, stderr = run.finish()
+    assert time.time() - t0 < 20 and code == 137, stderr[-2000:]
+    assert "error: stopped by SIGTERM; run_stop logged as aborted" in stderr
+    stops = [e for e in mllog_events(stdout) if e["key"] == "run_stop"]
+    assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"
+    deadline = time.time() + 10
+    while (run.session_processes() or _children(run.proc.pid)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert run.session_processes() == []

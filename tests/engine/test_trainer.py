@@ -1,0 +1,73 @@
+"""The training loop itself, with a tiny stand-in model: LR numbering, the non-finite rules, the scaler."""
+import pytest
+import torch
+
+from maskrcnn_benchmark.engine.trainer import HookBase, NonFiniteLossError, Trainer
+from maskrcnn_benchmark.solver import WarmupMultiStepLR
+
+
+class _Images:
+    image_sizes = [(4, 4)]
+
+    def to(self, device, non_blocking=False):
+        return self
+
+
+class _Model(torch.nn.Module):
+    """loss = w^2, or a non-finite value at the iterations listed in ``bad``."""
+
+    def __init__(self, bad=(), value=float("nan")):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(()))
+        self.bad, self.value, self.calls = set(bad), value, 0
+
+    def forward(self, images, targets):
+        self.calls += 1
+        loss = self.w ** 2
+        if self.calls in self.bad:
+            loss = loss * self.value
+        return {"loss": loss}
+
+
+class _LR(HookBase):
+    def __init__(self):
+        self.lrs = []
+
+    def before_step(self):
+        self.lrs.append(self.trainer.optimizer.param_groups[0]["lr"])
+
+
+def _trainer(model, iters, **kw):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = WarmupMultiStepLR(opt, (6,), 0.1, warmup_factor=0.02, warmup_iters=5, warmup_method="mlperf_linear")
+    data = [(_Images(), [], None)] * iters
+    return Trainer(model, opt, sched, data, torch.device("cpu"), iters, 100, **kw)
+
+
+def test_iteration_k_trains_with_schedule_step_k_minus_1():
+    hook = _LR()
+    t = _trainer(_Model(), 8, hooks=[hook])
+    t.train()
+    # NVIDIA v0.7: scheduler.step() after optimizer.step(); iteration 1 runs at the warmup's start (0 here).
+    assert hook.lrs == pytest.approx([t.scheduler.lr_at(0.1, k - 1) for k in range(1, 9)])
+    assert hook.lrs[0] == 0.0
+
+
+def test_non_finite_loss_aborts_in_fp32():
+    t = _trainer(_Model(bad={3}), 8)
+    with pytest.raises(NonFiniteLossError, match="iteration 3"):
+        t.train()
+
+
+def test_fp16_skipped_step_is_not_an_abort_but_a_collapsed_scale_is():
+    # float16 runs with an enabled GradScaler; on this CPU we enable one directly (the rule is the same).
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 4)
+    model = _Model(bad={3}, value=float("inf"))
+    t = _trainer(model, 8, scaler=scaler)
+    t.train()  # iteration 3's inf gradients: step skipped, scale halved, training goes on
+    assert t.iter == 8 and scaler.get_scale() == 2.0 ** 3
+    assert torch.isfinite(model.w).all()  # the overflowing step was not applied
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 4)
+    t = _trainer(_Model(bad=set(range(1, 20)), value=float("inf")), 20, scaler=scaler)
+    with pytest.raises(NonFiniteLossError, match="loss scale fell"):
+        t.train()

@@ -1,0 +1,195 @@
+"""The evaluator and the scorers in a run: asynchronous = synchronous, distributed = single process, and the
+early stop comes at the first iteration after the target epoch's scores arrive."""
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from helpers import small_cfg
+from maskrcnn_benchmark.data import make_data_loader
+from maskrcnn_benchmark.data.synthetic import make_synthetic_coco
+from maskrcnn_benchmark.engine.hooks import MLPerfHook
+from maskrcnn_benchmark.engine.trainer import Trainer
+from maskrcnn_benchmark.evaluation import AsyncScorer, COCOEvaluator, Detections, inference_on_dataset
+from maskrcnn_benchmark.modeling import build_detection_model
+from maskrcnn_benchmark.solver import WarmupMultiStepLR
+from maskrcnn_benchmark.utils.mlperf_logger import NullLogger
+
+
+def test_async_scorer_equals_sync(coco_set):
+    ann, bbox, segm = coco_set
+    dets = Detections.from_coco_lists(bbox, segm)
+    sync = AsyncScorer(ann, asynchronous=False, workers=1)
+    asyn = AsyncScorer(ann, asynchronous=True, workers=2)
+    sync.submit(1, dets)
+    asyn.submit(1, dets)
+    (e1, s1), = sync.poll()
+    (e2, s2), = asyn.wait_all()
+    asyn.shutdown()
+    assert e1 == e2 == 1 and s1["backend"] == s2["backend"]
+    for t in ("bbox", "segm"):
+        assert s1[t]["stats"] == s2[t]["stats"] and s1[t]["per_class"] == s2[t]["per_class"]
+
+
+# -- early stop ------------------------------------------------------------------------------------------------
+class _Images:
+    image_sizes = [(4, 4)]
+
+    def to(self, device, non_blocking=False):
+        return self
+
+
+class _Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(()))
+
+    def forward(self, images, targets):
+        return {"loss": self.w ** 2}
+
+
+class _FakeScorer:
+    """Scores arrive (target met) when the trainer reaches ``done_at``; rank 0 only gets results."""
+
+    asynchronous = True
+
+    def __init__(self, done_at):
+        self.done_at, self.trainer, self.submitted = done_at, None, []
+
+    def submit(self, epoch, detections):
+        self.submitted.append(epoch)
+
+    @property
+    def pending(self):
+        return len(self.submitted)
+
+    def poll(self):
+        if self.submitted and self.trainer.iter >= self.done_at:
+            epoch = self.submitted.pop(0)
+            return [(epoch, {"bbox": {"stats": {"AP": 0.5}}, "segm": {"stats": {"AP": 0.5}}})]
+        return []
+
+    def wait_all(self):
+        return self.poll()
+
+    def shutdown(self):
+        pass
+
+
+def _train_with_fake_scorer(done_at, iters_per_epoch=5, max_iter=40):
+    model = _Model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    sched = WarmupMultiStepLR(opt, (100,), 0.1, warmup_iters=0)
+    scorer = _FakeScorer(done_at)
+    hook = MLPerfHook(NullLogger(), lambda epoch: None, scorer, 0.377, 0.339)
+    trainer = Trainer(model, opt, sched, [(_Images(), [], None)] * max_iter, torch.device("cpu"), max_iter,
+                      iters_per_epoch, hooks=[hook])
+    scorer.trainer = trainer
+    trainer.train()
+    return trainer, hook
+
+
+def test_early_stop_single_process_at_the_iteration_the_scores_arrive():
+    # epoch 1 ends at iteration 5 and is scored in the background; its scores arrive at iteration 7
+    trainer, hook = _train_with_fake_scorer(done_at=7)
+    assert hook.success and hook.converged_epoch == 1
+    assert trainer.iter == 7  # not 20 (the previous 20-iteration polling period), not 10 (the next epoch end)
+
+
+def _rank(rank, world, init_file, done_at, out):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        trainer, hook = _train_with_fake_scorer(done_at if rank == 0 else 10 ** 9)
+        out[rank] = (trainer.iter, hook.success)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_early_stop_two_ranks_agree_one_iteration_later():
+    """With several ranks rank 0's decision travels in a non-blocking all-reduce read one iteration later: every
+    rank stops at the iteration after the scores arrived, together."""
+    with tempfile.TemporaryDirectory() as tmp:
+        manager = mp.Manager()
+        out = manager.dict()
+        mp.spawn(_rank, args=(2, os.path.join(tmp, "init"), 7, out), nprocs=2)
+        assert dict(out) == {0: (8, True), 1: (8, True)}
+
+
+# -- distributed evaluation --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def eval_data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("eval_synthetic")
+    make_synthetic_coco(str(out), num_train=4, num_val=7, image_size=(96, 96), seed=11)
+    return str(out)
+
+
+def _cfg(data_dir, world):
+    # one image per process and batch in both runs, so the two compute exactly the same per image
+    return small_cfg("DATASETS.TRAIN", "('coco_2017_train',)", "DATASETS.TEST", "('coco_2017_val',)",
+                     "DATASETS.DATA_DIR", data_dir, "DATALOADER.NUM_WORKERS", 0, "INPUT.MIN_SIZE_TEST", 96,
+                     "INPUT.MAX_SIZE_TEST", 96, "TEST.IMS_PER_BATCH", world, "MODEL.ROI_HEADS.SCORE_THRESH", 0.0,
+                     "DATALOADER.SIZE_DIVISIBILITY", 32)
+
+
+def _evaluate(data_dir, world, rank):
+    torch.manual_seed(0)
+    cfg = _cfg(data_dir, world)
+    model = build_detection_model(cfg)
+    loader = make_data_loader(cfg, is_train=False, num_replicas=world, rank=rank)[0]
+    evaluator = COCOEvaluator(loader.dataset, workers=1)
+    dets = inference_on_dataset(model, loader, evaluator, torch.device("cpu"))
+    return dets, (evaluator.evaluate() if rank == 0 else evaluator.evaluate())
+
+
+def _eval_rank(rank, world, init_file, data_dir, out):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        dets, scores = _evaluate(data_dir, world, rank)
+        if rank == 0:
+            out["lists"] = dets.to_coco_lists()
+            out["scores"] = {t: scores[t]["stats"] for t in ("bbox", "segm")}
+        else:
+            out["other"] = (dets, scores)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_evaluator_in_a_two_process_gloo_run_equals_one_process(eval_data):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        dets, scores = _evaluate(eval_data, 1, 0)
+    finally:
+        torch.set_num_threads(threads)
+    assert len(dets) > 0 and len(dets.mask_counts) == len(dets)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = mp.Manager().dict()
+        # 7 images on 2 ranks: the sampler pads rank 1's shard with image 0 again; it must count once
+        mp.spawn(_eval_rank, args=(2, os.path.join(tmp, "init"), eval_data, out), nprocs=2)
+        assert out["other"] == (None, None)
+        assert out["lists"] == dets.to_coco_lists()
+        assert out["scores"] == {t: scores[t]["stats"] for t in ("bbox", "segm")}
+
+
+def test_scorer_failures_are_one_line(coco_set, tmp_path):
+    from maskrcnn_benchmark.evaluation import ScoringError
+
+    ann, bbox, segm = coco_set
+    dets = Detections.from_coco_lists(bbox, segm)
+    missing = str(tmp_path / "missing.json")
+    scorer = AsyncScorer(missing, workers=1)
+    scorer.submit(3, dets)
+    with pytest.raises(ScoringError) as e:
+        scorer.wait_all()
+    assert "\n" not in str(e.value) and "epoch 3" in str(e.value) and "missing.json" in str(e.value)
+    scorer.shutdown()
+    scorer = AsyncScorer(ann, workers=1)
+    scorer.submit(1, dets)
+    os.kill(scorer.pid, 9)  # the scoring process dies (OOM killer, ...)
+    with pytest.raises(ScoringError, match="the COCO scoring process died .* while scoring epoch 1"):
+        scorer.wait_all()
+    scorer.shutdown()

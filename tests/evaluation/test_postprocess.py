@@ -1,0 +1,93 @@
+"""Model outputs -> COCO results: the reference's mask pasting and pycocotools' RLE, batched on the device."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from pycocotools import mask as mask_utils
+
+from maskrcnn_benchmark.evaluation.postprocess import (detections_to_coco, paste_windows, rle_change_points,
+                                                         rle_strings, to_original)
+from maskrcnn_benchmark.structures import BoxList
+
+
+def _reference_paste(mask, box, im_h, im_w):
+    """maskrcnn-benchmark's paste_mask_in_image, one detection at a time: pad the M x M mask by one pixel,
+    expand the box by (M + 2) / M, cast it to int32, bilinear-resize the padded mask to the box, threshold 0.5,
+    copy the part inside the image. Also returns the interpolated values (to see which pixels are at 0.5)."""
+    m = mask.shape[-1]
+    padded = F.pad(mask[None, None], (1, 1, 1, 1))
+    scale = (m + 2) / m
+    w_half, h_half = (box[2] - box[0]) * 0.5 * scale, (box[3] - box[1]) * 0.5 * scale
+    xc, yc = (box[2] + box[0]) * 0.5, (box[3] + box[1]) * 0.5
+    b = torch.stack((xc - w_half, yc - h_half, xc + w_half, yc + h_half)).to(torch.int32).tolist()
+    w, h = max(b[2] - b[0] + 1, 1), max(b[3] - b[1] + 1, 1)
+    values = F.interpolate(padded, size=(h, w), mode="bilinear", align_corners=False)[0, 0]
+    im, im_values = torch.zeros((im_h, im_w), dtype=torch.bool), torch.full((im_h, im_w), -1.0)
+    x0, x1, y0, y1 = max(b[0], 0), min(b[2] + 1, im_w), max(b[1], 0), min(b[3] + 1, im_h)
+    if x1 > x0 and y1 > y0:
+        im[y0:y1, x0:x1] = values[y0 - b[1]:y1 - b[1], x0 - b[0]:x1 - b[0]] > 0.5
+        im_values[y0:y1, x0:x1] = values[y0 - b[1]:y1 - b[1], x0 - b[0]:x1 - b[0]]
+    return im, im_values
+
+
+def _random_detections(d, h, w, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    probs = torch.rand(d, 1, 28, 28, generator=g)
+    probs[::7] = 1.0  # full masks, touching the borders of their box / the image
+    centre = torch.rand(d, 2, generator=g) * torch.tensor([w, h]) * 1.4 - 10
+    size = torch.rand(d, 2, generator=g) * 90 + 0.3
+    boxes = torch.cat((centre - size / 2, centre + size / 2), 1)
+    boxes[::11] = torch.tensor([-5.0, -5.0, w + 5.0, h + 5.0])  # bigger than the image
+    return probs, boxes
+
+
+@pytest.mark.parametrize("window", ["box", "full"])
+def test_pasted_masks_are_the_reference_paste(window):
+    h, w = 120, 97
+    probs, boxes = _random_detections(200, h, w)
+    masks, x0, y0 = paste_windows(probs, boxes, h, w, window=window)
+    checked = 0
+    for k in range(len(boxes)):
+        ref, values = _reference_paste(probs[k, 0], boxes[k], h, w)
+        ours = torch.zeros((h, w), dtype=torch.bool)
+        wh, ww = max(min(masks.shape[1], h - int(y0[k])), 0), max(min(masks.shape[2], w - int(x0[k])), 0)
+        ours[y0[k]:y0[k] + wh, x0[k]:x0[k] + ww] = masks[k, :wh, :ww]
+        # Our batched resize (grid_sample at the same sample points) and F.interpolate round the interpolation
+        # weights differently, by ~1 ulp: only a value within 1e-5 of the 0.5 threshold may land on the other side.
+        differ = ours != ref
+        assert (values[differ] - 0.5).abs().max().item() < 1e-5 if differ.any() else True, k
+        checked += int(ref.sum())
+    assert checked > 10000
+
+
+def test_rle_from_windows_is_pycocotools_encode():
+    h, w = 120, 97
+    probs, boxes = _random_detections(300, h, w, seed=1)
+    for window in ("box", "full"):
+        masks, x0, y0 = paste_windows(probs, boxes, h, w, window=window)
+        pos, counts = rle_change_points(masks, x0, y0, h)
+        ours = rle_strings(pos.numpy(), counts.numpy(), h, w)
+        full = torch.zeros((len(boxes), h, w), dtype=torch.bool)
+        for k in range(len(boxes)):
+            wh, ww = max(min(masks.shape[1], h - int(y0[k])), 0), max(min(masks.shape[2], w - int(x0[k])), 0)
+            full[k, y0[k]:y0[k] + wh, x0[k]:x0[k] + ww] = masks[k, :wh, :ww]
+        ref = mask_utils.encode(np.asfortranarray(full.permute(1, 2, 0).numpy().astype(np.uint8)))
+        assert [r["counts"].decode("ascii") for r in ref] == ours
+
+
+def test_detections_to_coco_boxes_labels_and_masks():
+    pred = BoxList(torch.tensor([[10.0, 20.0, 49.0, 39.0], [0.0, 0.0, 99.0, 79.0]]), (100, 80))
+    pred.add_field("scores", torch.tensor([0.9, 0.4]))
+    pred.add_field("labels", torch.tensor([2, 1]))
+    pred.add_field("mask", torch.ones(2, 1, 28, 28))
+    (dets,) = detections_to_coco([pred], [42], [(200, 160)], [0, 7, 9])
+    bbox, segm = dets.to_coco_lists()
+    assert [b["category_id"] for b in bbox] == [9, 7] and [b["image_id"] for b in bbox] == [42, 42]
+    assert bbox[0]["bbox"] == pytest.approx([20.0, 40.0, 79.0, 39.0])  # xyxy scaled by 2, then w = x2 - x1 + 1
+    assert segm[0]["segmentation"]["size"] == [160, 200]
+    pasted = to_original(pred, 200, 160)
+    assert pasted.get_field("mask").shape == (2, 1, 160, 200)
+    for k in range(2):  # the predictor's pasted masks and the RLE describe the same pixels
+        rle_mask = mask_utils.decode(segm[k]["segmentation"])
+        assert (torch.from_numpy(rle_mask).bool() == pasted.get_field("mask")[k, 0]).all()
+    assert mask_utils.area(segm[1]["segmentation"]) > 0.9 * 160 * 200

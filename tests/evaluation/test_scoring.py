@@ -1,0 +1,79 @@
+"""Our COCO scoring (both backends, serial and parallel) against pycocotools, the reference."""
+import numpy as np
+import pytest
+
+from conftest import make_coco_set, pycocotools_stats
+from maskrcnn_benchmark.evaluation import STAT_NAMES, Detections, score_coco
+from maskrcnn_benchmark.evaluation.scoring import ScoringError, resolve_backend
+
+BACKENDS = ["pycocotools", "faster_coco_eval"]
+
+
+def _assert_identical(ours, ann_file, bbox, segm, image_ids=None):
+    for iou_type, results in (("bbox", bbox), ("segm", segm)):
+        ref, _ = pycocotools_stats(ann_file, results, iou_type, image_ids)
+        got = np.array([ours[iou_type]["stats"][k] for k in STAT_NAMES])
+        # faster-coco-eval accumulates in C++: its precision sums can differ from numpy's in the last bit
+        # (1.4e-17 seen), far below the 1e-6 the issue asks for; pycocotools is bit-identical.
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12, err_msg=iou_type)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("workers", [1, 3])
+def test_identical_to_pycocotools_on_synthetic_sets(tmp_path, backend, workers):
+    for seed in (0, 1):
+        ann, bbox, segm = make_coco_set(tmp_path, seed=seed)
+        ours = score_coco(ann, (bbox, segm), backend=backend, workers=workers)
+        assert ours["backend"] == backend
+        _assert_identical(ours, ann, bbox, segm)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hand_made_edge_cases(tmp_path, backend):
+    # one class, every object crowd-free, a subset of images scored
+    ann, bbox, segm = make_coco_set(tmp_path, seed=3, categories=(5,), crowd_rate=0.0)
+    _assert_identical(score_coco(ann, (bbox, segm), backend=backend), ann, bbox, segm)
+    subset = [1, 2, 3, 4, 5, 6]
+    _assert_identical(score_coco(ann, (bbox, segm), image_ids=subset, backend=backend, workers=2), ann, bbox,
+                      segm, subset)
+    # only crowd annotations: every detection is ignored or unmatched
+    ann, bbox, segm = make_coco_set(tmp_path, seed=4, crowd_rate=1.0)
+    _assert_identical(score_coco(ann, (bbox, segm), backend=backend), ann, bbox, segm)
+    # no detections at all
+    ann, _, _ = make_coco_set(tmp_path, seed=5)
+    ours = score_coco(ann, ([], []), backend=backend, workers=2)
+    _assert_identical(ours, ann, [], [])
+    assert ours["bbox"]["stats"]["AP"] == 0.0
+
+
+def test_parallel_equals_serial_including_per_class(tmp_path):
+    ann, bbox, segm = make_coco_set(tmp_path, seed=7, num_images=60)
+    serial = score_coco(ann, (bbox, segm), workers=1)
+    parallel = score_coco(ann, (bbox, segm), workers=4)
+    for t in ("bbox", "segm"):
+        assert serial[t]["stats"] == parallel[t]["stats"]
+        assert serial[t]["per_class"] == parallel[t]["per_class"]
+
+
+def test_per_class_ap_is_the_reference_formula(tmp_path):
+    ann, bbox, segm = make_coco_set(tmp_path, seed=8)
+    ours = score_coco(ann, (bbox, segm))
+    _, precision = pycocotools_stats(ann, bbox, "bbox")
+    for k, name in enumerate(sorted(ours["bbox"]["per_class"], key=lambda n: int(n[5:]))):
+        p = precision[:, :, k, 0, -1]
+        assert ours["bbox"]["per_class"][name] == pytest.approx(p[p > -1].mean(), abs=1e-12)
+
+
+def test_columnar_detections_round_trip(coco_set):
+    ann, bbox, segm = coco_set
+    dets = Detections.from_coco_lists(bbox, segm)
+    b, s = dets.to_coco_lists()
+    assert b == bbox and [r["segmentation"] for r in s] == [r["segmentation"] for r in segm]
+    assert score_coco(ann, dets)["segm"]["stats"] == score_coco(ann, (bbox, segm))["segm"]["stats"]
+
+
+def test_backend_choice():
+    assert resolve_backend("auto") == "faster_coco_eval"  # installed by make venv
+    assert resolve_backend("pycocotools") == "pycocotools"
+    with pytest.raises(ScoringError, match="unknown COCO scoring backend 'cocoapi'"):
+        resolve_backend("cocoapi")

@@ -1,0 +1,35 @@
+import os
+
+import pytest
+import torch
+
+from helpers import REPO
+
+GOLDEN_DIR = os.path.join(os.path.dirname(REPO), "shared", "golden")
+
+
+@pytest.fixture(scope="session")
+def golden():
+    """Loads ``../shared/golden/<name>.pt`` (outputs of the original maskrcnn-benchmark; see its README)."""
+    if not os.path.isdir(GOLDEN_DIR):
+        pytest.skip(f"reference golden outputs not found at {GOLDEN_DIR} (../shared/golden beside the checkout)")
+    cache = {}
+
+    def load(name):
+        if name not in cache:
+            cache[name] = torch.load(os.path.join(GOLDEN_DIR, f"{name}.pt"), weights_only=True)
+        return cache[name]
+
+    return load
+
+
+@pytest.fixture(scope="session")
+def device():
+    """``MASKRCNN_TEST_DEVICE=cuda`` runs the parity tests with the tensors on the GPU (fp32, TF32 off)."""
+    name = os.environ.get("MASKRCNN_TEST_DEVICE", "cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            pytest.skip("MASKRCNN_TEST_DEVICE=cuda but no GPU is visible")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    return torch.device(name)

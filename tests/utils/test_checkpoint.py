@@ -1,0 +1,166 @@
+"""Checkpoint compatibility: the reference's module names, the previous release's names, the reference's
+Checkpointer / MetricLogger / model_serialization / env / imports API."""
+import json
+import logging
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from helpers import r50_cfg, small_cfg
+from maskrcnn_benchmark.modeling import build_detection_model
+from maskrcnn_benchmark.utils.c2_model_loading import WeightsError
+from maskrcnn_benchmark.utils.checkpoint import Checkpointer, DetectronCheckpointer
+from maskrcnn_benchmark.utils.model_serialization import load_state_dict
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+# maskrcnn-benchmark's module names for Mask R-CNN R-50-FPN outside the ResNet body (modeling/backbone/fpn.py
+# adds fpn_inner<i>/fpn_layer<i>; rpn/anchor_generator.py keeps cell_anchors in a BufferList; roi_heads.py builds
+# CombinedROIHeads with "box" and "mask", each with feature_extractor/predictor; mask_fcn<i> and conv5_mask /
+# mask_fcn_logits in roi_mask_feature_extractors.py / roi_mask_predictors.py).
+REFERENCE_HEAD_KEYS = (
+    [f"backbone.fpn.fpn_{kind}{i}.{p}" for i in range(1, 5) for kind in ("inner", "layer") for p in ("weight", "bias")]
+    + [f"rpn.anchor_generator.cell_anchors.{i}" for i in range(5)]
+    + [f"rpn.head.{m}.{p}" for m in ("conv", "cls_logits", "bbox_pred") for p in ("weight", "bias")]
+    + [f"roi_heads.box.feature_extractor.{m}.{p}" for m in ("fc6", "fc7") for p in ("weight", "bias")]
+    + [f"roi_heads.box.predictor.{m}.{p}" for m in ("cls_score", "bbox_pred") for p in ("weight", "bias")]
+    + [f"roi_heads.mask.feature_extractor.mask_fcn{i}.{p}" for i in range(1, 5) for p in ("weight", "bias")]
+    + [f"roi_heads.mask.predictor.{m}.{p}" for m in ("conv5_mask", "mask_fcn_logits") for p in ("weight", "bias")]
+)
+
+
+def test_state_dict_uses_the_reference_names():
+    keys = list(build_detection_model(r50_cfg()).state_dict())
+    head = [k for k in keys if not k.startswith("backbone.body.")]
+    assert sorted(head) == sorted(REFERENCE_HEAD_KEYS)
+    # The body: MSRA layout (stem.conv1/bn1, layer<i>.<b>.conv<j>/bn<j>/downsample.{0,1}), FrozenBatchNorm2d
+    # buffers weight/bias/running_mean/running_var, as the reference.
+    assert "backbone.body.layer1.0.downsample.1.running_var" in keys
+    assert "backbone.body.layer4.2.conv3.weight" in keys and len(keys) - len(head) == 53 * 4 + 53
+
+
+def test_checkpoint_of_release_0_1_0_loads_with_a_note(caplog):
+    """Key names and shapes recorded from release 0.1.0 (commit fe03c93) of this package."""
+    with open(os.path.join(DATA, "release_0_1_0_small_model_keys.json")) as f:
+        old_keys = json.load(f)["keys"]
+    gen = torch.Generator().manual_seed(0)
+    old_state = {k: torch.randn(shape, generator=gen) for k, shape in old_keys}
+    model = build_detection_model(small_cfg())
+    with caplog.at_level(logging.WARNING):
+        DetectronCheckpointer(small_cfg(), model).load_weights(_save(old_state))
+    assert "module names of maskrcnn_benchmark 0.1.0" in caplog.text
+    new = model.state_dict()
+    pairs = {"backbone.fpn.inner_blocks.0.weight": "backbone.fpn.fpn_inner1.weight",
+             "backbone.fpn.layer_blocks.3.bias": "backbone.fpn.fpn_layer4.bias",
+             "roi_heads.box_predictor.cls_score.weight": "roi_heads.box.predictor.cls_score.weight",
+             "roi_heads.mask_feature_extractor.blocks.1.weight": "roi_heads.mask.feature_extractor.mask_fcn2.weight",
+             "roi_heads.mask_predictor.mask_fcn_logits.bias": "roi_heads.mask.predictor.mask_fcn_logits.bias",
+             "backbone.body.layer2.0.conv1.weight": "backbone.body.layer2.0.conv1.weight"}
+    for old, ours in pairs.items():
+        assert torch.equal(new[ours], old_state[old]), ours
+    assert all(any(torch.equal(new[k], v) for k in new) for v in old_state.values())  # every tensor landed
+
+
+_saved = []
+
+
+def _save(obj):
+    import tempfile
+
+    fd, path = tempfile.mkstemp(suffix=".pth")
+    os.close(fd)
+    torch.save(obj, path)
+    _saved.append(path)
+    return path
+
+
+def test_module_prefix_both_ways_and_suffix_matching():
+    a, b = nn.Sequential(nn.Linear(3, 2)), nn.Sequential(nn.Linear(3, 2))
+    wrapped = nn.DataParallel(nn.Sequential(nn.Linear(3, 2)))
+    load_state_dict(b, a.state_dict())
+    assert torch.equal(b[0].weight, a[0].weight)
+    load_state_dict(b, wrapped.state_dict())  # "module." stripped
+    assert torch.equal(b[0].weight, wrapped.module[0].weight)
+    load_state_dict(wrapped, a.state_dict())  # "module.0.weight" ends with "0.weight"
+    assert torch.equal(wrapped.module[0].weight, a[0].weight)
+    c = nn.Sequential(nn.Sequential(nn.Linear(3, 2)))  # keys 0.0.weight, 0.0.bias
+    load_state_dict(c, {"0.weight": torch.ones(2, 3), "0.0.weight": torch.full((2, 3), 2.0), "bias": torch.ones(2)})
+    assert torch.equal(c[0][0].weight, torch.full((2, 3), 2.0))  # the longest loaded key the model key ends with
+    assert torch.equal(c[0][0].bias, torch.ones(2))
+    d = nn.Sequential(nn.Linear(3, 2))
+    load_state_dict(d, {"x.0.weight": torch.ones(2, 3)})  # not a suffix of any model key: nothing loaded
+    assert not torch.equal(d[0].weight, torch.ones(2, 3))
+    e = nn.ModuleDict({"fc6": nn.Linear(3, 2)})
+    load_state_dict(e, {"c6.weight": torch.ones(2, 3)})  # suffixes start at a "." boundary
+    assert not torch.equal(e["fc6"].weight, torch.ones(2, 3))
+    with pytest.raises(ValueError, match="0.0.weight.*shape"):
+        load_state_dict(c, {"0.weight": torch.ones(4, 3)})
+
+
+def test_checkpointer_api_of_the_reference(tmp_path):
+    trained, fresh = nn.Linear(3, 2), nn.Linear(3, 2)
+    Checkpointer(trained, save_dir=str(tmp_path), save_to_disk=True).save("checkpoint_file", iteration=7)
+    same_folder = Checkpointer(fresh, save_dir=str(tmp_path))
+    assert same_folder.has_checkpoint()
+    assert same_folder.get_checkpoint_file() == str(tmp_path / "checkpoint_file.pth")
+    extra = same_folder.load()  # no file: the folder's latest
+    assert extra == {"iteration": 7} and torch.equal(fresh.weight, trained.weight)
+    other = Checkpointer(nn.Linear(3, 2), save_dir=str(tmp_path / "empty"))
+    assert not other.has_checkpoint() and other.get_checkpoint_file() == ""
+    assert other.load() == {}
+    Checkpointer(nn.Linear(3, 2), save_dir=str(tmp_path)).save("not_saved")  # save_to_disk None: nothing
+    assert not (tmp_path / "not_saved.pth").exists()
+
+
+def test_wrong_num_classes_is_one_line_naming_the_file(tmp_path):
+    path = tmp_path / "c.pth"
+    torch.save({"model": build_detection_model(small_cfg()).state_dict()}, path)
+    other = build_detection_model(small_cfg("MODEL.ROI_BOX_HEAD.NUM_CLASSES", 7))
+    with pytest.raises(WeightsError) as e:
+        DetectronCheckpointer(None, other).load_weights(str(path))
+    msg = str(e.value)
+    assert "\n" not in msg and "c.pth" in msg and "roi_heads.box.predictor.cls_score.weight" in msg
+
+
+def test_random_bytes_are_not_a_checkpoint_and_no_weights_only_advice(tmp_path):
+    path = tmp_path / "junk.pth"
+    path.write_bytes(os.urandom(4096))
+    with pytest.raises(WeightsError) as e:
+        DetectronCheckpointer(None, nn.Linear(1, 1)).load_weights(str(path))
+    assert "junk.pth" in str(e.value) and "weights_only" not in str(e.value) and "\n" not in str(e.value)
+
+
+def test_grad_scaler_state_is_saved_and_resumed(tmp_path):
+    model = nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    scaler.scale(torch.ones(()))  # the scale lives on the device once used
+    scaler.update(new_scale=256.0)
+    path = Checkpointer(model, opt, save_dir=str(tmp_path), save_to_disk=True, scaler=scaler).save("m", iteration=3)
+    fresh = torch.amp.GradScaler("cpu")
+    extra = Checkpointer(nn.Linear(2, 2), torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1),
+                         scaler=fresh).resume(path)
+    assert fresh.get_scale() == 256.0 and extra["iteration"] == 3
+
+
+def test_metric_logger_env_and_imports(tmp_path, monkeypatch):
+    from maskrcnn_benchmark.utils.env import setup_environment
+    from maskrcnn_benchmark.utils.imports import import_file
+    from maskrcnn_benchmark.utils.metric_logger import MetricLogger
+
+    meter = MetricLogger()
+    for i in range(10):
+        meter.update(metric=float(i))
+    m = meter.meters["metric"]
+    assert (m.count, m.total, m.median, m.avg, m.global_avg) == (10, 45, 4, 4.5, 4.5)
+    assert meter.metric is m and meter.delimiter == "\t"
+    with pytest.raises(AttributeError):
+        meter.not_existent  # noqa: B018
+    env_file = tmp_path / "site_env.py"
+    env_file.write_text("import os\ndef setup_environment():\n    os.environ['SITE_ENV_RAN'] = '1'\n")
+    monkeypatch.setenv("TORCH_DETECTRON_ENV_MODULE", str(env_file))
+    setup_environment()
+    assert os.environ.get("SITE_ENV_RAN") == "1"
+    assert import_file("x", str(env_file)).setup_environment
