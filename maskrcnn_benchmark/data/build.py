@@ -5,12 +5,19 @@ import logging
 import torch
 
 from ..config.paths_catalog import load_catalog
+from ..utils.processes import die_with_parent
 from . import datasets as D
 from .collate_batch import BatchCollator
 from .samplers import DistributedSampler, GroupedBatchSampler, IterationBasedBatchSampler
 from .transforms import build_transforms
 
 logger = logging.getLogger(__name__)
+
+
+def _worker_init(worker_id):
+    """A loader worker never outlives its process: if that is killed (SIGKILL included) the kernel ends the
+    worker too, instead of leaving it re-parented to PID 1 on a cluster node."""
+    die_with_parent()
 
 
 def build_dataset(cfg, names, is_train):
@@ -74,5 +81,6 @@ def make_data_loader(cfg, is_train=True, is_distributed=False, start_iter=0, num
             persistent_workers=workers > 0 and is_train,
             # its own generator: creating the loader must not draw from the global RNG a resumed run restores
             generator=torch.Generator().manual_seed(int(seed) + rank),
+            worker_init_fn=_worker_init if workers > 0 else None,
         ))
     return loaders[0] if is_train else loaders

@@ -182,22 +182,31 @@ class Stopped(Exception):
         self.signum = signum
 
 
+def _ignore(signum, frame):
+    pass
+
+
 def _stop_on_signals():
     """The first SIGTERM/SIGINT/SIGHUP raises :class:`Stopped` in the main thread, so the run unwinds through
     its hooks (run_stop aborted, scorer and loader workers stopped, logs flushed); later ones are ignored so
-    nothing interrupts that cleanup (SIGKILL still ends it). Forked children (data loader workers) inherit the
-    handler: there it does what the signal would have done (the loader stops its workers itself)."""
+    nothing interrupts that cleanup (SIGKILL still ends it).
+
+    Slurm (time limit, scancel) and a terminal's Ctrl-C signal every process of the job, data loader workers
+    included. Workers are forked and inherit this handler; there SIGTERM and SIGHUP are ignored (the main
+    process stops its workers as it unwinds, and a worker dies with its parent anyway), and SIGINT raises the
+    KeyboardInterrupt a worker exits on quietly. Once stopping, the main process also stops reacting to
+    SIGCHLD: torch's loader handler would otherwise turn a worker that exits while the run unwinds into a
+    second error, in the middle of the cleanup."""
     main_pid = os.getpid()
 
     def handler(signum, frame):
         if os.getpid() != main_pid:
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt  # what a loader worker expects
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
             return
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(s, signal.SIG_IGN)
+        signal.signal(signal.SIGCHLD, _ignore)  # a callable: SIG_DFL would race with a SIGCHLD already pending
         raise Stopped(signum)
 
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -115,7 +115,9 @@ def test_signal_ends_the_run_cleanly(tiny_data, tmp_path, sig):
                                                                  "another run (pid")
         assert "Traceback" not in second.stderr
     t0 = time.time()
-    os.killpg(run.proc.pid, sig) if sig == signal.SIGINT else run.proc.send_signal(sig)
+    # to the whole process group, loader workers included: what Ctrl-C does, and what Slurm does at a time limit
+    # or scancel (it signals every process of the step)
+    os.killpg(run.proc.pid, sig)
     code, stdout, stderr = run.finish()
     assert time.time() - t0 < 15
     assert code == 128 + sig
