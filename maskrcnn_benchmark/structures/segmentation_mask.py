@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from pycocotools import mask as mask_utils
 
-from .bounding_box import FLIP_LEFT_RIGHT, FLIP_TOP_BOTTOM, TO_REMOVE
+from .bounding_box import FLIP_LEFT_RIGHT, FLIP_TOP_BOTTOM, TO_REMOVE, by_value, from_value
 
 
 def _as_part(part):
@@ -47,6 +47,39 @@ class SegmentationMask:
         else:
             raise ValueError(f"mode must be 'poly' or 'mask', got {mode!r}")
         self.mode = mode
+
+    def __getstate__(self):
+        """Polygons pickle as three arrays (vertices, part lengths, owning instance) by value: one message for a
+        loader worker instead of a shared-memory handle per part (see ``bounding_box.by_value``)."""
+        state = {"size": self.size, "mode": self.mode}
+        if self.mode == "mask":
+            state["masks"] = by_value(self.masks)
+        elif all(p.device.type == "cpu" for inst in self.polygons for p in inst):
+            parts = [p for inst in self.polygons for p in inst]
+            state["vertices"] = torch.cat(parts).numpy() if parts else np.zeros((0,), np.float32)
+            state["lengths"] = np.array([p.numel() for p in parts], dtype=np.int64)
+            state["parts_per_instance"] = np.array([len(inst) for inst in self.polygons], dtype=np.int64)
+            state["packed"] = self._packed is not None
+        else:
+            state["polygons"], state["packed"] = self.polygons, self._packed
+        return state
+
+    def __setstate__(self, state):
+        self.size, self.mode = state["size"], state["mode"]
+        self.masks, self.polygons, self._packed = None, None, None
+        if self.mode == "mask":
+            self.masks = from_value(state["masks"])
+        elif "polygons" in state:
+            self.polygons, self._packed = state["polygons"], state["packed"]
+        else:
+            vertices, lengths = torch.from_numpy(state["vertices"]), torch.from_numpy(state["lengths"])
+            per_instance = torch.from_numpy(state["parts_per_instance"])
+            parts = vertices.split(lengths.tolist())
+            bounds = [0] + per_instance.cumsum(0).tolist()
+            self.polygons = [list(parts[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+            if state["packed"]:
+                self._packed = (vertices.view(-1, 2), lengths // 2,
+                                torch.repeat_interleave(torch.arange(len(per_instance)), per_instance))
 
     # -- construction helpers -------------------------------------------------------------------------------
     @classmethod

@@ -1,3 +1,5 @@
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -77,3 +79,35 @@ def test_project_masks_on_boxes_is_pycocotools_on_the_cropped_polygon():
             parts.append(q.numpy().astype(np.float64).tolist())
         ref = mask_utils.decode(mask_utils.merge(mask_utils.frPyObjects(parts, 28, 28)))
         assert torch.equal(ours[i].bool(), torch.from_numpy(ref).bool()), i
+
+
+def test_targets_pickle_by_value_for_loader_workers():
+    """A loader worker pickles each batch for the trainer (torch's ForkingPickler). Small target tensors travel
+    inside the message, not as one shared-memory file descriptor (and one socket handshake) each; the round trip
+    gives back equal boxes, fields, polygons and packed polygons."""
+    import torch.multiprocessing  # noqa: F401 - registers the tensor reductions a loader worker uses
+    from multiprocessing.reduction import ForkingPickler
+
+    polys = [[[10, 10, 40, 12, 30, 35]], [[50, 50, 60, 50, 60, 61, 50, 58], [70, 70, 75, 70, 72, 76]], []]
+    target = BoxList(torch.tensor([[10., 10, 40, 35], [50, 50, 75, 76], [0, 0, 5, 5]]), (100, 90))
+    target.add_field("labels", torch.tensor([1, 2, 3]))
+    masks = SegmentationMask(polys, (100, 90))
+    masks.packed_polygons()
+    target.add_field("masks", masks)
+    payload = bytes(ForkingPickler.dumps([target, SegmentationMask(polys, (100, 90))]))
+    assert b"rebuild_storage" not in payload  # no shared-memory handle at all
+    back, unpacked = pickle.loads(payload)
+    assert torch.equal(back.bbox, target.bbox) and back.size == target.size and back.mode == target.mode
+    assert torch.equal(back.get_field("labels"), target.get_field("labels"))
+    got, want = back.get_field("masks"), masks
+    assert [[p.tolist() for p in inst] for inst in got.polygons] == polys_as_float(polys)
+    assert got._packed is not None and all(torch.equal(a, b) for a, b in zip(got._packed, want.packed_polygons()))
+    assert unpacked._packed is None and len(unpacked.polygons) == 3
+    # what the loader then does with them works on the rebuilt objects
+    assert torch.equal(got.transpose(FLIP_LEFT_RIGHT).polygons[0][0], want.transpose(FLIP_LEFT_RIGHT).polygons[0][0])
+    big = SegmentationMask(torch.ones((2, 300, 300), dtype=torch.uint8), (300, 300), "mask")
+    assert b"rebuild_storage" in bytes(ForkingPickler.dumps(big))  # bitmaps keep the shared-memory path
+
+
+def polys_as_float(polys):
+    return [[[float(v) for v in p] for p in inst] for inst in polys]
