@@ -146,6 +146,13 @@ class Checkpointer:
             raise WeightsError(f"weights file '{path}' does not fit this model: {str(e).splitlines()[0]}") \
                 from None
 
+    def _load_into_model(self, path):
+        checkpoint = self._load_file(path)
+        if not isinstance(checkpoint, dict):
+            raise WeightsError(f"weights file '{path}' holds a {type(checkpoint).__name__}, not a checkpoint")
+        self._load_model(checkpoint, path)
+        return checkpoint
+
     def load(self, f=None, use_latest=True):
         """The reference's ``load``: model, then optimizer/scheduler (and scaler) when given and present; returns
         the checkpoint's other entries. Without ``f`` (and ``use_latest``), the folder's last checkpoint."""
@@ -154,10 +161,7 @@ class Checkpointer:
         if not f:
             self.logger.info("No checkpoint found. Initializing model from scratch")
             return {}
-        checkpoint = self._load_file(f)
-        if not isinstance(checkpoint, dict):
-            raise WeightsError(f"weights file '{f}' holds a {type(checkpoint).__name__}, not a checkpoint")
-        self._load_model(checkpoint, f)
+        checkpoint = self._load_into_model(f)
         self._load_training_state(checkpoint, f)
         return checkpoint
 
@@ -221,8 +225,6 @@ class DetectronCheckpointer(Checkpointer):
         if not path:
             self.logger.info("no weights given: the model keeps its initialization")
             return {}
-        checkpoint = self._load_file(path)
-        if not isinstance(checkpoint, dict):
-            raise WeightsError(f"weights file '{path}' holds a {type(checkpoint).__name__}, not a checkpoint")
-        self._load_model(checkpoint, path)
+        checkpoint = self._load_into_model(path)
         return {k: v for k, v in checkpoint.items() if k not in ("optimizer", "scheduler", "scaler")}
+
