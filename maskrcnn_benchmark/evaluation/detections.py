@@ -92,10 +92,11 @@ class Detections:
         ids = (self.box_image_ids if iou_type == "bbox" else self.mask_image_ids)[rows].tolist()
         cats, positions = cats[rows].tolist(), (rows + 1).tolist()
         if iou_type == "bbox":
-            return [{"image_id": i, "category_id": c, "bbox": [x, y, w, h], "score": s, "area": w * h, "id": k,
-                     "iscrowd": 0}
-                    for k, i, c, (x, y, w, h), s in zip(positions, ids, cats, self.boxes_xywh[rows].tolist(),
-                                                        self.box_scores[rows].tolist())]
+            boxes = self.boxes_xywh[rows]
+            areas = (boxes[:, 2] * boxes[:, 3]).tolist()  # float64 w * h: loadRes's value, bit for bit
+            return [{"image_id": i, "category_id": c, "bbox": b, "score": s, "area": a, "id": k, "iscrowd": 0}
+                    for k, i, c, b, s, a in zip(positions, ids, cats, boxes.tolist(), self.box_scores[rows].tolist(),
+                                                areas)]
         rles = _rle_dicts([self.mask_counts[r] for r in rows.tolist()], self.mask_heights[rows],
                           self.mask_widths[rows])
         if not rles:

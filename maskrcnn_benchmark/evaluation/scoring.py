@@ -12,6 +12,7 @@ inherit this process's CPU affinity: under bind_launch they use the cores of the
 another rank's.
 """
 import contextlib
+import gc
 import io
 import logging
 import multiprocessing
@@ -105,8 +106,27 @@ def results_coco(gt, detections, iou_type, backend, category_ids=None):
 _STATE = {}
 
 
+@contextlib.contextmanager
+def _no_cyclic_gc():
+    """Scoring builds about a million small dicts (one per result and IoU type) and the backends add as many
+    objects again; each batch of new objects triggers Python's cyclic garbage collector, which then walks all
+    of them. None of them form cycles, so collection is paused while scoring runs (5x faster dict building)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def _evaluate(iou_type, cat_ids):
     """One worker's share: the results of ``cat_ids`` (built here, in parallel) against the ground truth."""
+    with _no_cyclic_gc():
+        return _evaluate_categories(iou_type, cat_ids)
+
+
+def _evaluate_categories(iou_type, cat_ids):
     gt, dets, img_ids, backend = _STATE["gt"], _STATE["detections"], _STATE["img_ids"], _STATE["backend"]
     _, cocoeval_cls = _api(backend)
     kwargs = {"print_function": lambda *a, **k: None, "rle_iou_max_workers": 1} \
@@ -151,6 +171,11 @@ def score_coco(ann_file, detections, iou_types=("bbox", "segm"), image_ids=None,
     Returns ``{iou_type: {"stats": {AP, AP50, ...}, "per_class": {name: AP}}, "backend": name}``. ``workers`` > 1
     scores disjoint category sets in that many forked processes (0: one per core of this process's affinity).
     """
+    with _no_cyclic_gc():
+        return _score_coco(ann_file, detections, iou_types, image_ids, backend, workers)
+
+
+def _score_coco(ann_file, detections, iou_types, image_ids, backend, workers):
     backend = resolve_backend(backend)
     if not isinstance(detections, Detections):
         detections = Detections.from_coco_lists(*detections)
