@@ -192,9 +192,10 @@ def _stop_on_signals():
     nothing interrupts that cleanup (SIGKILL still ends it).
 
     Slurm (time limit, scancel) and a terminal's Ctrl-C signal every process of the job, data loader workers
-    included. Workers are forked and inherit this handler; there SIGTERM and SIGHUP are ignored (the main
-    process stops its workers as it unwinds, and a worker dies with its parent anyway), and SIGINT raises the
-    KeyboardInterrupt a worker exits on quietly. Once stopping, the main process also stops reacting to
+    included. Workers are forked and inherit this handler; in a loader worker SIGTERM and SIGHUP are ignored (the
+    main process stops its workers as it unwinds, and a worker dies with its parent anyway), and SIGINT raises
+    the KeyboardInterrupt a worker exits on quietly. Other forked helpers (the scorer's pool) end on the signal
+    as they would without the handler: ``Pool.terminate()`` relies on it. Once stopping, the main process also stops reacting to
     SIGCHLD: torch's loader handler would otherwise turn a worker that exits while the run unwinds into a
     second error, in the middle of the cleanup."""
     main_pid = os.getpid()
@@ -203,6 +204,12 @@ def _stop_on_signals():
         if os.getpid() != main_pid:
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt  # what a loader worker expects
+            if torch.utils.data.get_worker_info() is not None:
+                return  # a loader worker: its loader stops it
+            # any other forked helper (the COCO scorer's pool): what the signal would have done, so that
+            # Pool.terminate() and friends still end it
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
             return
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(s, signal.SIG_IGN)

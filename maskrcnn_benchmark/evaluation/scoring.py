@@ -17,6 +17,8 @@ import io
 import logging
 import multiprocessing
 import os
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
@@ -195,9 +197,13 @@ def _score_coco(ann_file, detections, iou_types, image_ids, backend, workers):
     _STATE.update(gt=gt, detections=detections, img_ids=img_ids, backend=backend)
     try:
         if workers > 1 and len(tasks) > 1:
-            ctx = multiprocessing.get_context("fork")
-            with ctx.Pool(min(workers, len(tasks)), initializer=die_with_parent) as pool:
-                parts = pool.starmap(_evaluate, [(t, c) for t, c, _ in tasks], chunksize=1)
+            # not multiprocessing.Pool: it waits forever for the task of a worker that died
+            with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=multiprocessing.get_context("fork"),
+                                     initializer=die_with_parent) as pool:
+                try:
+                    parts = list(pool.map(_evaluate, [t for t, _, _ in tasks], [c for _, c, _ in tasks]))
+                except BrokenProcessPool:
+                    raise ScoringError("a COCO scoring worker process died (killed, or out of memory?)") from None
         else:
             parts = [_evaluate(t, c) for t, c, _ in tasks]
     finally:

@@ -232,3 +232,24 @@ def test_a_dead_sibling_stops_the_run_cleanly(tiny_data, tmp_path):
     while (run.session_processes() or _children(run.proc.pid)) and time.time() < deadline:
         time.sleep(0.2)
     assert run.session_processes() == []
+
+
+_FORKED_HELPER = """
+import multiprocessing, time
+from maskrcnn_benchmark.engine.train_mlperf import _stop_on_signals
+_stop_on_signals()
+child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,), daemon=True)
+child.start()
+time.sleep(0.5)
+child.terminate()          # what multiprocessing.Pool.terminate (and the with-block's exit) does to its workers
+child.join(10)
+print("alive" if child.is_alive() else f"ended {child.exitcode}")
+"""
+
+
+def test_forked_helpers_still_end_on_sigterm():
+    """Only data-loader workers ignore SIGTERM (their loader stops them). Any other process forked by the trainer
+    (the COCO scorer's pool) must still end on it, or Pool.terminate() waits for it forever: a run hung for 600 s
+    at the end of its evaluation this way."""
+    r = subprocess.run([sys.executable, "-c", _FORKED_HELPER], capture_output=True, text=True, timeout=40)
+    assert r.stdout.strip() == f"ended -{int(signal.SIGTERM)}", r.stdout + r.stderr

@@ -77,3 +77,15 @@ def test_backend_choice():
     assert resolve_backend("pycocotools") == "pycocotools"
     with pytest.raises(ScoringError, match="unknown COCO scoring backend 'cocoapi'"):
         resolve_backend("cocoapi")
+
+
+def test_a_scoring_worker_that_dies_is_an_error_not_a_hang(tmp_path, monkeypatch):
+    """multiprocessing.Pool waits forever for the task of a worker that died; the scorer must say so instead."""
+    import os
+
+    from maskrcnn_benchmark.evaluation import scoring
+
+    ann, bbox, segm = make_coco_set(tmp_path, seed=9)
+    monkeypatch.setattr(scoring, "_evaluate_categories", lambda *a: os._exit(7))  # the forked workers see it
+    with pytest.raises(ScoringError, match="a COCO scoring worker process died"):
+        score_coco(ann, (bbox, segm), workers=2)
