@@ -15,10 +15,8 @@ export DGXNNODES="${DGXNNODES:-1}"
 export DGXRUNMINUTES="${DGXRUNMINUTES:-90}"  # NVIDIA v0.7 DGX-A100: 79-87 min to train
 export DGXINITMINUTES="${DGXINITMINUTES:-5}"
 export NEXP="${NEXP:-5}"
-export TRIAL_MINUTES="${TRIAL_MINUTES:-$(( (DGXRUNMINUTES + DGXINITMINUTES) * 5 / 4 ))}"
-_job_minutes=$(( NEXP * TRIAL_MINUTES + 15 ))
-export WALLTIME="${WALLTIME:-$(printf '%02d:%02d:00' $(( _job_minutes / 60 )) $(( _job_minutes % 60 )))}"
-unset _job_minutes
+# shellcheck source=slurm/time_budget.sh
+source "$(dirname "${BASH_SOURCE[0]}")/slurm/time_budget.sh"  # TRIAL_MINUTES and WALLTIME from the three above
 
 ## System config params
 export DGXNGPU="${DGXNGPU:-8}"
