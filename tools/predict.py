@@ -1,11 +1,8 @@
 #!/usr/bin/env python
-"""Entry point; see maskrcnn_benchmark/engine/predictor.py."""
-import os
+"""Draw a model's detections on one image: the entry point of maskrcnn_benchmark/cli/predict.py."""
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from maskrcnn_benchmark.engine.predictor import main  # noqa: E402
+from maskrcnn_benchmark.cli.predict import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,11 +1,8 @@
 #!/usr/bin/env python
-"""Entry point; see maskrcnn_benchmark/engine/test_net.py."""
-import os
+"""Evaluate weights on DATASETS.TEST: the entry point of maskrcnn_benchmark/cli/test_net.py."""
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from maskrcnn_benchmark.engine.test_net import main  # noqa: E402
+from maskrcnn_benchmark.cli.test_net import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,21 +1,15 @@
-"""Run a trained model on one image and draw what it found (boxes, masks, labels) into a PNG.
-
-    python tools/predict.py --config-file CFG --weights model_final.pth --image IMG.jpg --out found.png
-"""
-import argparse
-import sys
-
+"""Run a trained model on one image and draw what it found (boxes, masks, labels) into a PNG (the library behind
+``tools/predict.py``)."""
 import numpy as np
 import torch
 from PIL import Image
 
-from ..config import ConfigError, load_config
 from ..data.transforms import build_transforms
+from ..evaluation import to_original
 from ..modeling import build_detection_model
-from ..evaluation.postprocess import to_original
 from ..structures.image_list import to_image_list
-from ..utils.c2_model_loading import WeightsError
 from ..utils.checkpoint import DetectronCheckpointer
+from ..utils.fileio import atomic_write
 
 
 class Predictor:
@@ -67,42 +61,8 @@ class Predictor:
             ax.add_patch(plt.Rectangle((x1, y1), x2 - x1 + 1, y2 - y1 + 1, fill=False, color=c, linewidth=1.5))
             ax.text(x1, y1, f"{self.label_name(label)} {score:.2f}", color="white", fontsize=7,
                     bbox={"facecolor": c, "alpha": 0.8, "pad": 1, "edgecolor": "none"})
-        fig.savefig(path, bbox_inches="tight", pad_inches=0)
-        plt.close(fig)
-
-
-def _class_names(ann_file):
-    if not ann_file:
-        return None
-    import json
-
-    with open(ann_file) as f:
-        cats = sorted(json.load(f)["categories"], key=lambda c: c["id"])
-    return [c["name"] for c in cats]
-
-
-def main(argv=None):
-    p = argparse.ArgumentParser(description="Draw a model's detections on an image (PNG)")
-    p.add_argument("--config-file", default="")
-    p.add_argument("--weights", default="")
-    p.add_argument("--image", required=True)
-    p.add_argument("--out", required=True, help="output PNG")
-    p.add_argument("--ann-file", default="", help="COCO json whose categories name the labels")
-    p.add_argument("--score-threshold", type=float, default=0.5)
-    p.add_argument("opts", nargs=argparse.REMAINDER)
-    args = p.parse_args(argv)
-    try:
-        cfg = load_config(args.config_file, args.opts)
-        predictor = Predictor(cfg, args.weights, _class_names(args.ann_file), args.score_threshold)
         try:
-            image = Image.open(args.image)
-            image.load()
-        except (OSError, SyntaxError) as e:
-            raise FileNotFoundError(f"cannot read image '{args.image}': {e}") from None
-        found = predictor.predict(image)
-        predictor.draw(image, found, args.out)
-    except (ConfigError, WeightsError, FileNotFoundError, KeyError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(f"{len(found)} detections drawn into {args.out}")
-    return 0
+            with atomic_write(path, "wb", what="drawing") as f:
+                fig.savefig(f, format="png", bbox_inches="tight", pad_inches=0)
+        finally:
+            plt.close(fig)

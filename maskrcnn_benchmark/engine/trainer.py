@@ -1,16 +1,17 @@
-"""A minimal training loop with hooks (detectron2-style): the loop only loads a batch, runs forward and
-backward and steps the optimizer; logging, evaluation, checkpoints and early stop are hooks."""
+"""A minimal training loop with hooks (detectron2-style): the loop only loads a batch, runs forward and backward
+and steps the optimizer; logging, evaluation, checkpoints and the MLPerf protocol are hooks. The loop and the hooks
+share one :class:`~maskrcnn_benchmark.engine.events.EventStorage`."""
 import logging
 import math
-import time
 import warnings
 
 import torch
 
 from ..utils import comm
+from ..utils.amp import autocast_dtype, make_grad_scaler
+from .events import EventStorage
 
 logger = logging.getLogger(__name__)
-
 
 # fp16: the GradScaler skips a step whose gradients overflowed and halves its scale (as NVIDIA's FP16 optimizer
 # does); a run whose scale falls below this has diverged (gradients overflow even unscaled) and is aborted.
@@ -23,7 +24,7 @@ class NonFiniteLossError(FloatingPointError):
 
 class HookBase:
     """A training hook: called before training, before and after every iteration, and after training (also when
-    training failed; ``trainer.error`` then holds the exception)."""
+    training failed; ``trainer.error`` then holds the exception). ``self.trainer.storage`` is the shared store."""
 
     trainer = None
 
@@ -40,16 +41,12 @@ class HookBase:
         pass
 
 
-def make_grad_scaler(device, dtype):
-    """The GradScaler of a run: enabled for float16 autocast on GPU (on CPU float16 runs as bfloat16)."""
-    return torch.amp.GradScaler(device.type, enabled=dtype == "float16" and device.type == "cuda")
-
-
 class Trainer:
     """Runs iterations ``start_iter + 1 .. max_iter`` (1-based, as the reference counts).
 
-    ``dtype`` float16 uses autocast with a GradScaler, bfloat16 autocast alone. The LR scheduler steps after
-    the optimizer (the reference's order: iteration k trains with the LR of schedule step k - 1).
+    ``dtype`` float16 uses autocast with a GradScaler, bfloat16 autocast alone (:mod:`maskrcnn_benchmark.utils.amp`).
+    The LR scheduler steps after the optimizer (the reference's order: iteration k trains with the LR of schedule
+    step k - 1).
 
     Non-finite losses: in float32/bfloat16 a non-finite loss aborts the run (NonFiniteLossError, on every rank
     together). In float16 the GradScaler skips a step whose gradients overflowed (a non-finite loss always
@@ -59,45 +56,30 @@ class Trainer:
     """
 
     def __init__(self, model, optimizer, scheduler, data_loader, device, max_iter, iters_per_epoch,
-                 dtype="float32", start_iter=0, hooks=(), clip_grad_norm=0.0, nan_check_period=None,
-                 channels_last=False, scaler=None):
+                 dtype="float32", start_iter=0, hooks=(), clip_grad_norm=0.0, nan_check_period=None, scaler=None):
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.data_loader = data_loader
         self.device = device
         self.max_iter = max_iter
-        self.iters_per_epoch = iters_per_epoch
         self.start_iter = start_iter
         self.iter = start_iter
-        self.dtype = dtype
         self.clip_grad_norm = clip_grad_norm
-        self.channels_last = channels_last
         self.nan_check_period = nan_check_period or (20 if device.type == "cuda" else 1)
-        amp_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(dtype)
-        if device.type == "cpu" and amp_dtype == torch.float16:
-            logger.warning("DTYPE float16 on CPU: using bfloat16 autocast instead")
-            amp_dtype = torch.bfloat16
-        self.amp_dtype = amp_dtype
+        self.amp_dtype = autocast_dtype(device, dtype)
         self.scaler = scaler if scaler is not None else make_grad_scaler(device, dtype)
+        self.storage = EventStorage(start_iter, iters_per_epoch, max_iter)
         self.hooks = []
         for h in hooks:
             h.trainer = self
             self.hooks.append(h)
-        self.stop_requested = False
-        self.loss_dict = {}
-        self.images_seen = 0
         self._nonfinite = torch.zeros((), dtype=torch.bool, device=device)
-        self.iter_times = []
         self.error = None
 
     @property
     def epoch(self):
-        """1-based epoch of the current iteration."""
-        return (self.iter - 1) // self.iters_per_epoch + 1
-
-    def request_stop(self):
-        self.stop_requested = True
+        return self.storage.epoch
 
     def check_finite(self):
         """Raise on every rank together: with DDP a non-finite loss on one rank poisons all of them, and a rank
@@ -113,7 +95,7 @@ class Trainer:
         if comm.get_world_size() > 1:
             torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
         if flag.item():
-            values = ", ".join(f"{k}={v.item():.4g}" for k, v in self.loss_dict.items())
+            values = ", ".join(f"{k}={float(v):.4g}" for k, v in self.storage.latest().items())
             raise NonFiniteLossError(f"non-finite loss at iteration {self.iter}: {values}")
 
     def run_step(self, images, targets):
@@ -136,26 +118,23 @@ class Trainer:
             # A float16 step the scaler skipped still advances the schedule (the reference's loop does too).
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
             self.scheduler.step()
-        self.loss_dict = {k: v.detach() for k, v in loss_dict.items()}
-        self.images_seen += len(images.image_sizes) * comm.get_world_size()
+        self.storage.put_scalars(**{k: v.detach() for k, v in loss_dict.items()})
+        self.storage.images_seen += len(images.image_sizes) * comm.get_world_size()
 
     def train(self):
         for h in self.hooks:
             h.before_train()
         try:
-            t_last = time.perf_counter()
             for self.iter, (images, targets, _) in enumerate(self.data_loader, self.start_iter + 1):
+                self.storage.iter = self.iter
                 for h in self.hooks:
                     h.before_step()
                 self.run_step(images, targets)
                 if self.iter % self.nan_check_period == 0:
                     self.check_finite()
-                now = time.perf_counter()
-                self.iter_times.append(now - t_last)
-                t_last = now
                 for h in self.hooks:
                     h.after_step()
-                if self.stop_requested or self.iter >= self.max_iter:
+                if self.storage.stop_requested or self.iter >= self.max_iter:
                     break
             self.check_finite()
         except BaseException as e:

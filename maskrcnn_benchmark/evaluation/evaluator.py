@@ -1,48 +1,60 @@
-"""The COCO evaluator (``reset / process(inputs, outputs) / evaluate``) and the inference loop that feeds it.
+"""The evaluator protocol (``reset / process(inputs, outputs) / evaluate``), the COCO evaluator, and the inference
+loop that feeds an evaluator.
 
-Training (every epoch), ``tools/test_net.py`` and the predictor all go through :func:`detections_to_coco`; the
-evaluator gathers the detections of every rank on rank 0 (an image that the distributed sampler gave to two
-ranks, to pad the shards, counts once) and scores them with :func:`score_coco`.
+One contract for training (every epoch), ``tools/test_net.py`` and the predictor:
+
+* ``process(inputs, outputs)`` turns a batch of model outputs into COCO results (:func:`detections_to_coco`, on
+  the outputs' device);
+* ``evaluate()`` returns the scores: ``{"bbox": {"stats": {...}, "per_class": {...}}, "segm": ..., "backend",
+  "seconds"}`` on rank 0, ``None`` on the other ranks. :class:`BackgroundEvaluator` wraps an evaluator and
+  returns a :class:`ScoresFuture` instead, whose result is the same dict, scored in a separate process.
 """
+import json
 import logging
+import os
 import time
 
 import torch
 
 from ..utils import comm
+from ..utils.amp import autocast
+from ..utils.fileio import write_text
 from .detections import Detections
 from .postprocess import detections_to_coco
-from .scoring import score_coco
+from .scoring import COCOScorer
 
 logger = logging.getLogger(__name__)
 
 
-def autocast_context(device, dtype):
-    if dtype in (None, "float32", torch.float32):
-        return torch.autocast(device.type, enabled=False)
-    dt = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    if device.type == "cpu" and dt == torch.float16:
-        dt = torch.bfloat16  # CPU autocast has no useful fp16 path
-    return torch.autocast(device.type, dtype=dt)
+class DatasetEvaluator:
+    """What :func:`inference_on_dataset` drives: ``reset()`` before a pass, ``process(inputs, outputs)`` per batch
+    (``inputs``: the dataset indices of the batch, ``outputs``: the model's BoxLists), ``evaluate()`` after it."""
+
+    def reset(self):
+        pass
+
+    def process(self, inputs, outputs):
+        pass
+
+    def evaluate(self):
+        raise NotImplementedError
 
 
-class COCOEvaluator:
+class COCOEvaluator(DatasetEvaluator):
     """COCO box and mask AP of a model on a COCO-format dataset (one rank or many).
 
-    ``process(inputs, outputs)``: ``inputs`` are the dataset indices of the batch (the loader's third element),
-    ``outputs`` the model's BoxLists; post-processing runs on the outputs' device. ``evaluate()`` returns the
-    scores on rank 0 (``None`` elsewhere); ``detections()`` only gathers them (for an asynchronous scorer or a
-    results json).
+    ``scorer``: a :class:`COCOScorer` (default: the dataset's annotation file and images, backend ``auto``),
+    or ``None`` to only collect detections. ``output_folder``: if given, ``evaluate()`` also writes the COCO
+    results json files ``bbox.json`` and ``segm.json`` there (atomically). Detections are gathered on rank 0; an
+    image that the distributed sampler gave to two ranks (to pad the shards) counts once.
     """
 
-    def __init__(self, dataset, iou_types=("bbox", "segm"), backend="auto", workers=0, mask_method="box",
-                 mask_threshold=0.5):
+    def __init__(self, dataset, scorer="default", mask_method="box", mask_threshold=0.5, output_folder=None):
         self.dataset = dataset
-        self.iou_types = tuple(iou_types)
-        self.backend = backend
-        self.workers = workers
+        self.scorer = COCOScorer.for_dataset(dataset) if scorer == "default" else scorer
         self.mask_method = mask_method
         self.mask_threshold = mask_threshold
+        self.output_folder = output_folder
         lut = dataset.contiguous_category_id_to_json_id
         self.category_ids = torch.tensor([lut.get(i, 0) for i in range(max(lut) + 1)])
         self.reset()
@@ -58,8 +70,9 @@ class COCOEvaluator:
         for image_id, dets in zip(image_ids, per_image):
             self._per_image.setdefault(image_id, dets)
 
-    def detections(self):
-        """All ranks' detections on rank 0, by image id (``None`` on the other ranks)."""
+    def gather(self):
+        """Every rank's detections on rank 0, as one :class:`Detections` in image-id order (``None`` elsewhere).
+        A collective: every rank calls it."""
         gathered = comm.all_gather(self._per_image) if comm.get_world_size() > 1 else [self._per_image]
         if not comm.is_main_process():
             return None
@@ -69,18 +82,27 @@ class COCOEvaluator:
                 merged.setdefault(image_id, dets)
         return Detections.concat([merged[i] for i in sorted(merged)])
 
+    def write_results(self, detections):
+        """``bbox.json`` and ``segm.json`` (COCO results format) in ``output_folder``."""
+        bbox, segm = detections.to_coco_lists()
+        write_text(os.path.join(self.output_folder, "bbox.json"), json.dumps(bbox), what="results json")
+        write_text(os.path.join(self.output_folder, "segm.json"), json.dumps(segm), what="results json")
+
     def evaluate(self):
-        dets = self.detections()
-        if dets is None:
+        detections = self.gather()
+        if detections is None:
             return None
-        return score_coco(self.dataset.ann_file, dets, self.iou_types, image_ids=self.dataset.ids,
-                          backend=self.backend, workers=self.workers)
+        if self.output_folder:
+            self.write_results(detections)
+        if self.scorer is None:
+            return {"detections": len(detections)}
+        return self.scorer(detections)
 
 
 @torch.no_grad()
-def inference_on_dataset(model, data_loader, evaluator, device, dtype="float32"):
-    """Run ``model`` over this rank's shard of ``data_loader`` into ``evaluator`` (reset first); returns the
-    gathered :class:`Detections` on rank 0 (``None`` elsewhere) and logs the time per image."""
+def run_inference(model, data_loader, evaluator, device, dtype="float32"):
+    """Run ``model`` over this rank's shard of ``data_loader`` into ``evaluator`` (reset first); logs the time per
+    image. The evaluation itself is the caller's (``evaluator.evaluate()``)."""
     was_training = model.training
     model.eval()
     evaluator.reset()
@@ -88,15 +110,19 @@ def inference_on_dataset(model, data_loader, evaluator, device, dtype="float32")
     count = 0
     try:
         for images, _, ids in data_loader:
-            with autocast_context(device, dtype):
+            with autocast(device, dtype):
                 outputs = model(images.to(device, non_blocking=True))
             evaluator.process(ids, outputs)
             count += len(ids)
     finally:
         model.train(was_training)
     elapsed = time.perf_counter() - start
-    dets = evaluator.detections()
-    if dets is not None:
+    if comm.is_main_process():
         logger.info("inference on %d images: %.1f s (%.1f ms/image on each of %d processes)",
-                    len(evaluator.dataset), elapsed, 1000 * elapsed / max(count, 1), comm.get_world_size())
-    return dets
+                    len(data_loader.dataset), elapsed, 1000 * elapsed / max(count, 1), comm.get_world_size())
+
+
+def inference_on_dataset(model, data_loader, evaluator, device, dtype="float32"):
+    """:func:`run_inference`, then ``evaluator.evaluate()``, whose result it returns (the scores, on rank 0)."""
+    run_inference(model, data_loader, evaluator, device, dtype)
+    return evaluator.evaluate()

@@ -18,77 +18,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..modeling.roi_heads.mask_head.inference import expand_boxes
+from ..layers.mask_paste import paste_mask_windows, paste_masks_in_image
 from .detections import Detections
 
 METHODS = ("box", "full")
-
-
-def _expanded_int_boxes(boxes, m, padding):
-    scale = (m + 2 * padding) / m
-    return expand_boxes(boxes.float(), scale).trunc()  # the reference casts to int32 (truncation)
-
-
-def paste_windows(probs, boxes, height, width, threshold=0.5, padding=1, window="box", max_elements=1 << 24):
-    """Pasted masks of D detections, each only in a window: ``(masks, x0, y0)``.
-
-    ``masks`` is ``(D, h, w)`` bool (the windows padded to the largest; outside a window it is False), window d
-    starts at image pixel ``(x0[d], y0[d])``. ``window="box"``: the expanded box clipped to the image;
-    ``"full"``: the whole image. Detections are processed in chunks of similar window size (``max_elements``).
-    """
-    device = probs.device
-    d = probs.shape[0]
-    m = probs.shape[-1]
-    padded = F.pad(probs.float().reshape(d, 1, m, m), (padding,) * 4)
-    box = _expanded_int_boxes(boxes, m, padding)
-    bx0, by0, bx1, by1 = box.unbind(1)
-    bw = (bx1 - bx0 + 1).clamp(min=1)
-    bh = (by1 - by0 + 1).clamp(min=1)
-    if window == "box":
-        x0, y0 = bx0.clamp(min=0), by0.clamp(min=0)
-        x1, y1 = bx1.clamp(max=width - 1), by1.clamp(max=height - 1)
-    elif window == "full":
-        x0, y0 = torch.zeros_like(bx0), torch.zeros_like(by0)
-        x1, y1 = torch.full_like(bx1, width - 1), torch.full_like(by1, height - 1)
-    else:
-        raise ValueError(f"window must be 'box' or 'full', got {window!r}")
-    ww = (x1 - x0 + 1).clamp(min=0)
-    wh = (y1 - y0 + 1).clamp(min=0)
-    if d == 0:
-        return torch.zeros((0, 0, 0), dtype=torch.bool, device=device), x0.long(), y0.long()
-    sizes = torch.stack((wh, ww), 1).long().cpu()  # the one sync: window sizes for chunking
-    order = torch.argsort(sizes[:, 0] * sizes[:, 1])
-    out_h, out_w = int(sizes[:, 0].max()), int(sizes[:, 1].max())
-    out = torch.zeros((d, out_h, out_w), dtype=torch.bool, device=device)
-    start = 0
-    while start < d:
-        end = start + 1
-        h_max, w_max = int(sizes[order[start], 0]), int(sizes[order[start], 1])
-        while end < d:
-            h_next = max(h_max, int(sizes[order[end], 0]))
-            w_next = max(w_max, int(sizes[order[end], 1]))
-            if (end - start + 1) * max(h_next, 1) * max(w_next, 1) > max_elements:
-                break
-            h_max, w_max, end = h_next, w_next, end + 1
-        idx = order[start:end].to(device)
-        start = end
-        if h_max == 0 or w_max == 0:
-            continue
-        cols = torch.arange(w_max, device=device, dtype=torch.float32)
-        rows = torch.arange(h_max, device=device, dtype=torch.float32)
-        # Image pixel (x, y) of window pixel (c, r); its position in the box's resize grid, as grid_sample wants:
-        # interpolate(size=(bh, bw), align_corners=False) samples the padded mask at (i + 0.5) * (M+2)/bw - 0.5.
-        x = x0[idx, None] + cols[None, :]
-        y = y0[idx, None] + rows[None, :]
-        gx = ((x - bx0[idx, None]) + 0.5) / bw[idx, None] * 2 - 1
-        gy = ((y - by0[idx, None]) + 0.5) / bh[idx, None] * 2 - 1
-        grid = torch.stack((gx[:, None, :].expand(-1, h_max, -1), gy[:, :, None].expand(-1, -1, w_max)), -1)
-        sampled = F.grid_sample(padded[idx], grid, mode="bilinear", padding_mode="border", align_corners=False)
-        inside = (cols[None, :] < ww[idx, None]) & (x >= bx0[idx, None]) & (x <= bx1[idx, None])
-        inside_y = (rows[None, :] < wh[idx, None]) & (y >= by0[idx, None]) & (y <= by1[idx, None])
-        mask = (sampled[:, 0] > threshold) & inside_y[:, :, None] & inside[:, None, :]
-        out[idx, :h_max, :w_max] = mask
-    return out, x0.long(), y0.long()
 
 
 def rle_change_points(masks, x0, y0, height):
@@ -141,11 +74,8 @@ def to_original(prediction, width, height, paste_masks=True, mask_threshold=0.5)
     field pasted into ``(D, 1, height, width)`` bool image masks, on the prediction's device."""
     pred = prediction.resize((int(width), int(height))).convert("xyxy")
     if paste_masks and pred.has_field("mask") and pred.get_field("mask").dtype != torch.bool:
-        windows, _, _ = paste_windows(pred.get_field("mask"), pred.bbox, int(height), int(width), mask_threshold,
-                                      window="full")
-        full = torch.zeros((len(pred), 1, int(height), int(width)), dtype=torch.bool, device=windows.device)
-        full[:, 0, : windows.shape[1], : windows.shape[2]] = windows
-        pred.add_field("mask", full)
+        pred.add_field("mask", paste_masks_in_image(pred.get_field("mask"), pred.bbox, int(height), int(width),
+                                                    mask_threshold))
     return pred
 
 
@@ -172,7 +102,7 @@ def detections_to_coco(predictions, image_ids, image_sizes_wh, category_ids, mas
             zeros = torch.zeros(len(pred), dtype=torch.int64, device=device)
             pos, counts = rle_change_points(full, zeros, zeros, int(h))
         else:
-            windows, x0, y0 = paste_windows(mask, pred.bbox, int(h), int(w), mask_threshold, window=method)
+            windows, x0, y0 = paste_mask_windows(mask, pred.bbox, int(h), int(w), mask_threshold, window=method)
             pos, counts = rle_change_points(windows, x0, y0, int(h))
         change_points.append(pos)
         change_counts.append(counts)

@@ -244,3 +244,37 @@ def format_per_class_table(scores):
     for c in sorted(set(box) | set(mask)):
         lines.append(f"| {c} | {box.get(c, float('nan')):.3f} | {mask.get(c, float('nan')):.3f} |")
     return "\n".join(lines)
+
+
+class COCOScorer:
+    """Scores :class:`Detections` against a COCO annotation file: ``scorer(detections)`` returns the
+    :func:`score_coco` dict, plus ``"seconds"``, the time it took.
+
+    It holds the settings of scoring (the annotation file, the images scored, the IoU types, the backend and the
+    number of worker processes) and nothing else, so it is cheap to send to the background scoring process: an
+    evaluator scores through it in-process, and :class:`~maskrcnn_benchmark.evaluation.BackgroundEvaluator` runs
+    the same object in its own process.
+    """
+
+    def __init__(self, ann_file, image_ids=None, iou_types=("bbox", "segm"), backend="auto", workers=0):
+        self.ann_file = ann_file
+        self.image_ids = list(image_ids) if image_ids is not None else None
+        self.iou_types = tuple(iou_types)
+        self.backend = backend
+        self.workers = workers
+
+    @classmethod
+    def for_dataset(cls, dataset, backend="auto", workers=0, iou_types=("bbox", "segm")):
+        return cls(dataset.ann_file, dataset.ids, iou_types, backend, workers)
+
+    def __call__(self, detections):
+        import time
+
+        t0 = time.perf_counter()
+        out = score_coco(self.ann_file, detections, self.iou_types, self.image_ids, self.backend, self.workers)
+        out["seconds"] = time.perf_counter() - t0
+        return out
+
+    def __repr__(self):
+        return (f"COCOScorer({self.ann_file!r}, {len(self.image_ids or ())} images, {self.iou_types}, "
+                f"backend={self.backend!r}, workers={self.workers})")

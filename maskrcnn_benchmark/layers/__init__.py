@@ -1,5 +1,6 @@
 """Layers built on torchvision's kernels, with maskrcnn-benchmark's legacy numerics."""
 from .batch_norm import FrozenBatchNorm2d
+from .mask_paste import expand_boxes, paste_mask_windows, paste_masks_in_image
 from .misc import cat, group_norm
 from .nms import batched_nms, nms
 from .rasterize import rasterize_polygons
@@ -7,4 +8,5 @@ from .roi_align import ROIAlign, roi_align
 from .smooth_l1_loss import smooth_l1_loss
 
 __all__ = ["FrozenBatchNorm2d", "ROIAlign", "roi_align", "nms", "batched_nms", "smooth_l1_loss", "cat",
-           "group_norm", "rasterize_polygons"]
+           "group_norm", "rasterize_polygons", "expand_boxes", "paste_mask_windows",
+           "paste_masks_in_image"]

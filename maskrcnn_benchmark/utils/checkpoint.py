@@ -14,53 +14,44 @@ schedule, gradient scaler, and the extra state the trainer saved).
 """
 import logging
 import os
-import tempfile
 
 import torch
 
 from .c2_model_loading import WeightsError, load_c2_weights
+from .fileio import atomic_write, write_text
 from .model_serialization import load_state_dict
 
 
-def atomic_torch_save(obj, path):
-    """Write ``obj`` to ``path`` through a temp file in the same folder and ``os.replace``: readers see
-    either the old file or the complete new one, never a half-written checkpoint."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pth", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+class _KeepWriteErrors:
+    """The file torch.save writes into, remembering the OSError of a failed write: torch's zip writer turns it
+    into an unhelpful RuntimeError ("unexpected pos ..."), which a full disk should not read like."""
+
+    def __init__(self, f):
+        self.f = f
+        self.error = None
+
+    def write(self, data):
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self):
+        self.f.flush()
 
 
-def _atomic_write_text(path, text):
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def remove_stale_temp_files(folder):
-    """Delete ``.tmp-*`` files a killed run left in ``folder`` (never complete files). Returns their names."""
-    if not folder or not os.path.isdir(folder):
-        return []
-    removed = []
-    for name in os.listdir(folder):
-        if name.startswith(".tmp-"):
-            try:
-                os.unlink(os.path.join(folder, name))
-                removed.append(name)
-            except OSError:
-                pass
-    return removed
+def atomic_torch_save(obj, path, what="checkpoint"):
+    """``torch.save`` through :func:`~maskrcnn_benchmark.utils.fileio.atomic_write`: readers see the old file
+    or the complete new one, never a half-written checkpoint; a failed write names the file."""
+    with atomic_write(path, "wb", what=what) as f:
+        sink = _KeepWriteErrors(f)
+        try:
+            torch.save(obj, sink)
+        except RuntimeError:
+            if sink.error is not None:
+                raise sink.error from None
+            raise
 
 
 def load_torch_checkpoint(path):
@@ -116,7 +107,7 @@ class Checkpointer:
         return path
 
     def tag_last_checkpoint(self, last_filename):
-        _atomic_write_text(os.path.join(self.save_dir, "last_checkpoint"), last_filename)
+        write_text(os.path.join(self.save_dir, "last_checkpoint"), last_filename, what="checkpoint tag")
 
     def has_checkpoint(self):
         return bool(self.save_dir) and os.path.exists(os.path.join(self.save_dir, "last_checkpoint"))

@@ -85,6 +85,34 @@ def collective_timeout():
     return _state["timeout"]
 
 
+class RankLost(RuntimeError):
+    """A collective failed because another rank stopped answering; the message names it when known."""
+
+
+def is_collective_failure(exc):
+    dist_error = getattr(dist, "DistBackendError", ())
+    if dist_error and isinstance(exc, dist_error):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(
+        k in text for k in ("Timed out", "timed out", "Connection closed by peer", "Connection reset by peer",
+                            "gloo", "NCCL", "Socket Timeout"))
+
+
+def as_rank_lost(exc):
+    """:class:`RankLost` naming the rank whose heartbeat stopped, for a failed collective (call it before the
+    process group is destroyed); ``None`` for any other error."""
+    if get_world_size() <= 1 or isinstance(exc, RankLost) or not is_collective_failure(exc):
+        return None
+    timeout = collective_timeout()
+    stalled = unresponsive_ranks()
+    who = ("rank " + ", ".join(map(str, stalled)) + " stopped answering (no heartbeat)") if stalled else \
+        "another rank stopped answering"
+    limit = f" (DISTRIBUTED_TIMEOUT {timeout:g} s)" if timeout else ""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return RankLost(f"{who}; a collective on rank {get_rank()} failed{limit}: {first}")
+
+
 def init_distributed(local_rank=None, device="cuda", timeout_s=300):
     """Initialise torch.distributed from the environment; returns ``(rank, world_size, local_rank, device)``."""
     world = _env_int("WORLD_SIZE", "SLURM_NTASKS", default=1)
@@ -181,13 +209,15 @@ class AsyncFlag:
         self._buf = None
 
     def _result(self):
+        """The result of the post in flight (waits for it), or None when nothing was posted."""
         if self._work is None:
-            return 0
+            return None
         self._work.wait()
         self._work = None
         return int(self._buf.item())
 
     def exchange(self, value):
+        """Post ``value``; return the agreed value of the previous post (None if there was none)."""
         if self.world == 1:
             return int(value)
         previous = self._result()
@@ -200,7 +230,7 @@ class AsyncFlag:
         if self.world == 1:
             return int(value)
         pending = self._result()
-        buf = torch.tensor([max(int(value), pending)], dtype=torch.int64)
+        buf = torch.tensor([max(int(value), pending or 0)], dtype=torch.int64)
         dist.all_reduce(buf, op=dist.ReduceOp.MAX, group=self.group)
         return int(buf.item())
 
@@ -217,4 +247,5 @@ def destroy():
 
 
 __all__ = ["init_distributed", "get_rank", "get_world_size", "is_main_process", "synchronize", "all_gather",
-           "broadcast_object", "reduce_dict", "AsyncFlag", "unresponsive_ranks", "collective_timeout", "destroy"]
+           "broadcast_object", "reduce_dict", "AsyncFlag", "unresponsive_ranks", "collective_timeout", "destroy",
+           "RankLost", "as_rank_lost"]

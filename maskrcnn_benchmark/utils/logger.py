@@ -1,28 +1,47 @@
+"""The text log of a run: rank 0 logs INFO to stdout and ``OUTPUT_DIR/log.txt``; the other ranks log warnings to
+stderr and, only if they have something to say, to ``OUTPUT_DIR/log.rank<R>.txt``.
+
+Tracebacks never reach the terminal: the programs print one ``error:`` line and write the traceback to the log
+file through the ``maskrcnn_benchmark.traceback`` logger, whose only handler is that file.
+"""
 import logging
 import os
 import sys
 
+TRACEBACK_LOGGER = "maskrcnn_benchmark.traceback"
+_FORMAT = logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s", "%Y-%m-%d %H:%M:%S")
+
+
+def log_file_name(rank):
+    return "log.txt" if rank == 0 else f"log.rank{rank}.txt"
+
 
 def setup_logger(output_dir=None, rank=0, name="maskrcnn_benchmark"):
-    """Rank 0 logs INFO to stdout (and ``log.txt`` in output_dir); other ranks only warnings, to stderr."""
     logger = logging.getLogger(name)
     logger.setLevel(logging.INFO)
     logger.propagate = False
-    for h in list(logger.handlers):
-        logger.removeHandler(h)
-    fmt = logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s", "%Y-%m-%d %H:%M:%S")
+    tracebacks = logging.getLogger(TRACEBACK_LOGGER)
+    tracebacks.setLevel(logging.INFO)
+    tracebacks.propagate = False
+    for lg in (logger, tracebacks):
+        for h in list(lg.handlers):
+            lg.removeHandler(h)
+            h.close()
     if rank == 0:
         h = logging.StreamHandler(sys.stdout)
-        h.setFormatter(fmt)
+        h.setFormatter(_FORMAT)
         logger.addHandler(h)
-        if output_dir:
-            os.makedirs(output_dir, exist_ok=True)
-            fh = logging.FileHandler(os.path.join(output_dir, "log.txt"))
-            fh.setFormatter(fmt)
-            logger.addHandler(fh)
     else:
         h = logging.StreamHandler(sys.stderr)
         h.setLevel(logging.WARNING)
         h.setFormatter(logging.Formatter(f"[rank {rank}] %(levelname)s: %(message)s"))
         logger.addHandler(h)
+    if output_dir:
+        os.makedirs(output_dir, exist_ok=True)
+        fh = logging.FileHandler(os.path.join(output_dir, log_file_name(rank)), delay=rank != 0)
+        fh.setFormatter(_FORMAT)
+        if rank != 0:
+            fh.setLevel(logging.WARNING)
+        logger.addHandler(fh)
+        tracebacks.addHandler(fh)
     return logger

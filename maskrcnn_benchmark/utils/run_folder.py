@@ -14,7 +14,7 @@ import os
 import socket
 import time
 
-from .checkpoint import remove_stale_temp_files
+from .fileio import remove_stale_temp_files
 
 LOCK_NAME = ".run.lock"
 ROTATED = ("mlperf_log.txt", "log.txt")

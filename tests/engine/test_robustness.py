@@ -236,8 +236,8 @@ def test_a_dead_sibling_stops_the_run_cleanly(tiny_data, tmp_path):
 
 _FORKED_HELPER = """
 import multiprocessing, time
-from maskrcnn_benchmark.engine.train_mlperf import _stop_on_signals
-_stop_on_signals()
+from maskrcnn_benchmark.utils.signals import stop_on_signals
+stop_on_signals()
 child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,), daemon=True)
 child.start()
 time.sleep(0.5)

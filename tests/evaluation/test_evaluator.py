@@ -1,7 +1,9 @@
-"""The evaluator and the scorers in a run: asynchronous = synchronous, distributed = single process, and the
-early stop comes at the first iteration after the target epoch's scores arrive."""
+"""The evaluator and the scorers in a run: background = in-process, distributed = single process, a scoring
+process that dies is restarted, and the early stop comes at the first iteration after the target epoch's scores
+arrive."""
 import os
 import tempfile
+import time
 
 import pytest
 import torch
@@ -9,29 +11,93 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from helpers import small_cfg
+from maskrcnn_benchmark.config import get_cfg
 from maskrcnn_benchmark.data import make_data_loader
 from maskrcnn_benchmark.data.synthetic import make_synthetic_coco
-from maskrcnn_benchmark.engine.hooks import MLPerfHook
+from maskrcnn_benchmark.engine.run import MLPerfRun
 from maskrcnn_benchmark.engine.trainer import Trainer
-from maskrcnn_benchmark.evaluation import AsyncScorer, COCOEvaluator, Detections, inference_on_dataset
+from maskrcnn_benchmark.evaluation import (BackgroundEvaluator, COCOEvaluator, COCOScorer, Detections, ScoringError,
+                                           inference_on_dataset)
 from maskrcnn_benchmark.modeling import build_detection_model
 from maskrcnn_benchmark.solver import WarmupMultiStepLR
 from maskrcnn_benchmark.utils.mlperf_logger import NullLogger
 
 
-def test_async_scorer_equals_sync(coco_set):
+class _Collected:
+    """An evaluator whose detections are already gathered (what COCOEvaluator.gather returns on rank 0)."""
+
+    def __init__(self, detections, scorer):
+        self.detections, self.scorer = detections, scorer
+
+    def gather(self):
+        return self.detections
+
+
+def test_background_scores_equal_in_process_scores(coco_set):
     ann, bbox, segm = coco_set
     dets = Detections.from_coco_lists(bbox, segm)
-    sync = AsyncScorer(ann, asynchronous=False, workers=1)
-    asyn = AsyncScorer(ann, asynchronous=True, workers=2)
-    sync.submit(1, dets)
-    asyn.submit(1, dets)
-    (e1, s1), = sync.poll()
-    (e2, s2), = asyn.wait_all()
-    asyn.shutdown()
-    assert e1 == e2 == 1 and s1["backend"] == s2["backend"]
+    in_process = BackgroundEvaluator(_Collected(dets, COCOScorer(ann, workers=1)), asynchronous=False)
+    background = BackgroundEvaluator(_Collected(dets, COCOScorer(ann, workers=2)), asynchronous=True)
+    s1 = in_process.evaluate(1).result()
+    s2 = background.evaluate(1).result()
+    background.shutdown()
+    assert s1["backend"] == s2["backend"]
     for t in ("bbox", "segm"):
         assert s1[t]["stats"] == s2[t]["stats"] and s1[t]["per_class"] == s2[t]["per_class"]
+
+
+def test_a_scoring_process_that_dies_while_scoring_is_restarted_once(coco_set):
+    """Killed with an epoch in hand (the OOM killer, say): restarted, the same detections scored again. Killed
+    again while scoring that epoch: one line naming the epoch."""
+    ann, bbox, segm = coco_set
+    dets = Detections.from_coco_lists(bbox, segm)
+    expected = COCOScorer(ann, workers=1)(dets)
+    bg = BackgroundEvaluator(_Collected(dets, COCOScorer(ann, workers=1)))
+    future = bg.evaluate(1)
+    os.kill(bg.pid, 9)
+    scores = future.result()
+    assert bg.restarts == 1
+    assert scores["bbox"]["stats"] == expected["bbox"]["stats"] and scores["segm"]["stats"] == expected["segm"]["stats"]
+
+    future = bg.evaluate(2)
+    first = bg.pid
+    os.kill(first, 9)
+    deadline = time.time() + 30
+    while bg.pid == first and time.time() < deadline:  # noticed and restarted
+        assert not future.done()
+    second = bg.pid
+    os.kill(second, 9)
+    with pytest.raises(ScoringError) as e:
+        while not future.done() and time.time() < deadline:
+            time.sleep(0.01)
+    bg.shutdown()
+    assert "\n" not in str(e.value) and "died again" in str(e.value) and "epoch 2" in str(e.value)
+
+
+def test_a_scoring_process_that_dies_while_idle_is_noticed_at_the_next_poll(coco_set):
+    ann, bbox, segm = coco_set
+    dets = Detections.from_coco_lists(bbox, segm)
+    bg = BackgroundEvaluator(_Collected(dets, COCOScorer(ann, workers=1)))
+    bg.evaluate(1).result()
+    os.kill(bg.pid, 9)
+    deadline = time.time() + 10
+    while bg.restarts == 0 and time.time() < deadline:
+        bg.poll()  # one pipe check per iteration: it sees the closed pipe of the dead process
+        time.sleep(0.01)
+    assert bg.restarts == 1 and bg.pid is not None
+    assert bg.evaluate(2).result()["bbox"]["stats"]["AP"] >= 0
+    bg.shutdown()
+
+
+def test_scoring_failures_are_one_line(coco_set, tmp_path):
+    ann, bbox, segm = coco_set
+    dets = Detections.from_coco_lists(bbox, segm)
+    missing = str(tmp_path / "missing.json")
+    bg = BackgroundEvaluator(_Collected(dets, COCOScorer(missing, workers=1)))
+    with pytest.raises(ScoringError) as e:
+        bg.evaluate(3).result()
+    bg.shutdown()
+    assert "\n" not in str(e.value) and "epoch 3" in str(e.value) and "missing.json" in str(e.value)
 
 
 # -- early stop ------------------------------------------------------------------------------------------------
@@ -51,29 +117,33 @@ class _Model(torch.nn.Module):
         return {"loss": self.w ** 2}
 
 
-class _FakeScorer:
-    """Scores arrive (target met) when the trainer reaches ``done_at``; rank 0 only gets results."""
+class _FakeFuture:
+    def __init__(self, epoch, ready):
+        self.epoch, self.ready = epoch, ready
+
+    def done(self):
+        return self.ready()
+
+    def result(self):
+        return {"bbox": {"stats": {"AP": 0.5}}, "segm": {"stats": {"AP": 0.5}}}
+
+
+class _FakeBackground:
+    """Scores arrive (target met) when the trainer reaches ``done_at``; only rank 0 gets futures."""
 
     asynchronous = True
 
     def __init__(self, done_at):
         self.done_at, self.trainer, self.submitted = done_at, None, []
 
-    def submit(self, epoch, detections):
+    def evaluate(self, epoch):
         self.submitted.append(epoch)
-
-    @property
-    def pending(self):
-        return len(self.submitted)
+        if dist.is_initialized() and dist.get_rank() != 0:
+            return None
+        return _FakeFuture(epoch, lambda: self.trainer.iter >= self.done_at)
 
     def poll(self):
-        if self.submitted and self.trainer.iter >= self.done_at:
-            epoch = self.submitted.pop(0)
-            return [(epoch, {"bbox": {"stats": {"AP": 0.5}}, "segm": {"stats": {"AP": 0.5}}})]
-        return []
-
-    def wait_all(self):
-        return self.poll()
+        pass
 
     def shutdown(self):
         pass
@@ -83,27 +153,29 @@ def _train_with_fake_scorer(done_at, iters_per_epoch=5, max_iter=40):
     model = _Model()
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     sched = WarmupMultiStepLR(opt, (100,), 0.1, warmup_iters=0)
-    scorer = _FakeScorer(done_at)
-    hook = MLPerfHook(NullLogger(), lambda epoch: None, scorer, 0.377, 0.339)
+    background = _FakeBackground(done_at)
+    run = MLPerfRun(get_cfg(), mllogger=NullLogger())
+    run.evaluate_with(background, lambda: None)
     trainer = Trainer(model, opt, sched, [(_Images(), [], None)] * max_iter, torch.device("cpu"), max_iter,
-                      iters_per_epoch, hooks=[hook])
-    scorer.trainer = trainer
+                      iters_per_epoch, hooks=[run])
+    background.trainer = trainer
     trainer.train()
-    return trainer, hook
+    return trainer, run
 
 
 def test_early_stop_single_process_at_the_iteration_the_scores_arrive():
     # epoch 1 ends at iteration 5 and is scored in the background; its scores arrive at iteration 7
-    trainer, hook = _train_with_fake_scorer(done_at=7)
-    assert hook.success and hook.converged_epoch == 1
+    trainer, run = _train_with_fake_scorer(done_at=7)
+    outcome = run.outcome(trainer.storage)
+    assert outcome.success and outcome.converged_epoch == 1
     assert trainer.iter == 7  # not 20 (the previous 20-iteration polling period), not 10 (the next epoch end)
 
 
 def _rank(rank, world, init_file, done_at, out):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        trainer, hook = _train_with_fake_scorer(done_at if rank == 0 else 10 ** 9)
-        out[rank] = (trainer.iter, hook.success)
+        trainer, run = _train_with_fake_scorer(done_at if rank == 0 else 10 ** 9)
+        out[rank] = (trainer.iter, run.outcome(trainer.storage).success)
     finally:
         dist.destroy_process_group()
 
@@ -139,9 +211,9 @@ def _evaluate(data_dir, world, rank):
     cfg = _cfg(data_dir, world)
     model = build_detection_model(cfg)
     loader = make_data_loader(cfg, is_train=False, num_replicas=world, rank=rank)[0]
-    evaluator = COCOEvaluator(loader.dataset, workers=1)
-    dets = inference_on_dataset(model, loader, evaluator, torch.device("cpu"))
-    return dets, (evaluator.evaluate() if rank == 0 else evaluator.evaluate())
+    evaluator = COCOEvaluator(loader.dataset, COCOScorer.for_dataset(loader.dataset, workers=1))
+    scores = inference_on_dataset(model, loader, evaluator, torch.device("cpu"))
+    return evaluator.gather(), scores
 
 
 def _eval_rank(rank, world, init_file, data_dir, out):
@@ -173,23 +245,3 @@ def test_evaluator_in_a_two_process_gloo_run_equals_one_process(eval_data):
         assert out["other"] == (None, None)
         assert out["lists"] == dets.to_coco_lists()
         assert out["scores"] == {t: scores[t]["stats"] for t in ("bbox", "segm")}
-
-
-def test_scorer_failures_are_one_line(coco_set, tmp_path):
-    from maskrcnn_benchmark.evaluation import ScoringError
-
-    ann, bbox, segm = coco_set
-    dets = Detections.from_coco_lists(bbox, segm)
-    missing = str(tmp_path / "missing.json")
-    scorer = AsyncScorer(missing, workers=1)
-    scorer.submit(3, dets)
-    with pytest.raises(ScoringError) as e:
-        scorer.wait_all()
-    assert "\n" not in str(e.value) and "epoch 3" in str(e.value) and "missing.json" in str(e.value)
-    scorer.shutdown()
-    scorer = AsyncScorer(ann, workers=1)
-    scorer.submit(1, dets)
-    os.kill(scorer.pid, 9)  # the scoring process dies (OOM killer, ...)
-    with pytest.raises(ScoringError, match="the COCO scoring process died .* while scoring epoch 1"):
-        scorer.wait_all()
-    scorer.shutdown()

@@ -5,7 +5,8 @@ import torch
 import torch.nn.functional as F
 from pycocotools import mask as mask_utils
 
-from maskrcnn_benchmark.evaluation.postprocess import (detections_to_coco, paste_windows, rle_change_points,
+from maskrcnn_benchmark.layers import paste_mask_windows
+from maskrcnn_benchmark.evaluation.postprocess import (detections_to_coco, rle_change_points,
                                                          rle_strings, to_original)
 from maskrcnn_benchmark.structures import BoxList
 
@@ -45,7 +46,7 @@ def _random_detections(d, h, w, seed=0):
 def test_pasted_masks_are_the_reference_paste(window):
     h, w = 120, 97
     probs, boxes = _random_detections(200, h, w)
-    masks, x0, y0 = paste_windows(probs, boxes, h, w, window=window)
+    masks, x0, y0 = paste_mask_windows(probs, boxes, h, w, window=window)
     checked = 0
     for k in range(len(boxes)):
         ref, values = _reference_paste(probs[k, 0], boxes[k], h, w)
@@ -64,7 +65,7 @@ def test_rle_from_windows_is_pycocotools_encode():
     h, w = 120, 97
     probs, boxes = _random_detections(300, h, w, seed=1)
     for window in ("box", "full"):
-        masks, x0, y0 = paste_windows(probs, boxes, h, w, window=window)
+        masks, x0, y0 = paste_mask_windows(probs, boxes, h, w, window=window)
         pos, counts = rle_change_points(masks, x0, y0, h)
         ours = rle_strings(pos.numpy(), counts.numpy(), h, w)
         full = torch.zeros((len(boxes), h, w), dtype=torch.bool)

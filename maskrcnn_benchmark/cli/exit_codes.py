@@ -1,0 +1,139 @@
+"""Exit codes of the package's programs and the one line each failure prints: the one table.
+
+Every program of :mod:`maskrcnn_benchmark.cli` ends through :func:`run_program`: on a failure it prints exactly one
+``error: ...`` line to stderr and returns the code of this table. The traceback of an unexpected error goes to the
+run's log file, never to the terminal, and the line says where it is. docs/cluster.md shows this table
+(``python -m maskrcnn_benchmark.cli.exit_codes`` prints it; a test keeps the two equal).
+
+The launch layer knows two of these codes without importing the package: bind_launch treats ``NOT_CONVERGED``
+as an outcome, not a crash, and the Slurm scripts pass every code through.
+"""
+import logging
+import os
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass
+
+from ..config import ConfigError
+from ..data.datasets import DatasetError
+from ..evaluation import ScoringError
+from ..utils.c2_model_loading import WeightsError
+from ..utils.comm import RankLost
+from ..utils.fileio import WriteError
+from ..utils.logger import TRACEBACK_LOGGER
+from ..utils.run_folder import RunFolderError
+from ..utils.signals import Stopped
+
+
+
+@dataclass(frozen=True)
+class ExitCode:
+    code: int
+    name: str
+    meaning: str
+    action: str
+
+
+SUCCESS = ExitCode(0, "success", "the run reached the quality target (other programs: done)", "-")
+BAD_INPUT = ExitCode(1, "bad input", "a config key or value, a dataset, weights, the output folder or a write "
+                     "(disk full, read-only) was wrong; the line names the key, file or value",
+                     "fix what the line names and start again")
+DIVERGED = ExitCode(2, "diverged", "a non-finite loss (float32/bfloat16) or a float16 loss scale below 1",
+                    "lower SOLVER.BASE_LR or lengthen the warmup; check the data")
+NOT_CONVERGED = ExitCode(3, "not converged", "SOLVER.MAX_ITER was reached without both targets: an outcome, "
+                         "not a crash; the log is complete (run_stop aborted)",
+                         "a review counts it as the one run that may fail; raise SOLVER.MAX_ITER if it repeats")
+RANK_LOST = ExitCode(4, "rank lost", "another rank stopped answering within DISTRIBUTED_TIMEOUT; the line "
+                     "names it when its heartbeat stopped", "look at that rank's node and log; rerun")
+INTERNAL = ExitCode(5, "internal error", "an unexpected exception (a bug, or a broken installation); the line "
+                    "names the exception and the place", "the traceback is in the log file the line names: "
+                    "report it")
+STOPPED = ExitCode(128, "stopped (128 + signal)", "SIGTERM (Slurm time limit, scancel, a sibling rank died), "
+                   "SIGINT or SIGHUP; run_stop logged as aborted", "rerun; --resume from the last checkpoint")
+
+EXIT_CODES = (SUCCESS, BAD_INPUT, DIVERGED, NOT_CONVERGED, RANK_LOST, INTERNAL, STOPPED)
+
+# the errors that are the user's input, each with a message that names what was wrong
+USER_ERRORS = (ConfigError, DatasetError, WeightsError, ScoringError, RunFolderError, WriteError, OSError)
+
+
+def markdown_table():
+    lines = ["| code | name | when | what to do |", "|---:|---|---|---|"]
+    lines += [f"| {e.code} | {e.name} | {e.meaning} | {e.action} |" for e in EXIT_CODES]
+    return "\n".join(lines)
+
+
+def _one_line(exc):
+    """The message of ``exc`` on one line: KeyError's bare message, and the original message of an error
+    re-raised from a DataLoader worker (whose text otherwise carries the worker's whole traceback)."""
+    msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    msg = str(msg)
+    if "Original Traceback" in msg:
+        last = [line for line in msg.splitlines() if line.strip()][-1]
+        msg = last.split(": ", 1)[1] if ": " in last else last
+    lines = [line for line in msg.strip().splitlines() if line.strip()]
+    return lines[0].strip() if lines else type(exc).__name__
+
+
+def _where(exc):
+    """``file:line (function)`` of the innermost frame of ``exc`` in this package (else the innermost)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "?"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ours = [f for f in frames if os.path.abspath(f.filename).startswith(root + os.sep)]
+    f = (ours or frames)[-1]
+    name = os.path.relpath(f.filename, root) if ours else f.filename
+    return f"{name}:{f.lineno} ({f.name})"
+
+
+def _traceback_file(exc):
+    """Write the traceback to the traceback logger's file (the run's log); returns that file's path, or a
+    temporary file's when no run log is set up yet."""
+    tb_logger = logging.getLogger(TRACEBACK_LOGGER)
+    paths = [getattr(h, "baseFilename", None) for h in tb_logger.handlers]
+    paths = [p for p in paths if p]
+    if paths:
+        tb_logger.error("the program failed", exc_info=(type(exc), exc, exc.__traceback__))
+        for h in tb_logger.handlers:
+            h.flush()
+        return paths[0]
+    fd, path = tempfile.mkstemp(prefix="maskrcnn-traceback-", suffix=".txt")
+    with os.fdopen(fd, "w") as f:
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=f)
+    return path
+
+
+def describe(exc):
+    """``(exit code, the error line without 'error: ')`` for an exception that ended a program."""
+    from ..engine.run import EvaluationFailed
+    from ..engine.trainer import NonFiniteLossError
+
+    if isinstance(exc, Stopped):
+        return STOPPED.code + exc.signum, f"stopped by {exc}; run_stop logged as aborted"
+    if isinstance(exc, KeyboardInterrupt):
+        return STOPPED.code + 2, "stopped by SIGINT; run_stop logged as aborted"
+    if isinstance(exc, NonFiniteLossError):
+        return DIVERGED.code, f"{exc}; aborting the run"
+    if isinstance(exc, RankLost):
+        return RANK_LOST.code, str(exc)
+    if isinstance(exc, USER_ERRORS) or isinstance(exc, EvaluationFailed):
+        return BAD_INPUT.code, _one_line(exc)
+    where = _where(exc)
+    log = _traceback_file(exc)
+    return INTERNAL.code, f"{type(exc).__name__} at {where}: {_one_line(exc)} (traceback in {log})"
+
+
+def run_program(body):
+    """Run ``body()`` (which returns an exit code) and turn any failure into one ``error:`` line and its code."""
+    try:
+        return body()
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - one line for the user; the log keeps the rest
+        code, line = describe(e)
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        return code
+
+
+if __name__ == "__main__":
+    print(markdown_table())

@@ -1,0 +1,46 @@
+"""``tools/test_net.py``: evaluate weights on DATASETS.TEST, or only write the COCO results json.
+
+    python tools/test_net.py --config-file CFG [--ckpt WEIGHTS] [--skip-eval] [--coco-backend B] KEY VALUE ...
+"""
+from ..config import load_config
+from ..engine.test_net import evaluate_checkpoint, results_folder, summary_line
+from ..evaluation import format_per_class_table
+from ..utils import comm
+from ..utils.env import setup_environment
+from ..utils.logger import setup_logger
+from ..utils.signals import stop_on_signals
+from .common import parse_with_overrides, parser
+from .exit_codes import SUCCESS, run_program
+
+
+def build_parser():
+    p = parser("Evaluate Mask R-CNN weights on DATASETS.TEST")
+    p.add_argument("--ckpt", default="", help="weights (.pth of this package or Detectron .pkl); default MODEL.WEIGHT")
+    p.add_argument("--skip-eval", action="store_true", help="only write the COCO results json")
+    p.add_argument("--coco-backend", default="", choices=["", "auto", "faster_coco_eval", "pycocotools"],
+                   help="COCO scoring backend (default: TEST.COCO_BACKEND)")
+    return p
+
+
+def test(args, opts):
+    cfg = load_config(args.config_file, opts)
+    logger = setup_logger(cfg.OUTPUT_DIR, comm.get_rank())
+    try:
+        results = evaluate_checkpoint(cfg, args.ckpt, args.skip_eval, args.coco_backend or None, logger)
+    finally:
+        comm.destroy()
+    for name, scores in results.items():
+        if args.skip_eval:
+            print(f"{name}: wrote {scores['detections']} detections to {results_folder(cfg, name)} "
+                  "(evaluation skipped)")
+        else:
+            print(summary_line(name, scores))
+            print(format_per_class_table(scores))
+    return SUCCESS.code
+
+
+def main(argv=None):
+    setup_environment()  # the reference's site hook (TORCH_DETECTRON_ENV_MODULE), before anything else
+    stop_on_signals()
+    args, opts = parse_with_overrides(build_parser(), argv)
+    return run_program(lambda: test(args, opts))

@@ -1,0 +1,65 @@
+"""``tools/train_mlperf.py``: one MLPerf training run, with NVIDIA v0.7's command line.
+
+    python tools/train_mlperf.py --config-file configs/e2e_mask_rcnn_R_50_FPN_1x.yaml [--local_rank N]
+        [--seed S] [--resume CHECKPOINT] [--sync-eval] [--coco-backend B] [--timeout S] KEY VALUE ...
+
+Exit codes: :mod:`maskrcnn_benchmark.cli.exit_codes` (0 target reached, 3 not reached, ...).
+"""
+import os
+
+from ..config import load_config
+from ..engine.run import MLPerfRun, RunOptions
+from ..utils.env import setup_environment
+from ..utils.logger import setup_logger
+from ..utils.run_folder import claim_output_folder
+from ..utils.signals import stop_on_signals
+from .common import parse_with_overrides, parser
+from .exit_codes import NOT_CONVERGED, SUCCESS, run_program
+
+
+def build_parser():
+    p = parser("MLPerf Mask R-CNN training")
+    p.add_argument("--seed", type=int, default=None, help="master seed (default: random, logged)")
+    p.add_argument("--resume", default="", metavar="CHECKPOINT",
+                   help="resume from a checkpoint of this trainer: model, optimizer, LR schedule, gradient scaler, "
+                        "data order and random state continue where it was saved")
+    p.add_argument("--ruleset", default=os.environ.get("MLPERF_RULESET", "3.1.0"),
+                   help="accepted for compatibility: the log always holds the keys of every Mask R-CNN ruleset "
+                        "(0.7.0 ... 3.1.0)")
+    p.add_argument("--sync-eval", action="store_true", help="score COCO in-process instead of asynchronously")
+    p.add_argument("--coco-backend", default="", choices=["", "auto", "faster_coco_eval", "pycocotools"],
+                   help="COCO scoring backend (default: TEST.COCO_BACKEND, auto = faster-coco-eval if installed)")
+    p.add_argument("--timeout", type=int, default=None,
+                   help="seconds a collective may wait for the other ranks (default: DISTRIBUTED_TIMEOUT)")
+    return p
+
+
+def train(args, opts):
+    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) or 0)
+    cfg = load_config(args.config_file, opts, freeze=True)
+    lock, rotated, removed = claim_output_folder(cfg.OUTPUT_DIR) if rank == 0 else (None, [], [])
+    try:
+        logger = setup_logger(cfg.OUTPUT_DIR, rank)
+        if rotated:
+            logger.info("previous logs moved aside: %s", ", ".join(rotated))
+        if removed:
+            logger.warning("removed %d temporary file(s) left by an interrupted run: %s", len(removed),
+                           ", ".join(removed))
+        options = RunOptions(seed=args.seed, resume=args.resume, sync_eval=args.sync_eval,
+                             coco_backend=args.coco_backend, timeout=args.timeout, local_rank=args.local_rank,
+                             ruleset=args.ruleset)
+        outcome = MLPerfRun(cfg, options, rank).run()
+        if rank == 0:
+            for line in outcome.summary():
+                print(line, flush=True)
+        return SUCCESS.code if outcome.success else NOT_CONVERGED.code
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+def main(argv=None):
+    setup_environment()  # the reference's site hook (TORCH_DETECTRON_ENV_MODULE), before anything else
+    stop_on_signals()
+    args, opts = parse_with_overrides(build_parser(), argv)
+    return run_program(lambda: train(args, opts))

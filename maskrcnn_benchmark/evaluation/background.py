@@ -1,0 +1,225 @@
+"""COCO scoring beside training: :class:`BackgroundEvaluator` wraps an evaluator and scores in another process.
+
+Its ``evaluate(epoch)`` gathers the epoch's detections (a collective, on every rank) and, on rank 0, hands them to
+a scoring process that runs the wrapped evaluator's own :class:`~maskrcnn_benchmark.evaluation.COCOScorer`; it
+returns a :class:`ScoresFuture` at once. ``poll()`` costs one pipe check, so the trainer asks every iteration:
+it collects finished scores and notices a scoring process that died. ``asynchronous=False`` scores in-process
+(``--sync-eval``; what the asynchronous path is tested against): the future is done when ``evaluate`` returns.
+
+A scoring process that dies costs nothing: the detections of every epoch stay here until their scores arrive,
+so a process that dies while scoring is restarted and the same detections are scored again; only a second death
+while scoring the same epoch is an error (:class:`ScoringError`, one line). One that dies while idle is noticed
+at the next ``poll()`` (the next iteration) and restarted then.
+
+The scoring process never outlives the run: it is in a process group of its own (with its pool workers), which
+``shutdown()`` kills, and it asks the kernel to kill it (``PR_SET_PDEATHSIG``) if the trainer dies first, even by
+SIGKILL.
+"""
+import atexit
+import logging
+import multiprocessing
+import os
+import signal
+
+from ..utils.processes import die_with_parent
+from .evaluator import DatasetEvaluator
+from .scoring import ScoringError
+
+logger = logging.getLogger(__name__)
+
+# deaths of the scoring process while it scores one epoch that are survived by a restart
+RESTARTS_PER_EPOCH = 1
+
+
+def _serve(conn, parent_pid, scorer):
+    die_with_parent()
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+    os.setpgid(0, 0)  # our own group: shutdown() kills it with the scoring pool's workers
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        epoch, detections = msg
+        try:
+            conn.send((epoch, scorer(detections), None))
+        except Exception as e:  # noqa: BLE001 - sent back as one line
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            conn.send((epoch, None, f"{type(e).__name__}: {first}"))
+
+
+class ScoresFuture:
+    """The scores of one epoch, to come. ``done()`` never waits; ``result()`` waits and returns the scores dict
+    (raises :class:`ScoringError` when scoring failed)."""
+
+    def __init__(self, owner, epoch):
+        self.epoch = epoch
+        self._owner = owner
+        self._scores = None
+        self._error = None
+
+    def _set(self, scores=None, error=None):
+        self._scores, self._error = scores, error
+
+    def done(self):
+        if self._scores is None and self._error is None:
+            self._owner.poll()
+        return self._scores is not None or self._error is not None
+
+    def result(self):
+        while not self.done():
+            self._owner.poll(block=True)
+        if self._error is not None:
+            raise ScoringError(self._error)
+        return self._scores
+
+
+class BackgroundEvaluator(DatasetEvaluator):
+    """Asynchronous COCO scoring around ``evaluator`` (a :class:`~maskrcnn_benchmark.evaluation.COCOEvaluator`).
+
+    ``reset`` and ``process`` are the evaluator's; ``evaluate(epoch)`` returns a :class:`ScoresFuture` on rank 0
+    and ``None`` on the other ranks.
+    """
+
+    def __init__(self, evaluator, asynchronous=True):
+        self.evaluator = evaluator
+        self.asynchronous = asynchronous
+        self._proc = None
+        self._conn = None
+        self._waiting = []    # futures sent to the process, in order, with their detections
+        self._restarts = {}   # epoch -> restarts while scoring it
+        self.restarts = 0     # restarts in all (idle deaths included)
+
+    @property
+    def pid(self):
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def pending(self):
+        """Epochs handed over whose scores have not arrived."""
+        return len(self._waiting)
+
+    # -- the evaluator protocol -----------------------------------------------------------------------------------
+    def reset(self):
+        self.evaluator.reset()
+
+    def process(self, inputs, outputs):
+        self.evaluator.process(inputs, outputs)
+
+    def evaluate(self, epoch=None):
+        detections = self.evaluator.gather()
+        if detections is None:
+            return None
+        future = ScoresFuture(self, epoch)
+        if not self.asynchronous:
+            try:
+                future._set(scores=self.evaluator.scorer(detections))
+            except ScoringError as e:
+                future._set(error=f"COCO scoring of epoch {epoch} failed: {e}")
+            return future
+        if self._proc is None:
+            self._start()
+        self._waiting.append((future, detections))
+        self._send(future, detections)
+        return future
+
+    # -- the scoring process --------------------------------------------------------------------------------------
+    def _start(self):
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        # not daemonic (a daemon may not have the scoring pool as children): shut down at exit, before
+        # multiprocessing's own exit handler would wait for it
+        self._proc = ctx.Process(target=_serve, args=(child, os.getpid(), self.evaluator.scorer),
+                                 name="coco-scorer", daemon=False)
+        # Ctrl-C reaches the whole foreground process group; the trainer decides what happens, the scorer (and
+        # its pool) ignore it from the first instruction on: an ignored signal stays ignored across exec
+        try:
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # not the main thread: leave the handlers alone
+            previous = None
+        try:
+            self._proc.start()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        child.close()
+        atexit.register(self.shutdown)
+
+    def _send(self, future, detections):
+        try:
+            self._conn.send((future.epoch, detections))
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            self._died()  # noticed at once: restart and send again (or fail, the second time)
+
+    def _died(self):
+        """The scoring process is gone: restart it and hand it every epoch still waiting, unless it already died
+        once while scoring the oldest of them."""
+        code = self._proc.exitcode if self._proc is not None else None
+        if self._proc is not None:
+            self._proc.join(1)
+            code = self._proc.exitcode
+        self._stop_process()
+        if self._waiting:
+            epoch = self._waiting[0][0].epoch
+            if self._restarts.get(epoch, 0) >= RESTARTS_PER_EPOCH:
+                error = (f"the COCO scoring process died again (exit code {code}) while scoring epoch {epoch}; "
+                         "it is killed from outside (out of memory?)")
+                for future, _ in self._waiting:
+                    future._set(error=error)
+                self._waiting = []
+                raise ScoringError(error)
+            self._restarts[epoch] = self._restarts.get(epoch, 0) + 1
+            logger.warning("the COCO scoring process died (exit code %s) while scoring epoch %s: restarted, "
+                           "scoring that epoch's detections again", code, epoch)
+        else:
+            logger.warning("the COCO scoring process died (exit code %s) while idle: restarted", code)
+        self.restarts += 1
+        self._start()
+        for future, detections in list(self._waiting):
+            self._send(future, detections)
+
+    def poll(self, block=False):
+        """Collect finished scores into their futures; notice and restart a dead scoring process. Rank 0 only
+        (elsewhere nothing is ever pending). ``block``: wait for the next result (when one is pending)."""
+        if not self.asynchronous or self._proc is None:
+            return
+        while True:
+            if not (self._conn.poll(None if block and self._waiting else 0)):
+                return
+            try:
+                epoch, scores, error = self._conn.recv()
+            except (EOFError, OSError):
+                self._died()
+                if not block:
+                    return
+                continue
+            future, _ = self._waiting.pop(0)
+            future._set(scores=scores, error=None if error is None else
+                        f"COCO scoring of epoch {epoch} failed: {error}")
+            if block:
+                return
+
+    def wait(self):
+        """The scores of every pending epoch, ``[(epoch, scores)]`` in order (waits; raises on a failure)."""
+        futures = [f for f, _ in self._waiting]
+        return [(f.epoch, f.result()) for f in futures]
+
+    def _stop_process(self):
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+        proc.join(2.0)
+        self._conn.close()
+
+    def shutdown(self):
+        """Stop the scoring process and its pool at once (a run that ends does not wait for a scoring it no
+        longer needs)."""
+        self._stop_process()
+        self._waiting = []

@@ -1,0 +1,40 @@
+"""Mixed precision from the config's ``DTYPE``: the one place that maps it to autocast.
+
+``float32``: no autocast. ``float16``: autocast to float16 on GPU (with a GradScaler in training); on CPU, where
+autocast has no useful float16 path, bfloat16 instead. ``bfloat16``: autocast to bfloat16 (no scaler needed).
+"""
+import logging
+
+import torch
+
+logger = logging.getLogger(__name__)
+_warned = set()
+
+
+def autocast_dtype(device, dtype):
+    """The autocast dtype for ``DTYPE`` on ``device``, or None for float32."""
+    if dtype in (None, "float32", torch.float32):
+        return None
+    dt = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    device_type = torch.device(device).type
+    if device_type == "cpu" and dt == torch.float16:
+        if "cpu-fp16" not in _warned:
+            _warned.add("cpu-fp16")
+            logger.warning("DTYPE float16 on CPU: using bfloat16 autocast instead")
+        return torch.bfloat16
+    return dt
+
+
+def autocast(device, dtype):
+    """The autocast context of ``DTYPE`` on ``device`` (disabled for float32)."""
+    device_type = torch.device(device).type
+    dt = autocast_dtype(device, dtype)
+    if dt is None:
+        return torch.autocast(device_type, enabled=False)
+    return torch.autocast(device_type, dtype=dt)
+
+
+def make_grad_scaler(device, dtype):
+    """The GradScaler of a run: enabled for float16 on GPU only (CPU float16 runs as bfloat16, which needs none)."""
+    device_type = torch.device(device).type
+    return torch.amp.GradScaler(device_type, enabled=dtype == "float16" and device_type == "cuda")

@@ -1,0 +1,57 @@
+"""Stopping a run on SIGTERM, SIGINT or SIGHUP: unwind through the hooks instead of dying mid-write.
+
+Slurm (time limit, scancel), bind_launch stopping the ranks of a failed job, and a terminal's Ctrl-C all signal
+the training process; :func:`stop_on_signals` turns the first such signal into :class:`Stopped`, raised in the
+main thread, so the run logs ``run_stop`` aborted, stops its scorer and loader workers and flushes its logs.
+"""
+import os
+import signal
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class Stopped(Exception):
+    """SIGTERM, SIGINT or SIGHUP arrived; ``signum`` says which."""
+
+    def __init__(self, signum):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _ignore(signum, frame):
+    pass
+
+
+def stop_on_signals():
+    """The first SIGTERM/SIGINT/SIGHUP raises :class:`Stopped` in the main thread; later ones are ignored so
+    nothing interrupts the cleanup (SIGKILL still ends it).
+
+    Slurm and a terminal's Ctrl-C signal every process of the job, data loader workers included. Workers are
+    forked and inherit this handler; in a loader worker SIGTERM and SIGHUP are ignored (the main process stops its
+    workers as it unwinds, and a worker dies with its parent anyway), and SIGINT raises the KeyboardInterrupt a
+    worker exits on quietly. Other forked helpers (the COCO scorer's pool) end on the signal as they would
+    without the handler: ``Pool.terminate()`` relies on it. Once stopping, the main process also stops reacting
+    to SIGCHLD: torch's loader handler would otherwise turn a worker that exits while the run unwinds into a
+    second error, in the middle of the cleanup."""
+    main_pid = os.getpid()
+
+    def handler(signum, frame):
+        if os.getpid() != main_pid:
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt  # what a loader worker expects
+            from torch.utils.data import get_worker_info
+
+            if get_worker_info() is not None:
+                return  # a loader worker: its loader stops it
+            # any other forked helper (the COCO scorer's pool): what the signal would have done, so that
+            # Pool.terminate() and friends still end it
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+        signal.signal(signal.SIGCHLD, _ignore)  # a callable: SIG_DFL would race with a SIGCHLD already pending
+        raise Stopped(signum)
+
+    for s in STOP_SIGNALS:
+        signal.signal(s, handler)
