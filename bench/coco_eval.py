@@ -24,12 +24,10 @@ import time
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from maskrcnn_benchmark.evaluation import STAT_NAMES, Detections, score_coco  # noqa: E402
-from maskrcnn_benchmark.evaluation import scoring  # noqa: E402
-from maskrcnn_benchmark.evaluation.postprocess import detections_to_coco  # noqa: E402
-from maskrcnn_benchmark.structures import BoxList  # noqa: E402
+from maskrcnn_benchmark.evaluation import STAT_NAMES, Detections, score_coco
+from maskrcnn_benchmark.evaluation import scoring
+from maskrcnn_benchmark.evaluation.postprocess import detections_to_coco
+from maskrcnn_benchmark.structures import BoxList
 
 
 def _polygon(rng, cx, cy, rx, ry, k):

@@ -15,11 +15,9 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from maskrcnn_benchmark.config import get_cfg, merge_cfg_from_file, merge_cfg_from_list  # noqa: E402
-from maskrcnn_benchmark.modeling import build_detection_model  # noqa: E402
-from maskrcnn_benchmark.structures import BoxList, SegmentationMask, to_image_list  # noqa: E402
+from maskrcnn_benchmark.config import get_cfg, merge_cfg_from_file, merge_cfg_from_list
+from maskrcnn_benchmark.modeling import build_detection_model
+from maskrcnn_benchmark.structures import BoxList, SegmentationMask, to_image_list
 
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
                       "e2e_mask_rcnn_R_50_FPN_1x.yaml")

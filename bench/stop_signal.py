@@ -19,9 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from maskrcnn_benchmark.utils.comm import AsyncFlag  # noqa: E402
+from maskrcnn_benchmark.utils.comm import AsyncFlag
 
 
 def _busy(ms):

@@ -1,12 +1,10 @@
 import os
 import random
-import sys
 
 import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 

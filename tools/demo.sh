@@ -11,7 +11,7 @@ DATADIR="${DATADIR:-datasets/synthetic}"
 mkdir -p "${DEMO_DIR}"
 rm -f "${DEMO_DIR}/mlperf_log.txt"
 
-"${PYTHON}" -m maskrcnn_benchmark.data.synthetic --out "${DATADIR}" --train 600 --val 100 --seed 0
+"${PYTHON}" tools/make_synthetic_coco.py --out "${DATADIR}" --train 600 --val 100 --seed 0
 
 ret=0
 DGXSYSTEM=CPU DATADIR="${DATADIR}" LOGDIR="${DEMO_DIR}" PYTHON="${PYTHON}" EXTRA_PARAMS="--seed ${SEED:-1}" \

@@ -1,6 +1,6 @@
 """Data pipeline: COCO-format datasets, transforms, samplers, loaders (and the synthetic dataset generator).
 
-Imports are lazy so that ``python -m maskrcnn_benchmark.data.synthetic`` starts without loading torch.
+Imports are lazy so that the synthetic dataset generator (:mod:`.synthetic`) starts without loading torch.
 """
 
 

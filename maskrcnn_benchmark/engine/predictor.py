@@ -2,7 +2,6 @@
 ``tools/predict.py``)."""
 import numpy as np
 import torch
-from PIL import Image
 
 from ..data.transforms import build_transforms
 from ..evaluation import to_original

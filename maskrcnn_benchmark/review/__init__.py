@@ -1,18 +1,4 @@
-"""Review of MLPerf Training Mask R-CNN result logs (``python -m maskrcnn_benchmark.review RESULTS_DIR``).
-
-Reads logs only: no torch, no model. The verdict and the score are mlperf-logging's own (package checker, RCP
-checker, result summarizer, run by :mod:`.official` on a staged copy of the folder); the review explains them,
-draws the curves (matplotlib) and compares folders.
-"""
-
-from .core import Review, ReviewError, review_folder
-from .parse import parse_log
-from .score import explain
-from .summary import summarize
-
-__all__ = ["Review", "ReviewError", "review_folder", "parse_log", "explain", "summarize", "main"]
-
-
-def main(argv=None) -> int:
-    from .cli import main as _main
-    return _main(argv)
+"""``python -m maskrcnn_benchmark.review``: the log reviewer under its former name. It lives in the top-level,
+torch-free package :mod:`mlperf_review`."""
+from mlperf_review import *  # noqa: F401,F403
+from mlperf_review import __all__, main  # noqa: F401

@@ -7,7 +7,7 @@ module) is refused with a :class:`WeightsError` naming the file and the global i
 import io
 import pickle
 import re
-from collections import OrderedDict
+
 
 import numpy as np
 import torch

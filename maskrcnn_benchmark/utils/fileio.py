@@ -81,14 +81,14 @@ def _remove(path):
         pass
 
 
-def write_text(path, text, what="file"):
+def write_text(path, text, what="file", fsync=True):
     """Write ``text`` to ``path`` atomically (see :func:`atomic_write`)."""
-    with atomic_write(path, "w", what=what) as f:
+    with atomic_write(path, "w", what=what, fsync=fsync) as f:
         f.write(text)
 
 
-def write_bytes(path, data, what="file"):
-    with atomic_write(path, "wb", what=what) as f:
+def write_bytes(path, data, what="file", fsync=True):
+    with atomic_write(path, "wb", what=what, fsync=fsync) as f:
         f.write(data)
 
 

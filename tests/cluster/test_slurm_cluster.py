@@ -19,11 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from .slurm_sandbox import SandboxError, SlurmSandbox
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-
-from slurm_sandbox import SandboxError, SlurmSandbox  # noqa: E402
 
 # The one switch for the real-trainer cluster test (the env variable overrides it).
 REAL_TRAINER = os.environ.get("MASKRCNN_CLUSTER_REAL_TRAINER", "1") == "1"

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from maskrcnn_benchmark.cli.make_synthetic_coco import main as make_synthetic_main
 from maskrcnn_benchmark.data import synthetic as syn
 
 pycocotools = pytest.importorskip("pycocotools")
@@ -257,7 +258,7 @@ def test_trace_contours_ring():
     yy, xx = np.mgrid[0:64, 0:64]
     r = np.hypot(xx - 31.5, yy - 31.5)
     ring = ((r < 25) & (r > 10)).astype(float)
-    outer, holes = syn._loops(ring)
+    outer, holes = syn.loops(ring)
     assert len(outer) == 1 and len(holes) == 1
     assert abs(outer[0][1] - np.pi * 25 ** 2) < 0.05 * np.pi * 25 ** 2
     assert abs(holes[0][1] - np.pi * 10 ** 2) < 0.1 * np.pi * 10 ** 2
@@ -277,7 +278,7 @@ def test_api_rejects_bad_arguments(tmp_path):
 
 def _cli(*args, tool=False):
     cmd = [sys.executable, str(ROOT / "tools" / "make_synthetic_coco.py")] if tool else \
-        [sys.executable, "-m", "maskrcnn_benchmark.data.synthetic"]
+        [sys.executable, "-m", "maskrcnn_benchmark.cli.make_synthetic_coco"]
     return subprocess.run(cmd + [str(a) for a in args], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
@@ -310,7 +311,7 @@ def test_cli_writes_dataset_without_progress_into_a_pipe(tmp_path):
 ])
 def test_cli_bad_arguments_give_one_clean_error_line(tmp_path, capsys, args, needle):
     with pytest.raises(SystemExit) as e:
-        syn.main(["--out", str(tmp_path / "x"), *args])
+        make_synthetic_main(["--out", str(tmp_path / "x"), *args])
     assert e.value.code != 0
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
@@ -322,7 +323,7 @@ def test_cli_unwritable_output_dir(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     for out in (blocker, blocker / "sub"):
-        assert syn.main(["--out", str(out), "--train", "1", "--val", "1"]) == 1
+        assert make_synthetic_main(["--out", str(out), "--train", "1", "--val", "1"]) == 1
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and "error" in lines[0] and str(blocker) in lines[0], lines
 

@@ -3,7 +3,7 @@ import sys
 
 import torch
 
-from conftest import CPU_YAML, mllog_events, run_train
+from train_runs import CPU_YAML, mllog_events, run_train
 from maskrcnn_benchmark.config import get_cfg, merge_cfg_from_file, merge_cfg_from_list
 from maskrcnn_benchmark.modeling import build_detection_model
 from maskrcnn_benchmark.utils.checkpoint import DetectronCheckpointer

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from conftest import checker_failures, compliance, mllog_events, run_train
+from train_runs import checker_failures, compliance, mllog_events, run_train
 
 RULESETS = ("0.7.0", "1.0.0", "1.1.0", "2.0.0", "2.1.0", "3.0.0", "3.1.0")
 LOW_TARGET = ("MLPERF.MIN_BBOX_MAP", "0.0", "MLPERF.MIN_SEGM_MAP", "0.0")

@@ -4,7 +4,7 @@ import os
 import pytest
 import torch
 
-from conftest import mllog_events, run_train
+from train_runs import mllog_events, run_train
 
 NEVER = ("MLPERF.MIN_BBOX_MAP", "1.0", "MLPERF.MIN_SEGM_MAP", "1.0")
 
@@ -43,7 +43,7 @@ import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 
-from conftest import train_cmd  # noqa: E402
+from train_runs import train_cmd  # noqa: E402
 
 
 class _Run:

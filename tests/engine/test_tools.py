@@ -6,7 +6,7 @@ import sys
 import torch
 from PIL import Image
 
-from conftest import CPU_YAML
+from train_runs import CPU_YAML
 from helpers import REPO
 from maskrcnn_benchmark.config import get_cfg, merge_cfg_from_file, merge_cfg_from_list
 from maskrcnn_benchmark.engine.predictor import Predictor

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from conftest import checker_failures, compliance, mllog_events, run_train
+from train_runs import checker_failures, compliance, mllog_events, run_train
 
 LOW_TARGET = ("MLPERF.MIN_BBOX_MAP", "0.0", "MLPERF.MIN_SEGM_MAP", "0.0")
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from conftest import make_coco_set, pycocotools_stats
+from coco_sets import make_coco_set, pycocotools_stats
 from maskrcnn_benchmark.evaluation import STAT_NAMES, Detections, score_coco
 from maskrcnn_benchmark.evaluation.scoring import ScoringError, resolve_backend
 

@@ -1,13 +1,15 @@
 """tools/submit.py with submitit's local executor (the Slurm path runs in tests/cluster)."""
 
+import runpy
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-
-import submit  # noqa: E402
+SUBMIT = ROOT / "slurm" / "submit.py"
+submit = runpy.run_path(str(SUBMIT), run_name="slurm_submit")
+submit = type("submit", (), {k: staticmethod(v) if callable(v) else v for k, v in submit.items()
+                             if not k.startswith("__")})
 
 
 def test_walltime_minutes():

@@ -1,7 +1,7 @@
 """RPN and box post-processing against the original maskrcnn-benchmark's outputs (../shared/golden)."""
 import torch
 
-from conftest import BOX_ULPS, SCORE_ULPS, box_error_in_image_ulps, max_ulps
+from ulps import BOX_ULPS, SCORE_ULPS, box_error_in_image_ulps, max_ulps
 from helpers import r50_cfg
 from maskrcnn_benchmark.modeling.box_coder import BoxCoder
 from maskrcnn_benchmark.modeling.roi_heads.box_head.inference import make_roi_box_post_processor

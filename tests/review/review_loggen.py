@@ -13,15 +13,12 @@ from __future__ import annotations
 import datetime as _dt
 import gzip
 import io
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import List, Optional, Sequence
 from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from mlperf_logging.mllog import mllog as _mllog_module  # noqa: E402
 

@@ -8,19 +8,16 @@ changes any of it, these tests fail and say which pin to update (and requirement
 import inspect
 import json
 import logging
-import sys
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))
-sys.path.insert(0, str(HERE))
 
 from review_loggen import make_lines, write_log, write_runs  # noqa: E402
 
-from maskrcnn_benchmark.review import official, rules  # noqa: E402
-from maskrcnn_benchmark.review.parse import parse_lines  # noqa: E402
+from mlperf_review import official, rules  # noqa: E402
+from mlperf_review.parse import parse_lines  # noqa: E402
 
 V1 = dict(ruleset="1.0.0", gbs=64, lr=0.08, epochs=13)
 

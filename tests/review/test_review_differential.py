@@ -7,21 +7,18 @@ review reports the same verdict, score, RCP verdict and normalization factor.
 """
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(HERE))
 
 from official_reference import official_answer, official_compliance  # noqa: E402
 from review_loggen import KEYS_NEWER_THAN_0_7_0, write_log, write_runs  # noqa: E402
 
-from maskrcnn_benchmark.review import report, review_folder  # noqa: E402
-from maskrcnn_benchmark.review.cli import main  # noqa: E402
+from mlperf_review import report, review_folder  # noqa: E402
+from mlperf_review.cli import main  # noqa: E402
 
 TTTS = [100.0, 101.0, 102.0, 103.0, 110.0]
 V1_GBS64 = dict(ruleset="1.0.0", gbs=64, lr=0.08, warmup_steps=800, warmup_factor=1e-4, decay_steps=(18000, 24000),

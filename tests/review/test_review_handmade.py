@@ -12,16 +12,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from official_reference import official_answer  # noqa: E402
 from review_loggen import make_lines, write_log, write_runs  # noqa: E402
 
-from maskrcnn_benchmark.review import report, review_folder  # noqa: E402
-from maskrcnn_benchmark.review.cli import main  # noqa: E402
-from maskrcnn_benchmark.review.parse import parse_lines  # noqa: E402
-from maskrcnn_benchmark.review.rules import closed_rule_warnings, detect_ruleset  # noqa: E402
+from mlperf_review import report, review_folder  # noqa: E402
+from mlperf_review.cli import main  # noqa: E402
+from mlperf_review.parse import parse_lines  # noqa: E402
+from mlperf_review.rules import closed_rule_warnings, detect_ruleset  # noqa: E402
 
 TTTS = [100.0, 101.0, 102.0, 103.0, 110.0]
 
@@ -349,7 +347,7 @@ def test_entry_points_without_torch(tmp_path):
     """tools/review_logs.py and -m both run as plain processes, and never import torch."""
     write_runs(tmp_path, TTTS)
     code = ("import sys, runpy; sys.argv=['review', %r, '--no-write', '--no-plot'];"
-            "import maskrcnn_benchmark.review.cli as c; rc=c.main(sys.argv[1:]);"
+            "import mlperf_review.cli as c; rc=c.main(sys.argv[1:]);"
             "print('TORCH' if 'torch' in sys.modules else 'NOTORCH'); sys.exit(rc)") % str(tmp_path)
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr

@@ -4,19 +4,16 @@ verdict, the published scores, epochs, each cross-checked against mlperf-logging
 import gzip
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from official_reference import official_answer  # noqa: E402
 
-from maskrcnn_benchmark.review import review_folder  # noqa: E402
-from maskrcnn_benchmark.review import report  # noqa: E402
+from mlperf_review import review_folder  # noqa: E402
+from mlperf_review import report  # noqa: E402
 
 REF = ROOT.parent / "shared" / "reference_logs"  # ../shared/reference_logs next to the repository
 SYSTEMS = {

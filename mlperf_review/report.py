@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
+
+from maskrcnn_benchmark.utils.fileio import write_text
 
 from . import official, rules
 from .core import Review
@@ -22,17 +22,8 @@ COMPARE_JSON_NAME = "mlperf_compare.json"
 
 # ------------------------------------------------------------------------------------------------ helpers
 def write_atomic(path: Path, text: str) -> None:
-    """Write text to ``path`` through a temporary file in the same folder and os.replace."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name, suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write a review file atomically (the project's one writer, :func:`maskrcnn_benchmark.utils.fileio.write_text`)."""
+    write_text(path, text, what="review file")
 
 
 def _clean(obj):

@@ -6,11 +6,11 @@ and callers can check what is plotted without looking at pixels.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
+
+from maskrcnn_benchmark.utils.fileio import atomic_write
 
 from . import rules
 from .summary import RunSummary, monotonic_iterations, train_throughput_series
@@ -121,16 +121,8 @@ def _plot_runs(runs, path, title) -> Dict[str, Dict[str, tuple]]:
             fig.suptitle(title)
         fig.tight_layout()
         if path is not None:
-            path = Path(path)
-            fd, tmp = tempfile.mkstemp(prefix="." + path.name, suffix=".tmp", dir=str(path.parent))
-            os.close(fd)
-            try:
-                fig.savefig(tmp, format="png", dpi=90)
-                os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            with atomic_write(path, "wb", what="review plot") as f:
+                fig.savefig(f, format="png", dpi=90)
     finally:
         fig.clear()
     return drawn

@@ -1,4 +1,4 @@
-"""Command line: ``python -m maskrcnn_benchmark.review RESULTS_DIR [--compare OTHER_DIR]``."""
+"""Command line: ``python -m mlperf_review RESULTS_DIR [--compare OTHER_DIR]``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ EXIT_BAD_INPUT = 2 # bad command line, missing folder, no result files, outputs 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m maskrcnn_benchmark.review",
+        prog="python -m mlperf_review",
         description="Review a folder of MLPerf Training Mask R-CNN result files (result_*.txt, also .gz) with "
                     "mlperf-logging's package checker, RCP checker and result summarizer, and explain what they "
                     "say: per-run facts, failure reasons, score, curves.")

@@ -153,7 +153,7 @@ class Review:
 
     def to_dict(self) -> Dict[str, Any]:
         return {
-            "tool": "maskrcnn_benchmark.review",
+            "tool": "mlperf_review",
             "generated_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "folder": str(self.folder),
             "mlperf_logging_version": self.mlperf_logging_version,

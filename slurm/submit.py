@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Submit MLPerf Mask R-CNN runs to Slurm from Python (submitit), wait, and collect the logs.
+
+    python tools/submit.py --system DGXA100_4x8x4 --image singularity/maskrcnn.sif --partition gpu \
+        --data /scratch/coco --weights-dir /scratch/models --nexp 5 --results results/4node
+
+Each run is one Slurm job of ``--nodes`` nodes, one task per node, exclusive, ``--gpus-per-node`` GPUs; every
+node runs ``run_and_time.sh`` (in ``singularity exec --nv`` with /data, /results, /coco/models bound, or on the
+host with ``--image none``), so ``bind_launch`` starts one process per GPU with node rank and master address
+from Slurm.  Runs are chained (``afterany``) so they go back to back like slurm/maskrcnn_4node.sbatch.  Nodes,
+GPUs and time default to the system config (config_<system>.sh: DGXNNODES, DGXNGPU, WALLTIME).
+
+Afterwards ``<results>/result_<i>.txt`` holds run i's log (node 0's output: the MLPerf log of rank 0 plus the
+RESULT line) and ``<results>/run_<i>/node<k>.log`` every node's output; then the review
+(``python -m mlperf_review <results>``: compliance, score) is printed.  ``--cluster local`` runs a 1-node job on
+this machine (no Slurm), ``--cluster debug`` in this process.  Exit code: 0 when every run succeeded.
+"""
+
+import argparse
+import datetime
+import importlib.util
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def read_config(system, env=None):
+    """The variables config_<system>.sh exports (sourced by bash, with the caller's overrides)."""
+    path = ROOT / f"config_{system}.sh"
+    if not path.exists():
+        raise SystemExit(f"submit: no {path.name}")
+    out = subprocess.run(["bash", "-c", f'source "{path}" >/dev/null && env -0'], capture_output=True, env=env,
+                         check=True).stdout
+    return dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+
+
+def walltime_minutes(text):
+    """Slurm time formats (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S) -> whole minutes, rounded up."""
+    days, _, rest = text.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    if days:
+        parts += [0] * (3 - len(parts))  # D-H, D-H:M
+        h, m, s = parts
+    elif len(parts) == 3:
+        h, m, s = parts
+    else:
+        h, (m, s) = 0, (parts + [0])[:2]
+    return int(days or 0) * 1440 + h * 60 + m + (1 if s else 0)
+
+
+class NodeTask:
+    """Runs on every node of the job (one Slurm task per node): run_and_time.sh, output teed to a log."""
+
+    def __init__(self, run_index, results, image, env, data, weights_dir, clear_caches, drop_caches_cmd,
+                 container_workdir="/workspace/object_detection", singularity=None):
+        self.run_index = run_index
+        self.results = str(results)
+        self.image = image
+        self.env = dict(env)
+        self.data = data
+        self.weights_dir = weights_dir
+        self.clear_caches = clear_caches
+        self.drop_caches_cmd = drop_caches_cmd
+        self.container_workdir = container_workdir
+        self.singularity = singularity
+
+    def command(self):
+        if self.image in (None, "", "none"):
+            return [str(ROOT / "run_and_time.sh")]
+        sing = self.singularity or shutil.which("singularity") or shutil.which("apptainer") or "singularity"
+        binds = ["-B", f"{self.data or '/data'}:/data", "-B", f"{self.results}:/results"]
+        if self.weights_dir:
+            binds += ["-B", f"{self.weights_dir}:/coco/models"]
+        return ([sing, "exec", "--nv", *binds, "--pwd", self.container_workdir, self.image,
+                 "env", "DATADIR=/data", "LOGDIR=/results", "./run_and_time.sh"])
+
+    def __call__(self):
+        import submitit
+
+        try:
+            je = submitit.JobEnvironment()
+            node, hosts, job_id = je.node, list(je.hostnames), str(je.job_id)
+        except RuntimeError:  # debug executor
+            node, hosts, job_id = 0, ["127.0.0.1"], "debug"
+        env = dict(os.environ)
+        env.update(self.env)
+        env.setdefault("LOGDIR", self.results)
+        if len(hosts) > 1:
+            env["MASTER_ADDR"] = hosts[0]
+        digits = re.sub(r"\D", "", job_id)
+        env.setdefault("MASTER_PORT", str(29500 + (int(digits) % 1000 if digits else 0)))
+        rundir = Path(self.results) / f"run_{self.run_index}"
+        rundir.mkdir(parents=True, exist_ok=True)
+        cmd = self.command()
+        with open(rundir / f"node{node}.log", "w") as log:
+            def emit(text):
+                sys.stdout.write(text)
+                sys.stdout.flush()
+                log.write(text)
+                log.flush()
+
+            env["MLPERF_CACHE_CLEARED"] = "0"
+            if self.clear_caches:
+                r = subprocess.run(["bash", "-c", self.drop_caches_cmd], capture_output=True, text=True)
+                if r.returncode != 0:
+                    emit(f"submit: WARNING: cache clearing failed on node {node}: {r.stderr.strip()}\n")
+                else:
+                    env["MLPERF_CACHE_CLEARED"] = "1"  # the trainer logs cache_clear true, once
+            p = subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, bufsize=1)
+            for line in p.stdout:
+                emit(line)
+            rc = p.wait()
+        if rc != 0:
+            raise RuntimeError(f"run {self.run_index}: node {node} training exited with code {rc}")
+        return {"node": node, "rc": rc, "host": hosts[node] if node < len(hosts) else "?"}
+
+
+def make_executor(args, folder, cfg):
+    import submitit
+
+    if not args.verbose:  # submitit warns on every poll where sacct (accounting) is unavailable
+        logging.getLogger("submitit").setLevel(logging.ERROR)
+
+    if args.cluster == "slurm":
+        ex = submitit.SlurmExecutor(folder=folder, python=args.python)
+        params = dict(job_name=args.job_name, nodes=args.nodes, ntasks_per_node=1, time=args.time_min,
+                      exclusive=True, srun_args=["--kill-on-bad-exit=1", "--cpu-bind=none"],
+                      stderr_to_stdout=True)
+        if args.gpus_per_node:
+            params["gpus_per_node"] = args.gpus_per_node
+        for key in ("partition", "account", "qos", "constraint"):
+            if getattr(args, key):
+                params[key] = getattr(args, key)
+        ex.update_parameters(**params)
+        return ex
+    if args.nodes != 1:
+        raise SystemExit(f"submit: --cluster {args.cluster} runs one node only (got --nodes {args.nodes})")
+    ex = submitit.LocalExecutor(folder=folder, python=args.python) if args.cluster == "local" else \
+        submitit.DebugExecutor(folder=folder)
+    ex.update_parameters(timeout_min=args.time_min, nodes=1, tasks_per_node=1)
+    return ex
+
+
+def squeue_has(job_id):
+    if not shutil.which("squeue"):
+        return None
+    r = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return False
+    return bool(r.stdout.strip())
+
+
+def wait_all(jobs, cluster, poll=2.0, grace=30.0):
+    """Wait for every job; on Slurm also stop waiting for a job that left the queue without a result
+    (submitit alone would wait forever on clusters without accounting/sacct)."""
+    gone_since = {}
+    while True:
+        pending = [j for j in jobs if not j.done()]
+        if not pending:
+            return
+        if cluster == "slurm":
+            for j in pending:
+                if squeue_has(j.job_id) is False:
+                    gone_since.setdefault(j.job_id, time.monotonic())
+            if all(j.job_id in gone_since and time.monotonic() - gone_since[j.job_id] > grace for j in pending):
+                return
+        time.sleep(poll)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--system", default="DGXA100_4x8x4", help="config_<system>.sh (default DGXA100_4x8x4)")
+    p.add_argument("--nodes", type=int, default=None, help="default: DGXNNODES")
+    p.add_argument("--gpus-per-node", type=int, default=None, help="default: DGXNGPU (0: do not request GPUs)")
+    p.add_argument("--time", default=None, help="per run, HH:MM:SS (default: the config's TRIAL_MINUTES)")
+    p.add_argument("--partition")
+    p.add_argument("--account")
+    p.add_argument("--qos")
+    p.add_argument("--constraint")
+    p.add_argument("--image", default=str(ROOT / "singularity" / "maskrcnn.sif"),
+                   help="Singularity image, or 'none' to run on the hosts")
+    p.add_argument("--data", default=None, help="host dataset dir (bound to /data; default /data)")
+    p.add_argument("--weights-dir", default="/coco/models", help="host dir with R-50.pkl, bound to /coco/models")
+    p.add_argument("--nexp", type=int, default=1, help="number of runs (MLPerf needs 5)")
+    p.add_argument("--results", default=None, help="results folder (default results/submit-<time>)")
+    p.add_argument("--train-script", default=None, help="TRAIN_SCRIPT override (tests)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="extra environment for runs")
+    p.add_argument("--no-clear-caches", dest="clear_caches", action="store_false")
+    p.add_argument("--drop-caches-cmd", default="sync && echo 3 > /proc/sys/vm/drop_caches")
+    p.add_argument("--parallel", action="store_true", help="do not chain the runs (afterany)")
+    p.add_argument("--no-wait", dest="wait", action="store_false", help="submit and exit")
+    p.add_argument("--cluster", choices=("slurm", "local", "debug"), default="slurm")
+    p.add_argument("--python", default=sys.executable, help="python on the nodes (host mode)")
+    p.add_argument("--job-name", default="maskrcnn")
+    p.add_argument("--verbose", action="store_true", help="show submitit's warnings")
+    p.add_argument("--no-review", dest="review", action="store_false",
+                   help="do not run python -m mlperf_review on the results")
+    args = p.parse_args(argv)
+
+    extra_env = {}
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep:
+            p.error(f"--env wants KEY=VALUE, got {item!r}")
+        extra_env[key] = value
+    cfg_env = dict(os.environ, **extra_env)
+    cfg = read_config(args.system, cfg_env)
+    args.nodes = args.nodes or int(cfg.get("DGXNNODES") or 1)
+    if args.gpus_per_node is None:
+        args.gpus_per_node = int(cfg.get("DGXNGPU") or 0)
+    # one Slurm job per run: each gets the config's per-trial limit (TRIAL_MINUTES), not the NEXP-run WALLTIME
+    args.time_min = walltime_minutes(args.time or cfg.get("TRIAL_MINUTES") or "01:00:00")
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    results = Path(args.results or ROOT / "results" / f"submit-{stamp}").resolve()
+    results.mkdir(parents=True, exist_ok=True)
+    folder = results / "submitit"
+
+    run_env = dict(extra_env, DGXSYSTEM=args.system, PYTHON=args.python)
+    if args.image in ("", "none") and args.data:
+        run_env["DATADIR"] = args.data
+    if args.train_script:
+        run_env["TRAIN_SCRIPT"] = args.train_script
+    ex = make_executor(args, folder, cfg)
+    jobs = []
+    for i in range(args.nexp):
+        if args.cluster == "slurm" and jobs and not args.parallel:
+            ex.update_parameters(dependency=f"afterany:{jobs[-1].job_id}")
+        task = NodeTask(i, results, args.image, run_env, args.data, args.weights_dir, args.clear_caches,
+                        args.drop_caches_cmd)
+        job = ex.submit(task)
+        jobs.append(job)
+        print(f"submit: run {i} -> job {job.job_id} ({args.cluster}, {args.nodes} node(s) x {args.gpus_per_node} "
+              f"GPU(s), {args.time_min} min)", flush=True)
+    if not args.wait:
+        print(f"submit: results will be in {results}")
+        return 0
+
+    wait_all(jobs, args.cluster)
+    failed = 0
+    for i, job in enumerate(jobs):
+        node0 = results / f"run_{i}" / "node0.log"
+        status = "ok"
+        try:
+            job.results()
+        except Exception as e:  # noqa: BLE001 - report and go on
+            status = f"FAILED ({str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__})"
+            failed += 1
+        if node0.exists():
+            shutil.copyfile(node0, results / f"result_{i}.txt")
+        seconds = ""
+        if node0.exists():
+            for line in node0.read_text(errors="replace").splitlines():
+                if line.startswith("RESULT,OBJECT_DETECTION,,"):
+                    seconds = line.split(",")[3] + " s"
+        print(f"submit: run {i} job {job.job_id}: {status} {seconds}".rstrip(), flush=True)
+    if args.review and any(results.glob("result_*.txt")):
+        if importlib.util.find_spec("mlperf_review") is not None:
+            subprocess.run([sys.executable, "-m", "mlperf_review", str(results)], check=False,
+                           cwd=str(ROOT))
+        else:
+            print("submit: mlperf_review not importable; skipping the review")
+    print(f"submit: {args.nexp - failed}/{args.nexp} runs succeeded; logs in {results}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

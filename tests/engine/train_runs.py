@@ -1,0 +1,51 @@
+"""Running the trainer as the user does (a subprocess), and reading what it wrote."""
+import os
+import subprocess
+import sys
+
+from helpers import REPO
+
+CPU_YAML = os.path.join(REPO, "configs", "e2e_mask_rcnn_synthetic_cpu.yaml")
+
+
+def train_cmd(data_dir, out_dir, *opts, launcher=None, extra_args=()):
+    base = [sys.executable] if launcher is None else launcher
+    return base + [os.path.join(REPO, "tools", "train_mlperf.py"), "--config-file", CPU_YAML, "--seed", "5",
+                   *extra_args, "DATASETS.DATA_DIR", data_dir, "OUTPUT_DIR", out_dir, "DATALOADER.NUM_WORKERS", "0",
+                   "INPUT.MIN_SIZE_TRAIN", "(96,)", "INPUT.MAX_SIZE_TRAIN", "96", "INPUT.MIN_SIZE_TEST", "96",
+                   "INPUT.MAX_SIZE_TEST", "96", *[str(o) for o in opts]]
+
+
+def run_train(data_dir, out_dir, *opts, launcher=None, extra_args=(), timeout=600, env=None):
+    e = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    e.update(env or {})
+    return subprocess.run(train_cmd(data_dir, out_dir, *opts, launcher=launcher, extra_args=extra_args),
+                          capture_output=True, text=True, timeout=timeout, cwd=out_dir if os.path.isdir(out_dir)
+                          else REPO, env=e)
+
+
+def mllog_events(text):
+    import json
+
+    out = []
+    for line in text.splitlines():
+        if ":::MLLOG" in line:
+            out.append(json.loads(line.split(":::MLLOG", 1)[1]))
+    return out
+
+
+def compliance(log_path, ruleset="0.7.0"):
+    r = subprocess.run([sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
+                        "--ruleset", ruleset, log_path], capture_output=True, text=True,
+                       cwd=os.path.dirname(log_path), timeout=300)
+    return r.returncode, r.stdout + r.stderr
+
+
+def checker_failures(text):
+    """Keys whose compliance checks failed, from the checker's output."""
+    import re
+
+    keys = set(re.findall(r"Failed checks for (\w+)", text)) | set(re.findall(r"CHECK for '(\w+)' failed", text))
+    keys |= {f"missing:{k}" for k in re.findall(r"Required EXACTLY_ONE occurrence of '(\w+)'", text)}
+    keys |= {f"missing:{k}" for k in re.findall(r"Required AT_LEAST_ONE occurrence of '(\w+)'", text)}
+    return keys
