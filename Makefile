@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo bench clean
+.PHONY: venv test test-fast demo bench clean
 
 venv: $(STAMP)
 
@@ -16,9 +16,15 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
+# Everything (what CI runs): needs root for the system packages of the 4-node Slurm and launch tests.
 test: venv
-	bash tests/cluster/install_deps.sh
+	@echo "make test: the Slurm cluster and launch tests need slurm-wlm, munge, numactl and shellcheck; missing ones are installed now with apt-get (tests/cluster/install_deps.sh)"
+	@bash tests/cluster/install_deps.sh
 	$(PY) -m pytest -q -ra --durations=12 tests
+
+# The fast loop: every test that neither trains nor starts a process (about a minute on 2 cores).
+test-fast: venv
+	$(PY) -m pytest -q -m "not slow" tests
 
 demo: venv
 	tools/demo.sh

@@ -1,9 +1,11 @@
 import subprocess
+import pytest
 import sys
 
 from helpers import REPO
 
 
+@pytest.mark.slow
 def test_model_step_bench_prints_table_with_torchvision_ratio():
     out = subprocess.run(
         [sys.executable, "bench/model_step.py", "--device", "cpu", "--height", "96", "--width", "128",

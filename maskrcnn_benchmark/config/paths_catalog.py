@@ -7,6 +7,9 @@ be named without editing code as ``coco:<image_dir>:<annotation_json>`` in ``DAT
 """
 import os
 
+from ..utils.imports import import_file
+from .config_utils import ConfigError
+
 
 class DatasetCatalog:
     DATA_DIR = "datasets"
@@ -51,21 +54,16 @@ class ModelCatalog:
 
 
 def load_catalog(path):
-    """Import the catalog module at ``cfg.PATHS_CATALOG`` (a file path, as NVIDIA's configs give it)."""
-    import importlib.util
-
+    """Import the catalog module at ``cfg.PATHS_CATALOG`` (a file path, as NVIDIA's configs give it; a bare file
+    name is looked up beside this module too)."""
     if not os.path.isabs(path) and not os.path.exists(path):
-        here = os.path.dirname(os.path.abspath(__file__))
-        candidate = os.path.join(here, os.path.basename(path))
+        candidate = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.path.basename(path))
         if os.path.exists(candidate):
             path = candidate
     if not os.path.exists(path):
-        raise FileNotFoundError(f"PATHS_CATALOG file '{path}' does not exist")
-    spec = importlib.util.spec_from_file_location("maskrcnn_benchmark.config._paths_catalog_" +
-                                                  os.path.splitext(os.path.basename(path))[0], path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+        raise ConfigError(f"PATHS_CATALOG file '{path}' does not exist")
+    name = "maskrcnn_benchmark.config._paths_catalog_" + os.path.splitext(os.path.basename(path))[0]
+    return import_file(name, path)
 
 
 def resolve_model_url(cfg, url):

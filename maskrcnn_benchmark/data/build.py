@@ -4,7 +4,9 @@ import logging
 
 import torch
 
+from ..config import ConfigError
 from ..config.paths_catalog import load_catalog
+from ..utils import comm
 from ..utils.processes import die_with_parent
 from . import datasets as D
 from .collate_batch import BatchCollator
@@ -26,7 +28,10 @@ def build_dataset(cfg, names, is_train):
         raise D.DatasetError(f"DATASETS.{'TRAIN' if is_train else 'TEST'} is empty")
     out = []
     for name in names:
-        entry = catalog.get(name, cfg.DATASETS.DATA_DIR)
+        try:
+            entry = catalog.get(name, cfg.DATASETS.DATA_DIR)
+        except KeyError as e:  # the catalog's message names the dataset and the known ones
+            raise ConfigError(f"DATASETS.{'TRAIN' if is_train else 'TEST'}: {e.args[0] if e.args else e}") from None
         factory = getattr(D, entry["factory"])
         out.append(factory(remove_images_without_annotations=is_train, transforms=build_transforms(cfg, is_train),
                            **entry["args"]))
@@ -47,13 +52,19 @@ class _Concat(torch.utils.data.ConcatDataset):
         return self.datasets[d].get_img_info(idx - (self.cumulative_sizes[d - 1] if d else 0))
 
 
-def make_data_loader(cfg, is_train=True, is_distributed=False, start_iter=0, num_replicas=1, rank=0,
+def make_data_loader(cfg, is_train=True, is_distributed=False, start_iter=0, num_replicas=None, rank=None,
                      max_iter=None, seed=0, datasets=None):
     """One DataLoader per dataset for test, a single (concatenated) one for training.
 
     Training: images per GPU = SOLVER.IMS_PER_BATCH / world size, aspect-ratio grouping, an iteration-based
     sampler over ``max_iter`` (default SOLVER.MAX_ITER). Test: TEST.IMS_PER_BATCH / world size, in order.
+    The shard is ``rank`` of ``num_replicas``; when they are not given, the reference's ``is_distributed`` says
+    whether to take them from the initialized process group (else one process).
     """
+    if num_replicas is None:
+        num_replicas = comm.get_world_size() if is_distributed else 1
+    if rank is None:
+        rank = comm.get_rank() if is_distributed else 0
     ims = cfg.SOLVER.IMS_PER_BATCH if is_train else cfg.TEST.IMS_PER_BATCH
     if ims % num_replicas:
         key = "SOLVER.IMS_PER_BATCH" if is_train else "TEST.IMS_PER_BATCH"

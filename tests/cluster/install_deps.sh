@@ -26,6 +26,6 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
 fi
 trap 'if [ "$created_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi' EXIT
 
-echo "install_deps: installing ${missing[*]}"
+echo "install_deps: installing ${missing[*]} with apt-get (Slurm and munge for the 4-node sandbox cluster, numactl for bind_launch, shellcheck for the scripts)"
 apt-get update -q
 DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -282,6 +282,7 @@ def _cli(*args, tool=False):
     return subprocess.run(cmd + [str(a) for a in args], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_writes_dataset_without_progress_into_a_pipe(tmp_path):
     r = _cli("--out", tmp_path / "m", "--train", 3, "--val", 2, "--sizes", "96x64,64x96", "--seed", 7)
     assert r.returncode == 0, r.stderr
@@ -328,6 +329,7 @@ def test_cli_unwritable_output_dir(tmp_path, capsys):
         assert len(lines) == 1 and "error" in lines[0] and str(blocker) in lines[0], lines
 
 
+@pytest.mark.slow
 def test_cli_errors_in_a_subprocess_have_no_traceback(tmp_path):
     r = _cli("--out", tmp_path / "x", "--train", "-5")
     assert r.returncode == 2 and r.stdout == ""

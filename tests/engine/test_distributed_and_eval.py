@@ -1,4 +1,5 @@
 import os
+import pytest
 import sys
 
 import torch
@@ -11,6 +12,7 @@ from maskrcnn_benchmark.utils.checkpoint import DetectronCheckpointer
 LOW_TARGET = ("MLPERF.MIN_BBOX_MAP", "0.0", "MLPERF.MIN_SEGM_MAP", "0.0")
 
 
+@pytest.mark.slow
 def test_two_process_gloo_run_trains_evaluates_and_stops_together(tiny_data, tmp_path):
     out = str(tmp_path)
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29631"]
@@ -35,6 +37,7 @@ def _small_cfg(data_dir):
     return cfg
 
 
+@pytest.mark.slow
 def test_resume_restores_iteration_optimizer_and_schedule(tiny_data, tmp_path):
     out = str(tmp_path / "first")
     os.makedirs(out)

@@ -38,6 +38,7 @@ def test_superset_of_keys_logged_once(short_run):
     assert platform == ["4xDGXA100"] and socket.gethostname() not in platform[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ruleset", RULESETS)
 def test_log_passes_every_ruleset(short_run, tmp_path, ruleset):
     log, events = short_run

@@ -13,6 +13,7 @@ def _final_weights(folder):
     return torch.load(os.path.join(folder, "model_final.pth"), weights_only=True)["model"]
 
 
+@pytest.mark.slow
 def test_resume_at_any_iteration_continues_the_run_exactly(tiny_data, tmp_path):
     """16 images, batch 4: 4 iterations per epoch. Interrupted after iteration 3 (mid-epoch) or 4 (epoch
     boundary, with aspect-ratio grouping), the resumed run gets the same batches, LR, augmentation and random
@@ -101,6 +102,7 @@ def _mid_run(tiny_data, out, *extra):
     return _Run(cmd, out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_ends_the_run_cleanly(tiny_data, tmp_path, sig):
     out = str(tmp_path)
@@ -133,6 +135,7 @@ def test_signal_ends_the_run_cleanly(tiny_data, tmp_path, sig):
     assert run.session_processes() == []  # scorer, its pool, loader workers, resource tracker: all gone
 
 
+@pytest.mark.slow
 def test_killed_trainer_leaves_no_scorer_behind(tiny_data, tmp_path):
     run = _mid_run(tiny_data, str(tmp_path))
     run.wait_for('"key": "eval_stop"')
@@ -144,6 +147,7 @@ def test_killed_trainer_leaves_no_scorer_behind(tiny_data, tmp_path):
     assert run.session_processes() == []  # the scorer asked the kernel to kill it with its parent
 
 
+@pytest.mark.slow
 def test_next_run_starts_a_fresh_log_and_removes_temporary_files(tiny_data, tmp_path):
     out = str(tmp_path)
     r = run_train(tiny_data, out, "SOLVER.MAX_ITER", 4, "MODEL.WEIGHT", "/nonexistent/R-50.pkl")
@@ -160,6 +164,7 @@ def test_next_run_starts_a_fresh_log_and_removes_temporary_files(tiny_data, tmp_
     assert "removed 1 temporary file(s) left by an interrupted run" in r.stdout
 
 
+@pytest.mark.slow
 def test_a_rank_that_stops_answering_is_named(tiny_data, tmp_path):
     """Two gloo ranks; rank 1 is frozen (SIGSTOP) mid-run. Rank 0's next collective times out after
     DISTRIBUTED_TIMEOUT and its one-line error names rank 1."""
@@ -211,6 +216,7 @@ def _env(pid):
         return {}
 
 
+@pytest.mark.slow
 def test_a_dead_sibling_stops_the_run_cleanly(tiny_data, tmp_path):
     """bind_launch, 2 ranks: rank 1 is SIGKILLed; bind_launch sends SIGTERM to rank 0, which logs run_stop
     aborted and stops its scorer and loader workers; the launcher exits with the dead rank's code."""
@@ -247,6 +253,7 @@ print("alive" if child.is_alive() else f"ended {child.exitcode}")
 """
 
 
+@pytest.mark.slow
 def test_forked_helpers_still_end_on_sigterm():
     """Only data-loader workers ignore SIGTERM (their loader stops them). Any other process forked by the trainer
     (the COCO scorer's pool) must still end on it, or Pool.terminate() waits for it forever: a run hung for 600 s

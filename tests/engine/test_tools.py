@@ -1,4 +1,5 @@
 import json
+import pytest
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ def _weights(tmp_path):
     return DetectronCheckpointer(cfg, model, save_dir=str(tmp_path), save_to_disk=True).save("random_init")
 
 
+@pytest.mark.slow
 def test_test_net_writes_results_and_scores(tiny_data, tmp_path):
     weights = _weights(tmp_path)
     base = [sys.executable, os.path.join(REPO, "tools", "test_net.py"), "--config-file", CPU_YAML,
@@ -44,6 +46,7 @@ def test_test_net_writes_results_and_scores(tiny_data, tmp_path):
     assert r.returncode == 1 and "missing.pth" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_predictor_draws_png_with_masks_of_image_size(tiny_data, tmp_path):
     weights = _weights(tmp_path)
     cfg = get_cfg()

@@ -8,6 +8,7 @@ from train_runs import checker_failures, compliance, mllog_events, run_train
 LOW_TARGET = ("MLPERF.MIN_BBOX_MAP", "0.0", "MLPERF.MIN_SEGM_MAP", "0.0")
 
 
+@pytest.mark.slow
 def test_short_run_early_stops_at_low_target_and_passes_checker(tiny_data, tmp_path):
     out = str(tmp_path)
     r = run_train(tiny_data, out, "SOLVER.MAX_ITER", 40, "SOLVER.IMS_PER_BATCH", 4, *LOW_TARGET)
@@ -33,6 +34,7 @@ def test_short_run_early_stops_at_low_target_and_passes_checker(tiny_data, tmp_p
     assert checker_failures(text) == {"eval_accuracy"}, text[-3000:]
 
 
+@pytest.mark.slow
 def test_not_converged_run_is_aborted_and_fails_checker(tiny_data, tmp_path):
     out = str(tmp_path)
     r = run_train(tiny_data, out, "SOLVER.MAX_ITER", 8, "SOLVER.IMS_PER_BATCH", 4, extra_args=("--sync-eval",))
@@ -45,6 +47,7 @@ def test_not_converged_run_is_aborted_and_fails_checker(tiny_data, tmp_path):
     assert rc != 0 and checker_failures(text) == {"eval_accuracy"}, text[-3000:]
 
 
+@pytest.mark.slow
 def test_nan_loss_aborts_with_clear_message(tiny_data, tmp_path):
     out = str(tmp_path)
     r = run_train(tiny_data, out, "SOLVER.MAX_ITER", 30, "SOLVER.BASE_LR", "1e12", "SOLVER.WARMUP_ITERS", 0,
@@ -60,6 +63,7 @@ def test_nan_loss_aborts_with_clear_message(tiny_data, tmp_path):
     (("DATASETS.DATA_DIR", "/nonexistent/data"), "annotation file '/nonexistent/data/annotations"),
     (("MODEL.WEIGHT", "/nonexistent/R-50.pkl"), "/nonexistent/R-50.pkl"),
 ])
+@pytest.mark.slow
 def test_bad_input_gives_one_clear_error_line(tiny_data, tmp_path, opts, needle):
     r = run_train(tiny_data, str(tmp_path), "SOLVER.MAX_ITER", 2, *opts)
     assert r.returncode == 1
@@ -68,6 +72,7 @@ def test_bad_input_gives_one_clear_error_line(tiny_data, tmp_path, opts, needle)
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_corrupt_training_image_is_named(tiny_data, tmp_path):
     import shutil
 

@@ -33,6 +33,7 @@ class _Collected:
         return self.detections
 
 
+@pytest.mark.slow
 def test_background_scores_equal_in_process_scores(coco_set):
     ann, bbox, segm = coco_set
     dets = Detections.from_coco_lists(bbox, segm)
@@ -46,6 +47,7 @@ def test_background_scores_equal_in_process_scores(coco_set):
         assert s1[t]["stats"] == s2[t]["stats"] and s1[t]["per_class"] == s2[t]["per_class"]
 
 
+@pytest.mark.slow
 def test_a_scoring_process_that_dies_while_scoring_is_restarted_once(coco_set):
     """Killed with an epoch in hand (the OOM killer, say): restarted, the same detections scored again. Killed
     again while scoring that epoch: one line naming the epoch."""
@@ -74,6 +76,7 @@ def test_a_scoring_process_that_dies_while_scoring_is_restarted_once(coco_set):
     assert "\n" not in str(e.value) and "died again" in str(e.value) and "epoch 2" in str(e.value)
 
 
+@pytest.mark.slow
 def test_a_scoring_process_that_dies_while_idle_is_noticed_at_the_next_poll(coco_set):
     ann, bbox, segm = coco_set
     dets = Detections.from_coco_lists(bbox, segm)
@@ -89,6 +92,7 @@ def test_a_scoring_process_that_dies_while_idle_is_noticed_at_the_next_poll(coco
     bg.shutdown()
 
 
+@pytest.mark.slow
 def test_scoring_failures_are_one_line(coco_set, tmp_path):
     ann, bbox, segm = coco_set
     dets = Detections.from_coco_lists(bbox, segm)
@@ -180,6 +184,7 @@ def _rank(rank, world, init_file, done_at, out):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_early_stop_two_ranks_agree_one_iteration_later():
     """With several ranks rank 0's decision travels in a non-blocking all-reduce read one iteration later: every
     rank stops at the iteration after the scores arrived, together."""
@@ -230,6 +235,7 @@ def _eval_rank(rank, world, init_file, data_dir, out):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_evaluator_in_a_two_process_gloo_run_equals_one_process(eval_data):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -18,6 +18,7 @@ def _assert_identical(ours, ann_file, bbox, segm, image_ids=None):
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12, err_msg=iou_type)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("workers", [1, 3])
 def test_identical_to_pycocotools_on_synthetic_sets(tmp_path, backend, workers):
@@ -28,6 +29,7 @@ def test_identical_to_pycocotools_on_synthetic_sets(tmp_path, backend, workers):
         _assert_identical(ours, ann, bbox, segm)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_hand_made_edge_cases(tmp_path, backend):
     # one class, every object crowd-free, a subset of images scored
@@ -46,6 +48,7 @@ def test_hand_made_edge_cases(tmp_path, backend):
     assert ours["bbox"]["stats"]["AP"] == 0.0
 
 
+@pytest.mark.slow
 def test_parallel_equals_serial_including_per_class(tmp_path):
     ann, bbox, segm = make_coco_set(tmp_path, seed=7, num_images=60)
     serial = score_coco(ann, (bbox, segm), workers=1)
@@ -79,6 +82,7 @@ def test_backend_choice():
         resolve_backend("cocoapi")
 
 
+@pytest.mark.slow
 def test_a_scoring_worker_that_dies_is_an_error_not_a_hang(tmp_path, monkeypatch):
     """multiprocessing.Pool waits forever for the task of a worker that died; the scorer must say so instead."""
     import os

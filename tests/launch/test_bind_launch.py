@@ -134,6 +134,7 @@ def run_bl(args, env=None, timeout=60, **kw):
                           capture_output=True, text=True, timeout=timeout, **kw)
 
 
+@pytest.mark.slow
 def test_dry_run_dgx1_and_slurm_env():
     r = run_bl(["--dry-run", "--nsockets_per_node=2", "--ncores_per_socket=20", "--nproc_per_node=8",
                 "tools/train_mlperf.py", "--config-file", "c.yaml", "SOLVER.BASE_LR", "0.06"],
@@ -147,6 +148,7 @@ def test_dry_run_dgx1_and_slurm_env():
     assert lines[5].startswith("local_rank=4 rank=12 socket=1 cpus=20-24,60-64 mem=1")
 
 
+@pytest.mark.slow
 def test_dry_run_defaults_to_real_topology():
     r = run_bl(["--dry-run", "--nproc_per_node=2", "x.py"])
     assert r.returncode == 0, r.stderr
@@ -227,6 +229,7 @@ def _expected_affinity(nproc):
     return [sorted(c for c in b.cpus if c in allowed) for b in plan]
 
 
+@pytest.mark.slow
 def test_launch_env_args_and_binding(child):
     script, out = child
     r = run_bl(["--nproc_per_node=2", "--master_port=29123", str(script), "--foo", "bar"],
@@ -240,6 +243,7 @@ def test_launch_env_args_and_binding(child):
     assert [i["affinity"] for i in ranks] == _expected_affinity(2)
 
 
+@pytest.mark.slow
 def test_launch_multinode_ranks(child):
     script, out = child
     r = run_bl(["--nnodes=3", "--node_rank=2", "--nproc_per_node=2", "--master_addr=10.0.0.1", str(script)],
@@ -250,6 +254,7 @@ def test_launch_multinode_ranks(child):
         ("4", "6", "10.0.0.1"), ("5", "6", "10.0.0.1")]
 
 
+@pytest.mark.slow
 def test_fallback_when_numactl_missing(child, tmp_path):
     script, out = child
     empty = tmp_path / "emptybin"
@@ -260,6 +265,7 @@ def test_fallback_when_numactl_missing(child, tmp_path):
     assert [i["affinity"] for i in _read_ranks(out, 2)] == _expected_affinity(2)
 
 
+@pytest.mark.slow
 def test_fallback_when_membind_refused(child, tmp_path):
     script, out = child
     _fake_numactl(tmp_path / "fakebin", refuse="membind")
@@ -270,6 +276,7 @@ def test_fallback_when_membind_refused(child, tmp_path):
     assert [i["affinity"] for i in _read_ranks(out, 2)] == _expected_affinity(2)
 
 
+@pytest.mark.slow
 def test_fallback_when_numactl_refuses_everything(child, tmp_path):
     script, out = child
     _fake_numactl(tmp_path / "fakebin", refuse="all")
@@ -280,6 +287,7 @@ def test_fallback_when_numactl_refuses_everything(child, tmp_path):
     assert [i["affinity"] for i in _read_ranks(out, 2)] == _expected_affinity(2)
 
 
+@pytest.mark.slow
 def test_planned_cpus_outside_allowed_set_do_not_kill_the_job(child):
     script, out = child
     # DGX-1 shape on this small machine: most planned cpus do not exist; must still run
@@ -297,6 +305,7 @@ def _alive(pid):
         return False
 
 
+@pytest.mark.slow
 def test_child_failure_propagates_and_stops_siblings(child):
     script, out = child
     t0 = time.monotonic()
@@ -310,6 +319,7 @@ def test_child_failure_propagates_and_stops_siblings(child):
         assert not _alive(_read_ranks(out, 3)[i]["pid"])
 
 
+@pytest.mark.slow
 def test_child_killed_siblings_terminated(child):
     script, out = child
     t0 = time.monotonic()
@@ -322,6 +332,7 @@ def test_child_killed_siblings_terminated(child):
     assert all(not _alive(i["pid"]) for i in infos)
 
 
+@pytest.mark.slow
 def test_stubborn_child_is_sigkilled(child, tmp_path):
     stubborn = tmp_path / "stubborn.py"
     stubborn.write_text(textwrap.dedent("""
@@ -342,6 +353,7 @@ def test_stubborn_child_is_sigkilled(child, tmp_path):
     assert not _alive(int((out / "pid0").read_text()))
 
 
+@pytest.mark.slow
 def test_signals_are_forwarded(child):
     script, out = child
     p = subprocess.Popen([sys.executable, "-m", "bind_launch", "--nproc_per_node=2", "--binding=none", str(script)],

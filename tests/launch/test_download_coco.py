@@ -44,6 +44,7 @@ def mirror(tmp_path):
     return tmp_path / "mirror", make_mirror(tmp_path / "mirror")
 
 
+@pytest.mark.slow
 def test_download_verify_and_layout(tmp_path, mirror):
     root, sums = mirror
     out = tmp_path / "data"
@@ -59,6 +60,7 @@ def test_download_verify_and_layout(tmp_path, mirror):
     assert r2.returncode == 0 and r2.stdout.count("already unpacked") == 3 and "downloading" not in r2.stdout
 
 
+@pytest.mark.slow
 def test_md5_mismatch_fails_and_removes_zip(tmp_path, mirror):
     root, sums = mirror
     out = tmp_path / "data"
@@ -79,6 +81,7 @@ def test_builtin_md5s_are_the_official_ones():
         assert md5 in text
 
 
+@pytest.mark.slow
 def test_present_zip_is_reused_and_unsafe_zip_rejected(tmp_path, mirror):
     root, sums = mirror
     out = tmp_path / "data"
@@ -99,6 +102,7 @@ def test_present_zip_is_reused_and_unsafe_zip_rejected(tmp_path, mirror):
     assert not (tmp_path / "escaped.txt").exists()
 
 
+@pytest.mark.slow
 def test_download_error_is_reported(tmp_path):
     r = run("--out", tmp_path / "d", "--base-url", (tmp_path / "missing").as_uri(), "--parts", "annotations")
     assert r.returncode == 1 and "download failed" in r.stderr

@@ -43,12 +43,14 @@ def test_all_scripts_found():
         assert must in names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SHELL_SCRIPTS, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_bash_syntax(script):
     r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.slow
 def test_shellcheck_clean():
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck not installed (tests/cluster/install_deps.sh installs it)")
@@ -76,6 +78,7 @@ def overrides(extra_config):
     return dict(zip(toks[0::2], toks[1::2]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CONFIGS)
 def test_configs_export_nvidia_variables(name):
     v = source_config(name)
@@ -85,6 +88,7 @@ def test_configs_export_nvidia_variables(name):
     assert len(v["EXTRA_CONFIG"].split()) % 2 == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,run_minutes", [("DGX1", 160), ("DGXA100", 90), ("DGXA100_4x8x4", 33)])
 def test_time_budget_derives_from_the_expected_run_time(name, run_minutes):
     """NVIDIA's v0.7 runs took 150-160 / 79-87 / 27-33 min: a trial gets that plus 5 min of init, +25 %, and the
@@ -99,6 +103,7 @@ def test_time_budget_derives_from_the_expected_run_time(name, run_minutes):
     assert h * 60 + m == 2 * trial + 15
 
 
+@pytest.mark.slow
 def test_nvidia_config_values():
     dgx1 = source_config("DGX1")
     assert (dgx1["DGXNNODES"], dgx1["DGXNGPU"], dgx1["DGXSOCKETCORES"], dgx1["DGXNSOCKET"], dgx1["DGXHT"],
@@ -124,6 +129,7 @@ def test_nvidia_config_values():
     assert cpu["WEIGHTS"] == "" and cpu["DGXSOCKETCORES"] == ""
 
 
+@pytest.mark.slow
 def test_config_values_overridable_from_env():
     v = source_config("DGXA100_4x8x4", DGXNGPU=4, WALLTIME="00:30:00", EXTRA_CONFIG="SOLVER.BASE_LR 0.02")
     assert (v["DGXNGPU"], v["WALLTIME"], v["EXTRA_CONFIG"]) == ("4", "00:30:00", "SOLVER.BASE_LR 0.02")
@@ -140,6 +146,7 @@ def sbatch_header(path):
 
 @pytest.mark.parametrize("script,config", [("slurm/maskrcnn_4node.sbatch", "DGXA100_4x8x4"),
                                            ("slurm/maskrcnn_1node.sbatch", "DGXA100")])
+@pytest.mark.slow
 def test_sbatch_headers_match_configs(script, config):
     h = sbatch_header(ROOT / script)
     v = source_config(config)
@@ -170,6 +177,7 @@ def run_and_time(tmp_path, *args, **env):
                           capture_output=True, text=True, timeout=180)
 
 
+@pytest.mark.slow
 def test_run_and_time_success_prints_result(tmp_path):
     r = run_and_time(tmp_path, "SOLVER.MAX_ITER", "10", SUBMISSION_ORG="ThaiSC")
     assert r.returncode == 0, r.stderr
@@ -183,6 +191,7 @@ def test_run_and_time_success_prints_result(tmp_path):
     assert "config=configs/e2e_mask_rcnn_synthetic_cpu.yaml" in r.stderr
 
 
+@pytest.mark.slow
 def test_run_and_time_passes_nvidia_fixed_args(tmp_path):
     stub = tmp_path / "stub.py"
     stub.write_text("import os, sys\n"
@@ -201,6 +210,7 @@ def test_run_and_time_passes_nvidia_fixed_args(tmp_path):
     assert "RESULT,OBJECT_DETECTION,," in r.stdout
 
 
+@pytest.mark.slow
 def test_run_and_time_propagates_failure(tmp_path):
     r = run_and_time(tmp_path, FAKE_TRAIN_EXIT=7)
     assert r.returncode == 7, r.stdout + r.stderr
@@ -208,6 +218,7 @@ def test_run_and_time_propagates_failure(tmp_path):
     assert "training exited with code 7" in r.stderr
 
 
+@pytest.mark.slow
 def test_profile_memory_writes_csv(tmp_path):
     r = run_and_time(tmp_path, PROFILE="memory", NPROC_PER_NODE=2)
     assert r.returncode == 0, r.stderr
@@ -218,6 +229,7 @@ def test_profile_memory_writes_csv(tmp_path):
         assert rows[0]["device"] in ("cpu",) or rows[0]["device"].startswith("cuda")
 
 
+@pytest.mark.slow
 def test_profile_torch_writes_trace(tmp_path):
     r = run_and_time(tmp_path, PROFILE="torch", MASKRCNN_PROFILE_STEPS="1,1,3")
     assert r.returncode == 0, r.stderr
@@ -226,6 +238,7 @@ def test_profile_torch_writes_trace(tmp_path):
     assert '"traceEvents"' in trace.read_text()[:5000]
 
 
+@pytest.mark.slow
 def test_profile_nsys_missing_runs_unprofiled(tmp_path):
     if shutil.which("nsys"):
         pytest.skip("nsys is installed here")
@@ -235,6 +248,7 @@ def test_profile_nsys_missing_runs_unprofiled(tmp_path):
     assert "RESULT,OBJECT_DETECTION" in r.stdout
 
 
+@pytest.mark.slow
 def test_profile_nsys_wraps_the_launcher(tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -254,11 +268,13 @@ def test_profile_nsys_wraps_the_launcher(tmp_path):
     assert (tmp_path / "results" / "nsys_node0.nsys-rep").exists()
 
 
+@pytest.mark.slow
 def test_profile_unknown_mode_fails(tmp_path):
     r = run_and_time(tmp_path, PROFILE="bogus")
     assert r.returncode == 2 and "unknown PROFILE" in r.stderr
 
 
+@pytest.mark.slow
 def test_profiling_module_is_torch_optional(tmp_path):
     code = ("import sys, importlib.util as u; sys.modules['torch'] = None; "
             "s = u.spec_from_file_location('profiling', 'maskrcnn_benchmark/utils/profiling.py'); "

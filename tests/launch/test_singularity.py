@@ -60,6 +60,7 @@ def test_def_environment_and_post():
         assert mount in sec["help"]
 
 
+@pytest.mark.slow
 def test_requirements_filter_keeps_non_torch_deps(tmp_path):
     _, sec = parse_def(DEF.read_text())
     m = re.search(r"grep -viE '([^']+)'", sec["post"])
@@ -70,6 +71,7 @@ def test_requirements_filter_keeps_non_torch_deps(tmp_path):
     assert {"yacs", "mlperf-logging"} <= kept
 
 
+@pytest.mark.slow
 def test_build_script_renders_and_stages(tmp_path):
     fake = tmp_path / "singularity"
     fake.write_text(textwrap.dedent("""\
@@ -96,6 +98,7 @@ def test_build_script_renders_and_stages(tmp_path):
     assert not any(p.startswith(("./.venv", "./.git/", "./results")) or p == "./.git" for p in ctx)
 
 
+@pytest.mark.slow
 def test_build_script_needs_singularity(tmp_path):
     if shutil.which("singularity", path="/usr/bin:/bin") or shutil.which("apptainer", path="/usr/bin:/bin"):
         pytest.skip("singularity/apptainer installed here")

@@ -1,5 +1,6 @@
 """tools/submit.py with submitit's local executor (the Slurm path runs in tests/cluster)."""
 
+import pytest
 import runpy
 import subprocess
 import sys
@@ -19,6 +20,7 @@ def test_walltime_minutes():
     assert submit.walltime_minutes("45") == 45
 
 
+@pytest.mark.slow
 def test_read_config_defaults_and_overrides():
     cfg = submit.read_config("DGXA100_4x8x4", {"PATH": "/usr/bin:/bin"})
     # 5 trials of (33 + 5) min + 25 % = 47 min each, + 15 min
@@ -34,6 +36,7 @@ def run_submit(tmp_path, *extra):
     return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_local_submit_collects_compliant_log(tmp_path):
     r = run_submit(tmp_path, "--nexp", "1")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -46,6 +49,7 @@ def test_local_submit_collects_compliant_log(tmp_path):
     assert chk.returncode == 0, chk.stdout + chk.stderr
 
 
+@pytest.mark.slow
 def test_local_submit_reports_failure(tmp_path):
     r = run_submit(tmp_path, "--env", "FAKE_TRAIN_EXIT=3")
     assert r.returncode == 1, r.stdout + r.stderr
@@ -53,6 +57,7 @@ def test_local_submit_reports_failure(tmp_path):
     assert "training exited with code 3" in (tmp_path / "res" / "run_0" / "node0.log").read_text()
 
 
+@pytest.mark.slow
 def test_multinode_needs_slurm(tmp_path):
     r = run_submit(tmp_path, "--nodes", "2")
     assert r.returncode != 0 and "runs one node only" in r.stderr

@@ -10,6 +10,7 @@ from maskrcnn_benchmark.structures import BoxList, SegmentationMask
 LOSS_KEYS = {"loss_objectness", "loss_rpn_box_reg", "loss_classifier", "loss_box_reg", "loss_mask"}
 
 
+@pytest.mark.slow
 def test_r50_fpn_builds_from_yaml_with_44m_parameters_and_trains_one_step():
     cfg = r50_cfg()
     model = build_detection_model(cfg)
@@ -54,6 +55,7 @@ def test_training_handles_batch_without_any_ground_truth():
     assert losses["loss_mask"].item() == 0 and losses["loss_box_reg"].item() == 0
 
 
+@pytest.mark.slow
 def test_small_model_overfits_one_image():
     torch.manual_seed(0)
     cfg = small_cfg()
@@ -100,6 +102,7 @@ def test_fp32_bf16_and_channels_last_agree():
         assert math.isclose(bf16[k].item(), ref[k].item(), rel_tol=0.1, abs_tol=0.02), k
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_random_init_r50_losses_finite_with_extreme_activations(seed):
     """Full R-50-FPN, random init (FrozenBN is the identity, so activations grow huge) on random 0-255 images:

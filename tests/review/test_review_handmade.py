@@ -343,6 +343,7 @@ def test_cli_rejects_retired_ruleset(tmp_path, capsys):
         review_folder(tmp_path, ruleset="4.0.0")
 
 
+@pytest.mark.slow
 def test_entry_points_without_torch(tmp_path):
     """tools/review_logs.py and -m both run as plain processes, and never import torch."""
     write_runs(tmp_path, TTTS)

@@ -22,9 +22,10 @@ from .anchor_generator import AnchorGenerator
 
 @RPN_HEADS.register("SingleConvRPNHead")
 class RPNHead(nn.Module):
-    """3x3 conv + ReLU shared by all levels, then 1x1 objectness logits and box deltas."""
+    """3x3 conv + ReLU shared by all levels, then 1x1 objectness logits and box deltas. Built as the reference's
+    registry builds RPN heads: ``RPN_HEADS[name](cfg, in_channels, num_anchors)``."""
 
-    def __init__(self, in_channels, num_anchors):
+    def __init__(self, cfg, in_channels, num_anchors):
         super().__init__()
         self.conv = nn.Conv2d(in_channels, in_channels, kernel_size=3, stride=1, padding=1)
         self.cls_logits = nn.Conv2d(in_channels, num_anchors, kernel_size=1)
@@ -196,7 +197,7 @@ class RPNModule(nn.Module):
         strides = r.ANCHOR_STRIDE
         self.anchor_generator = AnchorGenerator(r.ANCHOR_SIZES, r.ASPECT_RATIOS, strides, r.STRADDLE_THRESH)
         num_anchors = self.anchor_generator.num_anchors_per_location()[0]
-        self.head = RPN_HEADS[r.RPN_HEAD](in_channels, num_anchors)
+        self.head = RPN_HEADS[r.RPN_HEAD](cfg, in_channels, num_anchors)
         box_coder = BoxCoder(weights=(1.0, 1.0, 1.0, 1.0))
         self.box_selector_train = RPNPostProcessor(
             r.PRE_NMS_TOP_N_TRAIN, r.POST_NMS_TOP_N_TRAIN, r.NMS_THRESH, r.MIN_SIZE, r.FPN_POST_NMS_TOP_N_TRAIN,
