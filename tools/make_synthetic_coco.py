@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write the deterministic synthetic COCO-format dataset: the entry point of
-maskrcnn_benchmark/cli/make_synthetic_coco.py (the generator is maskrcnn_benchmark/data/synthetic/)."""
+maskrcnn_benchmark/cli/make_synthetic_coco.py (the generator is maskrcnn_benchmark/synthetic/)."""
 import sys
 
 from maskrcnn_benchmark.cli.make_synthetic_coco import main

@@ -15,14 +15,11 @@ import tempfile
 import traceback
 from dataclasses import dataclass
 
-from ..config import ConfigError
-from ..data.datasets import DatasetError
-from ..evaluation import ScoringError
-from ..utils.c2_model_loading import WeightsError
+from ..engine.run import EvaluationFailed
+from ..engine.trainer import NonFiniteLossError
 from ..utils.comm import RankLost
-from ..utils.fileio import WriteError
+from ..utils.errors import UserError
 from ..utils.logger import TRACEBACK_LOGGER
-from ..utils.run_folder import RunFolderError
 from ..utils.signals import Stopped
 
 
@@ -54,8 +51,8 @@ STOPPED = ExitCode(128, "stopped (128 + signal)", "SIGTERM (Slurm time limit, sc
 
 EXIT_CODES = (SUCCESS, BAD_INPUT, DIVERGED, NOT_CONVERGED, RANK_LOST, INTERNAL, STOPPED)
 
-# the errors that are the user's input, each with a message that names what was wrong
-USER_ERRORS = (ConfigError, DatasetError, WeightsError, ScoringError, RunFolderError, WriteError, OSError)
+# the user's to fix, each with a message that names what was wrong (an OSError names its file)
+USER_ERRORS = (UserError, OSError, EvaluationFailed)
 
 
 def markdown_table():
@@ -107,9 +104,6 @@ def _traceback_file(exc):
 
 def describe(exc):
     """``(exit code, the error line without 'error: ')`` for an exception that ended a program."""
-    from ..engine.run import EvaluationFailed
-    from ..engine.trainer import NonFiniteLossError
-
     if isinstance(exc, Stopped):
         return STOPPED.code + exc.signum, f"stopped by {exc}; run_stop logged as aborted"
     if isinstance(exc, KeyboardInterrupt):
@@ -118,7 +112,7 @@ def describe(exc):
         return DIVERGED.code, f"{exc}; aborting the run"
     if isinstance(exc, RankLost):
         return RANK_LOST.code, str(exc)
-    if isinstance(exc, USER_ERRORS) or isinstance(exc, EvaluationFailed):
+    if isinstance(exc, USER_ERRORS):
         return BAD_INPUT.code, _one_line(exc)
     where = _where(exc)
     log = _traceback_file(exc)

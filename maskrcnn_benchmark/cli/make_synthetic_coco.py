@@ -6,7 +6,7 @@
 import argparse
 import sys
 
-from ..data.synthetic import DEFAULT_SIZE, DEFAULT_TRAIN, DEFAULT_VAL, MAX_IMAGES, MAX_SIDE, MIN_SIDE, \
+from ..synthetic import DEFAULT_SIZE, DEFAULT_TRAIN, DEFAULT_VAL, MAX_IMAGES, MAX_SIDE, MIN_SIDE, \
     make_synthetic_coco, sizes_between
 
 

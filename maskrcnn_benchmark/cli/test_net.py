@@ -3,8 +3,7 @@
     python tools/test_net.py --config-file CFG [--ckpt WEIGHTS] [--skip-eval] [--coco-backend B] KEY VALUE ...
 """
 from ..config import load_config
-from ..engine.test_net import evaluate_checkpoint, results_folder, summary_line
-from ..evaluation import format_per_class_table
+from ..engine.test_net import evaluate_checkpoint, report
 from ..utils import comm
 from ..utils.env import setup_environment
 from ..utils.logger import setup_logger
@@ -30,12 +29,7 @@ def test(args, opts):
     finally:
         comm.destroy()
     for name, scores in results.items():
-        if args.skip_eval:
-            print(f"{name}: wrote {scores['detections']} detections to {results_folder(cfg, name)} "
-                  "(evaluation skipped)")
-        else:
-            print(summary_line(name, scores))
-            print(format_per_class_table(scores))
+        print(report(cfg, name, scores, args.skip_eval))
     return SUCCESS.code
 
 

@@ -10,8 +10,6 @@ import os
 from ..config import load_config
 from ..engine.run import MLPerfRun, RunOptions
 from ..utils.env import setup_environment
-from ..utils.logger import setup_logger
-from ..utils.run_folder import claim_output_folder
 from ..utils.signals import stop_on_signals
 from .common import parse_with_overrides, parser
 from .exit_codes import NOT_CONVERGED, SUCCESS, run_program
@@ -35,27 +33,16 @@ def build_parser():
 
 
 def train(args, opts):
-    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) or 0)
     cfg = load_config(args.config_file, opts, freeze=True)
-    lock, rotated, removed = claim_output_folder(cfg.OUTPUT_DIR) if rank == 0 else (None, [], [])
-    try:
-        logger = setup_logger(cfg.OUTPUT_DIR, rank)
-        if rotated:
-            logger.info("previous logs moved aside: %s", ", ".join(rotated))
-        if removed:
-            logger.warning("removed %d temporary file(s) left by an interrupted run: %s", len(removed),
-                           ", ".join(removed))
-        options = RunOptions(seed=args.seed, resume=args.resume, sync_eval=args.sync_eval,
-                             coco_backend=args.coco_backend, timeout=args.timeout, local_rank=args.local_rank,
-                             ruleset=args.ruleset)
-        outcome = MLPerfRun(cfg, options, rank).run()
-        if rank == 0:
-            for line in outcome.summary():
-                print(line, flush=True)
-        return SUCCESS.code if outcome.success else NOT_CONVERGED.code
-    finally:
-        if lock is not None:
-            lock.close()
+    options = RunOptions(seed=args.seed, resume=args.resume, sync_eval=args.sync_eval,
+                         coco_backend=args.coco_backend, timeout=args.timeout, local_rank=args.local_rank,
+                         ruleset=args.ruleset)
+    run = MLPerfRun(cfg, options)
+    outcome = run.run()
+    if run.rank == 0:
+        for line in outcome.summary():
+            print(line, flush=True)
+    return SUCCESS.code if outcome.success else NOT_CONVERGED.code
 
 
 def main(argv=None):

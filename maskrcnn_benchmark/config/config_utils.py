@@ -9,10 +9,11 @@ from ast import literal_eval
 import yaml
 from yacs.config import CfgNode
 
+from ..utils.errors import UserError
 from .defaults import _C
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config file, key or value that cannot be used. The message names it."""
 
 

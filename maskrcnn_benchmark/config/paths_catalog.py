@@ -4,11 +4,11 @@ Names resolve under a data root: ``DATASETS.DATA_DIR``, else ``$DATADIR``, else 
 layout is ``<root>/train2017``, ``<root>/val2017`` and ``<root>/annotations/instances_{train,val}2017.json`` —
 the layout of the MLPerf ``/data`` mount and of the synthetic dataset alike. Any other COCO-format dataset can
 be named without editing code as ``coco:<image_dir>:<annotation_json>`` in ``DATASETS.TRAIN``/``TEST``.
+
+A catalog is a Python file named by ``PATHS_CATALOG`` (this one, ``paths_catalog_dbcluster.py`` or a user's), loaded
+by :func:`maskrcnn_benchmark.utils.imports.load_catalog`.
 """
 import os
-
-from ..utils.imports import import_file
-from .config_utils import ConfigError
 
 
 class DatasetCatalog:
@@ -51,22 +51,3 @@ class ModelCatalog:
             raise KeyError(f"unknown catalog weights '{name}'")
         root = data_dir or os.environ.get("DATADIR") or DatasetCatalog.DATA_DIR
         return os.path.join(root, "models", cls.C2_IMAGENET_MODELS[key])
-
-
-def load_catalog(path):
-    """Import the catalog module at ``cfg.PATHS_CATALOG`` (a file path, as NVIDIA's configs give it; a bare file
-    name is looked up beside this module too)."""
-    if not os.path.isabs(path) and not os.path.exists(path):
-        candidate = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.path.basename(path))
-        if os.path.exists(candidate):
-            path = candidate
-    if not os.path.exists(path):
-        raise ConfigError(f"PATHS_CATALOG file '{path}' does not exist")
-    name = "maskrcnn_benchmark.config._paths_catalog_" + os.path.splitext(os.path.basename(path))[0]
-    return import_file(name, path)
-
-
-def resolve_model_url(cfg, url):
-    """Local path of a ``catalog://`` weights name."""
-    catalog = load_catalog(cfg.PATHS_CATALOG)
-    return catalog.ModelCatalog.get(url[len("catalog://"):], cfg.DATASETS.DATA_DIR)

@@ -1,15 +1,5 @@
-"""Data pipeline: COCO-format datasets, transforms, samplers, loaders (and the synthetic dataset generator).
-
-Imports are lazy so that the synthetic dataset generator (:mod:`.synthetic`) starts without loading torch.
-"""
-
-
-def __getattr__(name):
-    if name in ("build_dataset", "make_data_loader"):
-        from . import build
-
-        return getattr(build, name)
-    raise AttributeError(name)
-
+"""Data pipeline: COCO-format datasets, transforms, samplers and loaders (``make_data_loader``). The synthetic
+dataset generator is :mod:`maskrcnn_benchmark.synthetic`."""
+from .build import build_dataset, make_data_loader
 
 __all__ = ["build_dataset", "make_data_loader"]

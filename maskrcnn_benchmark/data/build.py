@@ -4,9 +4,8 @@ import logging
 
 import torch
 
-from ..config import ConfigError
-from ..config.paths_catalog import load_catalog
 from ..utils import comm
+from ..utils.imports import load_catalog
 from ..utils.processes import die_with_parent
 from . import datasets as D
 from .collate_batch import BatchCollator
@@ -31,7 +30,8 @@ def build_dataset(cfg, names, is_train):
         try:
             entry = catalog.get(name, cfg.DATASETS.DATA_DIR)
         except KeyError as e:  # the catalog's message names the dataset and the known ones
-            raise ConfigError(f"DATASETS.{'TRAIN' if is_train else 'TEST'}: {e.args[0] if e.args else e}") from None
+            raise D.DatasetError(f"DATASETS.{'TRAIN' if is_train else 'TEST'}: {e.args[0] if e.args else e}") \
+                from None
         factory = getattr(D, entry["factory"])
         out.append(factory(remove_images_without_annotations=is_train, transforms=build_transforms(cfg, is_train),
                            **entry["args"]))

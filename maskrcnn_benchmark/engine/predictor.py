@@ -1,14 +1,39 @@
 """Run a trained model on one image and draw what it found (boxes, masks, labels) into a PNG (the library behind
 ``tools/predict.py``)."""
+import json
+
 import numpy as np
 import torch
+from PIL import Image
 
+from ..data.datasets import DatasetError
 from ..data.transforms import build_transforms
 from ..evaluation import to_original
 from ..modeling import build_detection_model
-from ..structures.image_list import to_image_list
 from ..utils.checkpoint import DetectronCheckpointer
 from ..utils.fileio import atomic_write
+
+
+def read_image(path):
+    """The image at ``path`` (loaded), or one DatasetError line naming it."""
+    try:
+        image = Image.open(path)
+        image.load()
+    except (OSError, SyntaxError, Image.DecompressionBombError) as e:
+        raise DatasetError(f"cannot read image '{path}': {e}") from None
+    return image
+
+
+def class_names(ann_file):
+    """The category names of a COCO json, in id order (what labels 1..K stand for), or None without a file."""
+    if not ann_file:
+        return None
+    try:
+        with open(ann_file) as f:
+            cats = sorted(json.load(f)["categories"], key=lambda c: c["id"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DatasetError(f"cannot read the categories of '{ann_file}': {e}") from None
+    return [c["name"] for c in cats]
 
 
 class Predictor:
@@ -27,7 +52,7 @@ class Predictor:
         """BoxList in the image's own coordinates with ``scores``, ``labels`` and ``mask`` (H x W bool)."""
         image = image.convert("RGB")
         tensor, _ = self.transforms(image, None)
-        out = self.model(to_image_list([tensor], self.cfg.DATALOADER.SIZE_DIVISIBILITY).to(self.device))[0]
+        out = self.model([tensor.to(self.device)])[0]  # the model batches (and pads) its input itself
         out = out[out.get_field("scores") >= self.score_threshold]
         return to_original(out, image.size[0], image.size[1]).to("cpu")
 

@@ -32,9 +32,10 @@ from ..solver import make_lr_scheduler, make_optimizer
 from ..utils import comm
 from ..utils.amp import make_grad_scaler
 from ..utils.checkpoint import DetectronCheckpointer
-from ..utils.logger import TRACEBACK_LOGGER
+from ..utils.logger import TRACEBACK_LOGGER, setup_logger
 from ..utils.mlperf_logger import MLPerfLogger
 from ..utils.rng import set_rng_state
+from ..utils.run_folder import claim_output_folder
 from .events import EpochScores
 from .hooks import CheckpointHook, MetricsHook, ProfilerHook
 from .trainer import HookBase, Trainer, iterations_per_epoch
@@ -120,16 +121,18 @@ class StopDecision:
 class MLPerfRun(HookBase):
     """Build, train and evaluate one MLPerf run from ``cfg``; ``run()`` returns its :class:`RunOutcome`.
 
-    ``cfg.OUTPUT_DIR`` must be claimed by the caller (rank 0: :func:`~maskrcnn_benchmark.utils.run_folder.
-    claim_output_folder`). The MLPerf log goes to ``OUTPUT_DIR/mlperf_log.txt`` (rank 0) and stdout.
+    The run owns its output folder (rank 0 claims ``cfg.OUTPUT_DIR``: one run at a time, fresh logs, see
+    :mod:`~maskrcnn_benchmark.utils.run_folder`), its text log (``log.txt``) and its MLPerf log
+    (``mlperf_log.txt`` on rank 0, and stdout). ``rank`` defaults to the launcher's (RANK, SLURM_PROCID).
     """
 
-    def __init__(self, cfg, options=None, rank=0, mllogger=None):
+    def __init__(self, cfg, options=None, rank=None, mllogger=None):
         self.cfg = cfg
         self.options = options or RunOptions()
+        if rank is None:
+            rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) or 0)
         self.rank = rank
-        self.ml = mllogger or MLPerfLogger(os.path.join(cfg.OUTPUT_DIR, "mlperf_log.txt"), rank=rank,
-                                           ruleset=self.options.ruleset)
+        self.ml = mllogger
         self.targets = (cfg.MLPERF.MIN_BBOX_MAP, cfg.MLPERF.MIN_SEGM_MAP)
         self._evaluator = None         # BackgroundEvaluator
         self._infer = None             # runs inference of the current model into the evaluator
@@ -139,6 +142,24 @@ class MLPerfRun(HookBase):
 
     # ================================================================================================ the run
     def run(self):
+        cfg = self.cfg
+        lock, rotated, removed = claim_output_folder(cfg.OUTPUT_DIR) if self.rank == 0 else (None, [], [])
+        try:
+            setup_logger(cfg.OUTPUT_DIR, self.rank)
+            if rotated:
+                logger.info("previous logs moved aside: %s", ", ".join(rotated))
+            if removed:
+                logger.warning("removed %d temporary file(s) left by an interrupted run: %s", len(removed),
+                               ", ".join(removed))
+            if self.ml is None:
+                self.ml = MLPerfLogger(os.path.join(cfg.OUTPUT_DIR, "mlperf_log.txt"), rank=self.rank,
+                                       ruleset=self.options.ruleset)
+            return self._logged_run()
+        finally:
+            if lock is not None:
+                lock.close()
+
+    def _logged_run(self):
         ml = self.ml
         clean = False
         try:

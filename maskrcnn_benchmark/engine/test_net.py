@@ -22,6 +22,15 @@ def summary_line(name, scores):
     return f"{name}: box AP {scores['bbox']['stats']['AP']:.4f}, mask AP {scores['segm']['stats']['AP']:.4f}"
 
 
+def report(cfg, name, scores, skip_eval=False):
+    """What ``tools/test_net.py`` prints for one dataset: the AP summary and the per-class table, or where the
+    results went."""
+    if skip_eval:
+        return (f"{name}: wrote {scores['detections']} detections to {results_folder(cfg, name)} "
+                "(evaluation skipped)")
+    return summary_line(name, scores) + "\n" + format_per_class_table(scores)
+
+
 def evaluate_checkpoint(cfg, weights="", skip_eval=False, backend=None, logger=None):
     """``{dataset name: scores}`` on rank 0 (``scores`` as ``COCOEvaluator.evaluate()`` returns them; with
     ``skip_eval`` only ``{"detections": N}``), ``{}`` on the other ranks."""

@@ -22,6 +22,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
+from ..utils.errors import UserError
 from ..utils.processes import die_with_parent
 from .detections import Detections
 
@@ -32,7 +33,7 @@ BACKENDS = ("faster_coco_eval", "pycocotools")
 _announced = set()
 
 
-class ScoringError(RuntimeError):
+class ScoringError(UserError, RuntimeError):
     """Scoring could not run (missing backend, unreadable annotation file); the message says which."""
 
 

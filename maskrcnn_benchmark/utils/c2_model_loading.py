@@ -8,12 +8,13 @@ import io
 import pickle
 import re
 
-
 import numpy as np
 import torch
 
+from .errors import UserError
 
-class WeightsError(RuntimeError):
+
+class WeightsError(UserError, RuntimeError):
     """Unreadable or unsafe weights file; the message names the file."""
 
 

@@ -19,6 +19,7 @@ import torch
 
 from .c2_model_loading import WeightsError, load_c2_weights
 from .fileio import atomic_write, write_text
+from .imports import load_catalog
 from .model_serialization import load_state_dict
 
 
@@ -193,9 +194,11 @@ class DetectronCheckpointer(Checkpointer):
 
     def _resolve(self, path):
         if path.startswith("catalog://"):
-            from ..config.paths_catalog import resolve_model_url  # lazy: the catalog is optional
-
-            path = resolve_model_url(self.cfg, path)
+            catalog = load_catalog(self.cfg.PATHS_CATALOG)
+            try:
+                path = catalog.ModelCatalog.get(path[len("catalog://"):], self.cfg.DATASETS.DATA_DIR)
+            except KeyError as e:
+                raise WeightsError(f"MODEL.WEIGHT '{path}': {e.args[0] if e.args else e}") from None
         return path
 
     def _load_file(self, f):

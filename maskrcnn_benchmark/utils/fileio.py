@@ -15,10 +15,12 @@ import errno
 import os
 import tempfile
 
+from .errors import UserError
+
 TEMP_PREFIX = ".tmp-"
 
 
-class WriteError(OSError):
+class WriteError(UserError, OSError):
     """A file could not be written; the message names what it was and where."""
 
     def __init__(self, what, path, cause):

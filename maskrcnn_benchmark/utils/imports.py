@@ -1,6 +1,10 @@
-"""``import_file``: load a Python source file as a module (the reference's ``utils/imports.py``)."""
+"""``import_file``: load a Python source file as a module (the reference's ``utils/imports.py``), and
+``load_catalog``: the paths catalog that ``cfg.PATHS_CATALOG`` names."""
 import importlib.util
+import os
 import sys
+
+_CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config")
 
 
 def import_file(module_name, file_path, make_importable=False):
@@ -12,3 +16,15 @@ def import_file(module_name, file_path, make_importable=False):
     if make_importable:
         sys.modules[module_name] = module
     return module
+
+
+def load_catalog(path):
+    """The catalog module at ``cfg.PATHS_CATALOG`` (a file path, as NVIDIA's configs give it; a bare file name is
+    also looked up among the package's own catalogs in ``maskrcnn_benchmark/config``)."""
+    if not os.path.isabs(path) and not os.path.exists(path):
+        candidate = os.path.join(_CONFIG_DIR, os.path.basename(path))
+        if os.path.exists(candidate):
+            path = candidate
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"PATHS_CATALOG file '{path}' does not exist")
+    return import_file("maskrcnn_benchmark.config._paths_catalog_" + os.path.splitext(os.path.basename(path))[0], path)

@@ -14,13 +14,14 @@ import os
 import socket
 import time
 
+from .errors import UserError
 from .fileio import remove_stale_temp_files
 
 LOCK_NAME = ".run.lock"
 ROTATED = ("mlperf_log.txt", "log.txt")
 
 
-class RunFolderError(RuntimeError):
+class RunFolderError(UserError, RuntimeError):
     """The output folder cannot be used by this run; the message names it."""
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from maskrcnn_benchmark.data.synthetic import make_synthetic_coco
+from maskrcnn_benchmark.synthetic import make_synthetic_coco
 
 
 @pytest.fixture(scope="session")

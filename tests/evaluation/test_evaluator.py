@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 from helpers import small_cfg
 from maskrcnn_benchmark.config import get_cfg
 from maskrcnn_benchmark.data import make_data_loader
-from maskrcnn_benchmark.data.synthetic import make_synthetic_coco
+from maskrcnn_benchmark.synthetic import make_synthetic_coco
 from maskrcnn_benchmark.engine.run import MLPerfRun
 from maskrcnn_benchmark.engine.trainer import Trainer
 from maskrcnn_benchmark.evaluation import (BackgroundEvaluator, COCOEvaluator, COCOScorer, Detections, ScoringError,

@@ -12,12 +12,13 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from ...structures.bounding_box import BoxList
+from ...utils.errors import UserError
 from ...structures.segmentation_mask import SegmentationMask
 
 logger = logging.getLogger(__name__)
 
 
-class DatasetError(RuntimeError):
+class DatasetError(UserError, RuntimeError):
     """A dataset file or entry that cannot be used; the message names it."""
 
 

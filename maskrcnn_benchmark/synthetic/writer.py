@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from ...utils.fileio import write_bytes
+from ..utils.fileio import write_bytes
 from .scenes import CATEGORIES, DEFAULT_SIZE, SHAPES_PER_IMAGE, SPLITS, _normalize_sizes, generate_image
 
 DEFAULT_TRAIN = 600
@@ -109,7 +109,7 @@ def _split_json(split, seed, sizes, records):
             ann_id += 1
     doc = {
         "info": {"description": f"{MARKER} ({name})", "version": "1.0", "year": 2024,
-                 "contributor": "maskrcnn_benchmark.data.synthetic", "date_created": "",
+                 "contributor": "maskrcnn_benchmark.synthetic", "date_created": "",
                  "seed": int(seed), "split": split, "image_sizes": [list(s) for s in sizes]},
         "licenses": [{"id": 1, "name": "CC0 1.0", "url": "https://creativecommons.org/publicdomain/zero/1.0/"}],
         "images": images,
@@ -152,7 +152,7 @@ def make_synthetic_coco(out_dir, num_train=DEFAULT_TRAIN, num_val=DEFAULT_VAL, i
     sizes = _normalize_sizes(image_size)
     out_dir = _check_out_dir(out_dir, force)
     with open(os.path.join(out_dir, _MARKER_FILE), "w") as f:
-        f.write(f"{MARKER}: written by maskrcnn_benchmark.data.synthetic\n")
+        f.write(f"{MARKER}: written by maskrcnn_benchmark.synthetic\n")
 
     bar = _Progress(progress)
     t0 = time.monotonic()

@@ -13,7 +13,7 @@ Usage::
     python tools/make_synthetic_coco.py --out datasets/synthetic [--train 600] [--val 100] [--seed 0]
         [--size 128x128 | --sizes 128x128,160x128 | --min-size 96 --max-size 160] [--force] [--quiet]
 
-    from maskrcnn_benchmark.data.synthetic import make_synthetic_coco
+    from maskrcnn_benchmark.synthetic import make_synthetic_coco
     make_synthetic_coco("datasets/synthetic", num_train=600, num_val=100, image_size=(128, 128), seed=0)
 
 Content: three categories with deliberately non-contiguous ids (1 circle, 3 square, 7 triangle), 1-4 shapes per

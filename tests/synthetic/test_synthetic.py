@@ -1,4 +1,4 @@
-"""maskrcnn_benchmark.data.synthetic: the deterministic synthetic COCO-format dataset."""
+"""maskrcnn_benchmark.synthetic: the deterministic synthetic COCO-format dataset."""
 
 import contextlib
 import io
@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from maskrcnn_benchmark.cli.make_synthetic_coco import main as make_synthetic_main
-from maskrcnn_benchmark.data import synthetic as syn
+from maskrcnn_benchmark import synthetic as syn
 
 pycocotools = pytest.importorskip("pycocotools")
 from pycocotools import mask as mask_utils  # noqa: E402
