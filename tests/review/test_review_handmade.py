@@ -357,6 +357,10 @@ def test_entry_points_without_torch(tmp_path):
                        cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.startswith("error: results folder not found")
     assert "Traceback" not in p.stderr
+    for module in ("mlperf_review", "maskrcnn_benchmark.review"):  # the package, and its former name
+        p = subprocess.run([sys.executable, "-m", module, str(tmp_path / "nope")], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and p.stderr.startswith("error: results folder not found"), (module, p.stderr)
 
 
 def test_cli_unwritable_output_still_prints(tmp_path, capsys):
