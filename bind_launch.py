@@ -21,7 +21,9 @@ Beyond NVIDIA's version:
 * ``--dry-run`` prints the plan and exits;
 * SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 are forwarded to the children;
 * when a child exits non-zero, the others are terminated and bind_launch exits with that code
-  (``128 + signal`` for a child killed by a signal).
+  (``128 + signal`` for a child killed by a signal); the trainer's "not converged" code (3) is an outcome that all
+  ranks reach together, so the others are given time to end the same way;
+* a warning, once, when the ranks outnumber the cores it can pin.
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ __all__ = [
 ]
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+# The trainer's exit code for a run that reached SOLVER.MAX_ITER without the quality target: an outcome that every
+# rank reaches together, not a crash (maskrcnn_benchmark/cli/exit_codes.py NOT_CONVERGED; a test keeps them equal).
+NOT_CONVERGED = 3
+NOT_CONVERGED_GRACE_S = 120.0  # how long the other ranks may take to reach the same end
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -436,6 +442,23 @@ def child_env(args: argparse.Namespace, local_rank: int) -> Dict[str, str]:
     return env
 
 
+def warn_if_oversubscribed(plan: List[Binding], binding: str) -> bool:
+    """Warn once when there are more ranks than cores that can be pinned: the plan then shares cores round-robin
+    and every rank runs at a fraction of its speed."""
+    if binding == "none":
+        return False
+    try:
+        allowed = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        allowed = None
+    cores = {c for b in plan for c in (b.physical_cpus or b.cpus) if allowed is None or c in allowed}
+    if len(plan) > len(cores):
+        _warn(f"{len(plan)} ranks on this node but only {len(cores)} core(s) can be pinned "
+              f"({cpu_list_str(sorted(cores))}): ranks share cores round-robin, each at a fraction of its speed")
+        return True
+    return False
+
+
 def _exit_code(rc: int) -> int:
     return 128 - rc if rc < 0 else rc
 
@@ -506,27 +529,33 @@ class Launcher:
                 p.wait()
 
     def wait(self) -> int:
-        failed: Optional[Tuple[int, int]] = None
+        not_converged_since: Optional[float] = None
         while True:
             if self.stop_signal is not None:
                 _info(f"received signal {self.stop_signal}; stopping the children")
                 self.terminate_all(signal.SIGTERM)
                 return 128 + self.stop_signal
-            running = 0
-            for b, p in zip(self.plan, self.procs):
-                rc = p.poll()
-                if rc is None:
-                    running += 1
-                elif rc != 0 and failed is None:
-                    failed = (b.local_rank, rc)
-            if failed is not None:
-                lr, rc = failed
-                code = _exit_code(rc)
+            codes = [p.poll() for p in self.procs]
+            failed = [(b.local_rank, _exit_code(rc)) for b, rc in zip(self.plan, codes)
+                      if rc is not None and rc != 0 and _exit_code(rc) != NOT_CONVERGED]
+            if failed:
+                lr, code = failed[0]
                 _warn(f"local rank {lr} exited with code {code}; terminating the other processes")
                 self.terminate_all(signal.SIGTERM)
                 return code
-            if running == 0:
+            if all(rc is not None for rc in codes):
+                if any(_exit_code(rc) == NOT_CONVERGED for rc in codes):
+                    _info(f"training ended without reaching its quality target (exit code {NOT_CONVERGED}: not "
+                          "converged, an outcome, not a crash)")
+                    return NOT_CONVERGED
                 return 0
+            if any(rc is not None and _exit_code(rc) == NOT_CONVERGED for rc in codes):
+                not_converged_since = not_converged_since or time.monotonic()
+                if time.monotonic() - not_converged_since > NOT_CONVERGED_GRACE_S:
+                    _warn(f"a rank ended not converged (exit code {NOT_CONVERGED}) but others still run after "
+                          f"{NOT_CONVERGED_GRACE_S:.0f} s; terminating them")
+                    self.terminate_all(signal.SIGTERM)
+                    return NOT_CONVERGED
             time.sleep(0.1)
 
 
@@ -536,6 +565,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.no_hyperthreads = True  # detected: this machine has no hyperthread siblings to add
     plan = plan_bindings(args.nproc_per_node, args.nsockets_per_node, args.ncores_per_socket,
                          hyperthreads=not args.no_hyperthreads, membind=not args.no_membind)
+    warn_if_oversubscribed(plan, args.binding)
     if args.dry_run:
         print_plan(args, plan)
         return 0

@@ -91,15 +91,21 @@ def _traceback_file(exc):
     tb_logger = logging.getLogger(TRACEBACK_LOGGER)
     paths = [getattr(h, "baseFilename", None) for h in tb_logger.handlers]
     paths = [p for p in paths if p]
-    if paths:
-        tb_logger.error("the program failed", exc_info=(type(exc), exc, exc.__traceback__))
-        for h in tb_logger.handlers:
-            h.flush()
-        return paths[0]
-    fd, path = tempfile.mkstemp(prefix="maskrcnn-traceback-", suffix=".txt")
-    with os.fdopen(fd, "w") as f:
-        traceback.print_exception(type(exc), exc, exc.__traceback__, file=f)
-    return path
+    try:
+        if paths:
+            tb_logger.error("the program failed", exc_info=(type(exc), exc, exc.__traceback__))
+            for h in tb_logger.handlers:
+                h.flush()
+            return paths[0]
+    except OSError:
+        pass  # the log file itself cannot be written: a temporary file then
+    try:
+        fd, path = tempfile.mkstemp(prefix="maskrcnn-traceback-", suffix=".txt")
+        with os.fdopen(fd, "w") as f:
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=f)
+        return path
+    except OSError as e:
+        return f"nowhere: {e.strerror}"
 
 
 def describe(exc):

@@ -9,12 +9,21 @@ from ast import literal_eval
 import yaml
 from yacs.config import CfgNode
 
-from ..utils.errors import UserError
+from ..utils.errors import ConfigError
 from .defaults import _C
 
+__all__ = ["ConfigError", "get_cfg", "given_keys", "load_config", "merge_cfg_from_file", "merge_cfg_from_list",
+           "check_values", "ignored_settings"]
 
-class ConfigError(UserError, ValueError):
-    """A config file, key or value that cannot be used. The message names it."""
+
+def given_keys(cfg):
+    """The keys that a YAML file or the command line set (whatever their value), as merged into ``cfg``."""
+    return frozenset(cfg.__dict__.get("_given_keys", ()))
+
+
+def _note_given(cfg, keys):
+    # kept beside the yacs tree (not a key of it): clone() and freeze() keep it
+    object.__setattr__(cfg, "_given_keys", given_keys(cfg) | set(keys))
 
 
 def get_cfg():
@@ -93,6 +102,7 @@ def merge_cfg_from_list(cfg, opts, source="command line"):
     for full_key, value in zip(opts[0::2], opts[1::2]):
         _check_key(cfg, full_key, source)
         _set(cfg, full_key, _coerce(cfg, full_key, value, source))
+    _note_given(cfg, opts[0::2])
     return cfg
 
 
@@ -110,6 +120,7 @@ def merge_cfg_from_file(cfg, path):
     for full_key, value in _flatten(data):
         _check_key(cfg, full_key, f"'{path}'")
         _set(cfg, full_key, _coerce(cfg, full_key, value, f"'{path}'"))
+    _note_given(cfg, [k for k, _ in _flatten(data)])
     return cfg
 
 

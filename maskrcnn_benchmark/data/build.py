@@ -5,6 +5,7 @@ import logging
 import torch
 
 from ..utils import comm
+from ..utils.errors import ConfigError
 from ..utils.imports import load_catalog
 from ..utils.processes import die_with_parent
 from . import datasets as D
@@ -21,21 +22,91 @@ def _worker_init(worker_id):
     die_with_parent()
 
 
-def build_dataset(cfg, names, is_train):
+def _catalog_entries(cfg, names, is_train):
     catalog = load_catalog(cfg.PATHS_CATALOG).DatasetCatalog
+    key = f"DATASETS.{'TRAIN' if is_train else 'TEST'}"
     if not names:
-        raise D.DatasetError(f"DATASETS.{'TRAIN' if is_train else 'TEST'} is empty")
+        raise D.DatasetError(f"{key} is empty")
     out = []
     for name in names:
         try:
-            entry = catalog.get(name, cfg.DATASETS.DATA_DIR)
+            out.append((name, catalog.get(name, cfg.DATASETS.DATA_DIR)))
         except KeyError as e:  # the catalog's message names the dataset and the known ones
-            raise D.DatasetError(f"DATASETS.{'TRAIN' if is_train else 'TEST'}: {e.args[0] if e.args else e}") \
-                from None
+            raise D.DatasetError(f"{key}: {e.args[0] if e.args else e}") from None
+    return out
+
+
+def build_dataset(cfg, names, is_train):
+    out = []
+    for _, entry in _catalog_entries(cfg, names, is_train):
         factory = getattr(D, entry["factory"])
         out.append(factory(remove_images_without_annotations=is_train, transforms=build_transforms(cfg, is_train),
                            **entry["args"]))
     return out
+
+
+# -- the number of classes and the datasets' categories -------------------------------------------------------------
+NUM_CLASSES_KEY = "MODEL.ROI_BOX_HEAD.NUM_CLASSES"
+
+
+def _describe(cats):
+    ids = [c for c, _ in cats]
+    shown = ", ".join(map(str, ids[:12])) + (", ..." if len(ids) > 12 else "")
+    return f"{len(cats)} categories (ids {shown})"
+
+
+def num_classes_from_data(cfg, is_train=True):
+    """``(categories + 1, description)`` of the datasets of DATASETS.TRAIN (or TEST), from their annotation
+    files' category lists alone (:func:`~maskrcnn_benchmark.data.datasets.coco.read_categories`: no images, no
+    annotations parsed); the datasets must agree."""
+    names = cfg.DATASETS.TRAIN if is_train else cfg.DATASETS.TEST
+    first = None
+    for name, entry in _catalog_entries(cfg, names, is_train):
+        cats = D.read_categories(entry["args"]["ann_file"])
+        if first is None:
+            first = (name, cats)
+        elif cats != first[1]:
+            raise D.DatasetError(f"datasets '{first[0]}' and '{name}' have different categories "
+                                 f"({_describe(first[1])} vs {_describe(cats)})")
+    return len(first[1]) + 1, f"'{first[0]}': {_describe(first[1])}"
+
+
+def categories_of(dataset):
+    """``[(id, name), ...]`` of a built dataset (all parts of a concatenated one must agree)."""
+    if isinstance(dataset, torch.utils.data.ConcatDataset):
+        parts = [categories_of(d) for d in dataset.datasets]
+        for d, cats in zip(dataset.datasets[1:], parts[1:]):
+            if cats != parts[0]:
+                raise D.DatasetError(f"training datasets '{dataset.datasets[0].ann_file}' and '{d.ann_file}' have "
+                                     f"different categories ({_describe(parts[0])} vs {_describe(cats)})")
+        return parts[0]
+    return sorted((c["id"], str(c.get("name", c["id"]))) for c in dataset.coco.dataset.get("categories", []))
+
+
+def check_num_classes(num_classes, train_dataset=None, test_datasets=()):
+    """One line when the model's class count does not fit the data: ``NUM_CLASSES`` must be the number of
+    categories + 1 (background), and the training and test datasets must have the same categories (the model's
+    labels are positions in the sorted category ids)."""
+    reference = train_dataset if train_dataset is not None else (test_datasets[0] if test_datasets else None)
+    if reference is None:
+        return
+    cats = categories_of(reference)
+    for t in test_datasets:
+        other = categories_of(t)
+        if reference is not t and other != cats:
+            raise D.DatasetError(f"the training dataset '{_name(reference)}' and the test dataset '{_name(t)}' have "
+                                 f"different categories ({_describe(cats)} vs {_describe(other)}): the model's "
+                                 "labels would mean different things")
+    if num_classes != len(cats) + 1:
+        raise ConfigError(f"{NUM_CLASSES_KEY} is {num_classes}, but the dataset '{_name(reference)}' has "
+                          f"{_describe(cats)}: set {NUM_CLASSES_KEY} {len(cats) + 1} (its categories + "
+                          "background), or leave it unset to derive it")
+
+
+def _name(dataset):
+    if isinstance(dataset, torch.utils.data.ConcatDataset):
+        return dataset.datasets[0].ann_file
+    return getattr(dataset, "ann_file", type(dataset).__name__)
 
 
 def _aspect_group_ids(dataset, bins=(1,)):

@@ -24,8 +24,9 @@ from typing import List, Optional
 import numpy as np
 import torch
 
-from ..config import ConfigError, ignored_settings
-from ..data import make_data_loader
+from ..config import ConfigError, given_keys, ignored_settings
+from ..data import check_num_classes, make_data_loader, num_classes_from_data
+from ..data.build import NUM_CLASSES_KEY
 from ..evaluation import BackgroundEvaluator, COCOEvaluator, COCOScorer, run_inference
 from ..modeling import build_detection_model
 from ..solver import make_lr_scheduler, make_optimizer
@@ -176,7 +177,10 @@ class MLPerfRun(HookBase):
             raise
         finally:
             if "run_start" in ml.logged and "run_stop" not in ml.logged:
-                ml.end("run_stop", metadata={"status": "aborted"})
+                try:
+                    ml.end("run_stop", metadata={"status": "aborted"})
+                except OSError:  # the log's own file failed: the error in flight already says so
+                    pass
             ml.close()
             if clean:
                 comm.synchronize()  # no rank tears the process group down while another still uses it
@@ -197,6 +201,7 @@ class MLPerfRun(HookBase):
             raise ConfigError(f"SOLVER.IMS_PER_BATCH ({cfg.SOLVER.IMS_PER_BATCH}) must be divisible by the "
                               f"number of processes ({world})")
 
+        resolve_num_classes(cfg)
         model = build_detection_model(cfg).to(device)
         ml.weights_initialization()
         optimizer = make_optimizer(cfg, model)
@@ -220,6 +225,7 @@ class MLPerfRun(HookBase):
                                         seed=seed)
         test_loader = make_data_loader(cfg, is_train=False, num_replicas=world, rank=rank)[0]
         train_set, test_set = train_loader.dataset, test_loader.dataset
+        check_num_classes(cfg.MODEL.ROI_BOX_HEAD.NUM_CLASSES, train_set, [test_set])
         ml.event("train_samples", len(train_set))
         ml.event("eval_samples", len(test_set))
         ipe = iterations_per_epoch(len(train_set), cfg.SOLVER.IMS_PER_BATCH)
@@ -392,6 +398,24 @@ class MLPerfRun(HookBase):
                 self._evaluator.shutdown()
             ok = t.storage.target_met and t.error is None and t.storage.failure is None
             self.ml.end("run_stop", metadata={"status": "success" if ok else "aborted"})
+
+
+def resolve_num_classes(cfg, is_train=True):
+    """``MODEL.ROI_BOX_HEAD.NUM_CLASSES`` when the config does not set it: the categories of the training (or
+    test) data + 1, read from the annotation files' category lists and logged once. A value the config sets is
+    kept, and checked against the datasets when they are built (:func:`~maskrcnn_benchmark.data.
+    check_num_classes`): the MLPerf configs set 81, so an MLPerf run reads no data before run_start."""
+    if NUM_CLASSES_KEY in given_keys(cfg):
+        return cfg.MODEL.ROI_BOX_HEAD.NUM_CLASSES
+    n, what = num_classes_from_data(cfg, is_train)
+    frozen = cfg.is_frozen()
+    cfg.defrost()
+    cfg.MODEL.ROI_BOX_HEAD.NUM_CLASSES = n
+    if frozen:
+        cfg.freeze()
+    logger.info("%s not set: %d, from the %s data (%s, + background)", NUM_CLASSES_KEY, n,
+                "training" if is_train else "test", what)
+    return n
 
 
 def _seed_everything(seed, rank):

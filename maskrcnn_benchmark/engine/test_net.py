@@ -6,12 +6,13 @@ AP summary and a per-class AP table, also saved there as ``coco_eval.md``.
 """
 import os
 
-from ..data import make_data_loader
+from ..data import check_num_classes, make_data_loader
 from ..evaluation import COCOEvaluator, COCOScorer, format_per_class_table, inference_on_dataset
 from ..modeling import build_detection_model
 from ..utils import comm
 from ..utils.checkpoint import DetectronCheckpointer
 from ..utils.fileio import write_text
+from .run import resolve_num_classes
 
 
 def results_folder(cfg, dataset_name):
@@ -35,10 +36,12 @@ def evaluate_checkpoint(cfg, weights="", skip_eval=False, backend=None, logger=N
     """``{dataset name: scores}`` on rank 0 (``scores`` as ``COCOEvaluator.evaluate()`` returns them; with
     ``skip_eval`` only ``{"detections": N}``), ``{}`` on the other ranks."""
     rank, world, _, device = comm.init_distributed(None, cfg.MODEL.DEVICE)
+    resolve_num_classes(cfg, is_train=False)
     model = build_detection_model(cfg).to(device)
     DetectronCheckpointer(cfg, model, logger=logger).load_weights(weights or cfg.MODEL.WEIGHT)
     results = {}
     loaders = make_data_loader(cfg, is_train=False, num_replicas=world, rank=rank)
+    check_num_classes(cfg.MODEL.ROI_BOX_HEAD.NUM_CLASSES, None, [loader.dataset for loader in loaders])
     for name, loader in zip(cfg.DATASETS.TEST, loaders):
         folder = results_folder(cfg, name)
         scorer = None if skip_eval else COCOScorer.for_dataset(loader.dataset, backend or cfg.TEST.COCO_BACKEND,

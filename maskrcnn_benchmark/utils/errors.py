@@ -11,3 +11,8 @@ traceback goes to the run's log.
 
 class UserError(Exception):
     """Bad input or environment that the user can fix; the message says what and where."""
+
+
+class ConfigError(UserError, ValueError):
+    """A config file, key or value that cannot be used (``maskrcnn_benchmark.config.ConfigError``). The message
+    names it, and the value to set when one is known."""

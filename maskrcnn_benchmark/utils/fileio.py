@@ -94,6 +94,38 @@ def write_bytes(path, data, what="file", fsync=True):
         f.write(data)
 
 
+class LineAppender:
+    """Appends whole lines to a log file: a line that cannot be written completely (a full disk) is cut off
+    again, so the file never ends in half a line (an MLPerf log with a broken JSON line fails review), and a
+    :class:`WriteError` names ``what`` and the path."""
+
+    def __init__(self, path, what):
+        self.path, self.what = os.fspath(path), what
+        try:
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise WriteError(what, self.path, e) from None
+
+    def write(self, text):
+        data = text.encode("utf-8")
+        start = os.lseek(self.fd, 0, os.SEEK_END)
+        try:
+            done = 0
+            while done < len(data):
+                done += os.write(self.fd, data[done:])
+        except OSError as e:
+            try:
+                os.ftruncate(self.fd, start)
+            except OSError:
+                pass
+            raise WriteError(self.what, self.path, e) from None
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def remove_stale_temp_files(folder):
     """Delete the temporary files (``.tmp-*``) that a killed writer left in ``folder``; never complete files.
     Returns their names."""

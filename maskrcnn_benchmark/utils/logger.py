@@ -8,8 +8,31 @@ import logging
 import os
 import sys
 
+from .fileio import LineAppender
+
 TRACEBACK_LOGGER = "maskrcnn_benchmark.traceback"
 _FORMAT = logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s", "%Y-%m-%d %H:%M:%S")
+
+
+class _FileHandler(logging.Handler):
+    """``log.txt``, each record appended whole: a write that fails (a full disk) ends the program with one line
+    naming the file, instead of logging's own traceback on stderr and half a line in the log. The file is opened
+    at the first record."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.baseFilename = os.path.abspath(path)
+        self.file = None
+
+    def emit(self, record):
+        if self.file is None:
+            self.file = LineAppender(self.baseFilename, "run log")
+        self.file.write(self.format(record) + "\n")
+
+    def close(self):
+        if self.file is not None:
+            self.file.close()
+        super().close()
 
 
 def log_file_name(rank):
@@ -38,7 +61,7 @@ def setup_logger(output_dir=None, rank=0, name="maskrcnn_benchmark"):
         logger.addHandler(h)
     if output_dir:
         os.makedirs(output_dir, exist_ok=True)
-        fh = logging.FileHandler(os.path.join(output_dir, log_file_name(rank)), delay=rank != 0)
+        fh = _FileHandler(os.path.join(output_dir, log_file_name(rank)))
         fh.setFormatter(_FORMAT)
         if rank != 0:
             fh.setLevel(logging.WARNING)

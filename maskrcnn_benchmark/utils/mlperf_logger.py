@@ -17,6 +17,8 @@ import os
 import re
 import sys
 
+from .fileio import LineAppender
+
 BENCHMARK = "maskrcnn"
 
 # 1.1.0-2.1.0 closed maskrcnn: the layers whose initialization must be logged (as the reference names them).
@@ -58,6 +60,23 @@ class _LineHandler(logging.StreamHandler):
             self.handleError(record)
 
 
+class _FileLineHandler(logging.Handler):
+    """The MLPerf log file, each line appended whole (:class:`~maskrcnn_benchmark.utils.fileio.LineAppender`): a
+    line that cannot be written (a full disk) ends the run with one line naming the file, and the file keeps only
+    complete lines."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.file = LineAppender(path, "MLPerf log")
+
+    def emit(self, record):
+        self.file.write(self.format(record) + "\n")  # a WriteError ends the run: the log would be incomplete
+
+    def close(self):
+        self.file.close()
+        super().close()
+
+
 class MLPerfLogger:
     def __init__(self, filename=None, rank=0, ruleset="3.1.0", stream=None):
         try:
@@ -73,7 +92,7 @@ class MLPerfLogger:
         logger.addHandler(_LineHandler(stream or sys.stdout))  # other ranks print their all_ranks events only
         if rank == 0 and filename:
             os.makedirs(os.path.dirname(os.path.abspath(filename)), exist_ok=True)
-            logger.addHandler(_LineHandler(open(filename, "a", buffering=1)))
+            logger.addHandler(_FileLineHandler(filename))
         self._logger = logger
         self._mllog = mllog.MLLogger(logger=logger, default_stack_offset=2, root_dir=os.getcwd())
         self.constants = constants

@@ -51,7 +51,8 @@ class _Run:
     """A training process in its own session, its output collected as it comes."""
 
     def __init__(self, cmd, cwd, env=None):
-        e = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env or {}))
+        e = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+        e.update(env or {})
         self.proc = subprocess.Popen(cmd, cwd=cwd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
         self.out, self.err = [], []
@@ -260,3 +261,76 @@ def test_forked_helpers_still_end_on_sigterm():
     at the end of its evaluation this way."""
     r = subprocess.run([sys.executable, "-c", _FORKED_HELPER], capture_output=True, text=True, timeout=40)
     assert r.stdout.strip() == f"ended -{int(signal.SIGTERM)}", r.stdout + r.stderr
+
+
+def _scorer_pid(trainer_pid):
+    """The COCO scoring process: the trainer's spawned child that is not multiprocessing's resource tracker."""
+    for pid in _children(trainer_pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if b"spawn_main" in cmd and b"resource_tracker" not in cmd:
+            return pid
+    return None
+
+
+def _kill_scorer(run, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        pid = _scorer_pid(run.proc.pid)
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            return pid
+        time.sleep(0.05)
+    raise AssertionError("no scoring process found")
+
+
+def _wait_until_idle(run, timeout=120):
+    """Until every evaluated epoch has its scores (the scorer has nothing in hand)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        events = mllog_events("".join(run.out))
+        evaluated = [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_stop"]
+        scored = [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_accuracy"]
+        if evaluated and scored and evaluated[-1] == scored[-1]:
+            return
+        time.sleep(0.02)
+    raise AssertionError("the scorer never caught up")
+
+
+@pytest.mark.slow
+def test_a_dead_scorer_costs_nothing_and_the_log_stays_valid(tmp_path):
+    """The scoring process is killed twice in a run that reaches the real MLPerf targets (12 images, evaluated on
+    themselves): once while epoch 1 is being scored, once while it is idle. Both times it is restarted, epoch 1
+    is scored again, and the log passes the compliance checker."""
+    from maskrcnn_benchmark.synthetic import make_synthetic_coco
+    from train_runs import compliance
+
+    data = tmp_path / "data"
+    make_synthetic_coco(str(data), num_train=12, num_val=4, image_size=(96, 96), seed=3, progress=False)
+    out = tmp_path / "out"
+    out.mkdir()
+    cmd = train_cmd(str(data), str(out), "SOLVER.MAX_ITER", 400, "SOLVER.IMS_PER_BATCH", 4, "DATASETS.TEST",
+                    "('coco_2017_train',)", "SOLVER.STEPS", "(300,350)", "SOLVER.WARMUP_ITERS", 20,
+                    "SOLVER.WARMUP_FACTOR", 0.001)
+    run = _Run(cmd, str(out), env={"OMP_NUM_THREADS": "2"})
+    try:
+        run.wait_for('"key": "eval_stop", "value": null, "metadata": {"file"')  # epoch 1 handed to the scorer
+        _kill_scorer(run)                                                        # dies while scoring epoch 1
+        run.wait_for('"key": "eval_accuracy"')                                   # epoch 1 scored after all
+        _wait_until_idle(run)
+        _kill_scorer(run)                                                        # dies while idle
+        code, stdout, stderr = run.finish(timeout=600)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert code == 0, stdout[-3000:] + stderr[-3000:]
+    text = stdout + stderr
+    assert "the COCO scoring process died (exit code -9) while scoring epoch 1: restarted" in text
+    assert "while idle: restarted" in text
+    accuracy = [e for e in mllog_events(stdout) if e["key"] == "eval_accuracy"]
+    assert [e["metadata"]["epoch_num"] for e in accuracy] == list(range(1, len(accuracy) + 1))  # none lost
+    rc, report = compliance(str(out / "mlperf_log.txt"))
+    assert rc == 0 and "SUCCESS" in report, report[-3000:]

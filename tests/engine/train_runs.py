@@ -49,3 +49,27 @@ def checker_failures(text):
     keys |= {f"missing:{k}" for k in re.findall(r"Required EXACTLY_ONE occurrence of '(\w+)'", text)}
     keys |= {f"missing:{k}" for k in re.findall(r"Required AT_LEAST_ONE occurrence of '(\w+)'", text)}
     return keys
+
+
+def run_merged(data_dir, out_dir, *opts, extra_args=(), timeout=600, env=None, config_file=None):
+    """Like :func:`run_train`, with stderr merged into stdout in the order the lines were written (what a user
+    sees on the terminal)."""
+    e = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    e.update(env or {})
+    cmd = train_cmd(data_dir, out_dir, *opts, extra_args=extra_args)
+    if config_file:
+        cmd[cmd.index("--config-file") + 1] = config_file
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                          cwd=out_dir if os.path.isdir(out_dir) else REPO, env=e)
+
+
+def lines_after_last_log_line(text):
+    """The terminal lines after the run's last log line (a ``2026-11-24 10:00:00 maskrcnn_benchmark...`` line of
+    the text log, or a ``:::MLLOG`` line of the MLPerf log): what a failure adds. Blank lines are not counted."""
+    import re
+
+    lines = [line for line in text.splitlines() if line.strip()]
+    last = max((i for i, line in enumerate(lines)
+                if re.match(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d maskrcnn_benchmark", line) or ":::MLLOG" in line),
+               default=-1)
+    return lines[last + 1:]

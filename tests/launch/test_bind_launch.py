@@ -176,7 +176,9 @@ CHILD = textwrap.dedent("""
     if mode == "ok":
         sys.exit(0)
     if mode == "fail" and lr == "1":
-        time.sleep(0.5); sys.exit(3)
+        time.sleep(0.5); sys.exit(7)
+    if mode == "not_converged":  # every rank reaches MAX_ITER without the target; rank 0 a little earlier
+        time.sleep(0.2 if lr == "0" else 1.5); sys.exit(3)
     if mode == "kill" and lr == "1":
         time.sleep(1.0); os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(120)
@@ -311,12 +313,40 @@ def test_child_failure_propagates_and_stops_siblings(child):
     t0 = time.monotonic()
     r = run_bl(["--nproc_per_node=3", "--binding=none", str(script)],
                env=_clean_env(TEST_OUT=str(out), CHILD_MODE="fail"), timeout=60)
-    assert r.returncode == 3, r.stderr
+    assert r.returncode == 7, r.stderr
     assert time.monotonic() - t0 < 15
-    assert "local rank 1 exited with code 3" in r.stderr
+    assert "local rank 1 exited with code 7" in r.stderr
     for i in (0, 2):
         assert (out / f"term{i}").exists()  # siblings got SIGTERM
         assert not _alive(_read_ranks(out, 3)[i]["pid"])
+
+
+@pytest.mark.slow
+def test_not_converged_is_an_outcome_not_a_crash(child):
+    """Exit code 3 (the trainer's "not converged", every rank together): the other ranks are not terminated as
+    after a crash, and the launcher says what it means."""
+    script, out = child
+    r = run_bl(["--nproc_per_node=3", "--binding=none", str(script)],
+               env=_clean_env(TEST_OUT=str(out), CHILD_MODE="not_converged"), timeout=60)
+    assert r.returncode == 3, r.stderr
+    assert "WARNING" not in r.stderr and "terminating" not in r.stderr
+    assert "without reaching its quality target (exit code 3: not converged, an outcome, not a crash)" in r.stderr
+    assert not any((out / f"term{i}").exists() for i in range(3))  # nobody was sent SIGTERM
+
+
+def test_not_converged_code_is_the_trainers():
+    from maskrcnn_benchmark.cli.exit_codes import NOT_CONVERGED
+
+    assert bl.NOT_CONVERGED == NOT_CONVERGED.code
+
+
+def test_more_ranks_than_cores_warns_once(capsys):
+    plan = bl.plan_bindings(8, 1, 2)  # 8 ranks, one socket of 2 cores: shared round-robin
+    assert bl.warn_if_oversubscribed(plan, "auto") is True
+    err = capsys.readouterr().err
+    assert err.count("WARNING") == 1 and "8 ranks on this node but only 2 core(s) can be pinned" in err
+    assert bl.warn_if_oversubscribed(bl.plan_bindings(2, 1, 2), "auto") is False
+    assert bl.warn_if_oversubscribed(plan, "none") is False
 
 
 @pytest.mark.slow

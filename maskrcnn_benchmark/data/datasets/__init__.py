@@ -1,1 +1,1 @@
-from .coco import COCODataset, DatasetError  # noqa: F401
+from .coco import COCODataset, DatasetError, read_categories  # noqa: F401

@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import random
+import warnings
 
 import numpy as np
 import torch
@@ -64,6 +65,34 @@ def _check_annotations(data, ann_file, has_constants):
             raise DatasetError(f"annotation {aid} in '{ann_file}' has a polygon with a non-finite coordinate")
 
 
+def read_categories(ann_file):
+    """The ``categories`` of a COCO json as ``[(id, name), ...]`` sorted by id, without parsing the rest of the
+    file when it is large (COCO train is 450 MB; its category list is at the end): the bytes are searched for the
+    ``"categories"`` key and only its list is decoded. Falls back to reading the whole file."""
+    try:
+        with open(ann_file, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise DatasetError(f"cannot read annotation file '{ann_file}': {e.strerror}") from None
+    cats = None
+    decoder = json.JSONDecoder()
+    at = data.rfind(b'"categories"')
+    if at >= 0:
+        start = data.find(b"[", at)
+        colon = data.find(b":", at)
+        if 0 <= colon < start and not data[at + 12:colon].strip():
+            try:
+                cats, _ = decoder.raw_decode(data[start:].decode("utf-8", "replace"))
+            except ValueError:
+                cats = None
+    if not (isinstance(cats, list) and all(isinstance(c, dict) and "id" in c for c in cats)):
+        try:
+            cats = json.loads(data).get("categories", [])
+        except (ValueError, AttributeError) as e:
+            raise DatasetError(f"annotation file '{ann_file}' is not valid COCO json: {e}") from None
+    return sorted((c["id"], str(c.get("name", c["id"]))) for c in cats)
+
+
 def load_coco(ann_file):
     """pycocotools' COCO of ``ann_file``, after checking every annotation (NaN and Infinity parse as numbers in
     Python's json: they would train on nothing, silently)."""
@@ -105,6 +134,42 @@ def _report_filter(coco, kept_ids, ann_file):
         logger.info(msg)
 
 
+def missing_files(root, file_names):
+    """The file names (relative to ``root``) that do not exist, in order. One directory listing per folder
+    instead of a ``stat`` per file: COCO train's 118k images are one ``scandir`` of ``train2017`` (measured in
+    docs/benchmarks.md), cheap on parallel file systems too."""
+    present = {}
+    missing = []
+    for name in file_names:
+        folder, base = os.path.split(name)
+        if folder not in present:
+            try:
+                with os.scandir(os.path.join(root, folder)) as it:
+                    present[folder] = {e.name for e in it}
+            except OSError:
+                present[folder] = set()
+        if base not in present[folder]:
+            missing.append(name)
+    return missing
+
+
+# An image larger than this (pixels) is refused as bad input: PIL's own decompression-bomb limit (89 Mpx; COCO's
+# largest image is 0.4 Mpx). A file claiming more would take gigabytes to decode.
+MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS or 89_478_485
+
+
+def check_image_size(path, size_wh, info):
+    """The image's header size must be the annotation's ``width``/``height`` (the boxes and polygons are in
+    those coordinates) and at most MAX_IMAGE_PIXELS."""
+    w, h = size_wh
+    if w * h > MAX_IMAGE_PIXELS:
+        raise DatasetError(f"image file '{path}' is {w}x{h}: a decompression bomb (over {MAX_IMAGE_PIXELS} pixels, "
+                           "refused)")
+    if "width" in info and "height" in info and (w, h) != (int(info["width"]), int(info["height"])):
+        raise DatasetError(f"image file '{path}' is {w}x{h}, but its annotation (image id {info.get('id')}) says "
+                           f"{info['width']}x{info['height']}")
+
+
 class COCODataset(torch.utils.data.Dataset):
     """Images and instance annotations of a COCO json.
 
@@ -135,6 +200,17 @@ class COCODataset(torch.utils.data.Dataset):
         self.contiguous_category_id_to_json_id = {v: k for k, v in self.json_category_id_to_contiguous_id.items()}
         self.id_to_img_map = dict(enumerate(self.ids))
         self._warned_degenerate = False
+        self._check_files_exist()
+
+    def _check_files_exist(self):
+        """Every image of the dataset exists, checked when the dataset is built (before the first training
+        iteration and the first evaluation), so a missing file is not found an epoch into the run."""
+        names = [self.coco.imgs[i]["file_name"] for i in self.ids]
+        missing = missing_files(self.root, names)
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise DatasetError(f"image file '{os.path.join(self.root, missing[0])}'{more} of '{self.ann_file}' "
+                               "does not exist")
 
     def __len__(self):
         return len(self.ids)
@@ -146,12 +222,20 @@ class COCODataset(torch.utils.data.Dataset):
         return os.path.join(self.root, self.coco.imgs[self.ids[index]]["file_name"])
 
     def _load_image(self, index):
+        """The image as RGB (grayscale and CMYK converted); one DatasetError line naming the file when it is
+        missing, corrupt, a decompression bomb, or of another size than its annotation says."""
         path = self.image_path(index)
+        info = self.get_img_info(index)
         try:
-            with Image.open(path) as img:
-                return img.convert("RGB")
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                with Image.open(path) as img:
+                    check_image_size(path, img.size, info)
+                    return img.convert("RGB")
         except FileNotFoundError:
             raise DatasetError(f"image file '{path}' does not exist") from None
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+            raise DatasetError(f"image file '{path}' is a decompression bomb (refused): {e}") from None
         except (UnidentifiedImageError, OSError, SyntaxError) as e:
             raise DatasetError(f"image file '{path}' is corrupt or not an image: {e}") from None
 
