@@ -1,6 +1,8 @@
 """Small models and hand-made images shared by the tests."""
 import math
 import os
+import struct
+import zlib
 
 import torch
 
@@ -73,3 +75,13 @@ def empty_target(width, height):
     t.add_field("labels", torch.zeros((0,), dtype=torch.int64))
     t.add_field("masks", SegmentationMask([], (width, height)))
     return t
+
+
+def bomb_png(side=30000):
+    """A PNG whose header claims side x side pixels: about 100 bytes, 900 Mpx if it were decoded."""
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+
+    ihdr = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00" * 64))
+            + chunk(b"IEND", b""))

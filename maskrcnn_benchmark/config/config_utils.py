@@ -215,6 +215,8 @@ def check_values(cfg):
              "must be box or full")
     _require(isinstance(cfg.TEST.COCO_WORKERS, int) and cfg.TEST.COCO_WORKERS >= 0, "TEST.COCO_WORKERS",
              cfg.TEST.COCO_WORKERS, "must be an integer >= 0 (0: one per core)")
+    _require(cfg.DATALOADER.HYBRID in (None, True, False), "DATALOADER.HYBRID", cfg.DATALOADER.HYBRID,
+             "must be True, False or None (None: on for MODEL.DEVICE cuda)")
     _require(cfg.DTYPE in ("float32", "float16", "bfloat16"), "DTYPE", cfg.DTYPE,
              "must be float32, float16 or bfloat16")
     _require(cfg.MODEL.DEVICE in ("cpu", "cuda") or str(cfg.MODEL.DEVICE).startswith("cuda:"), "MODEL.DEVICE",

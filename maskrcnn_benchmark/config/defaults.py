@@ -52,6 +52,12 @@ _C.DATALOADER = CN()
 _C.DATALOADER.NUM_WORKERS = 4
 _C.DATALOADER.SIZE_DIVISIBILITY = 0
 _C.DATALOADER.ASPECT_RATIO_GROUPING = True
+# The hybrid input path (NVIDIA's key, v1.0+): loader workers only decode the images to uint8; the training device
+# resizes, flips and normalizes each batch. None (added default): on when MODEL.DEVICE is cuda. False is the
+# reference path (PIL in the workers); both give the same pixels (docs/numerics.md).
+_C.DATALOADER.HYBRID = None
+# Keep the evaluation images on the device across epochs (hybrid path; NVIDIA's CACHE_EVAL_IMAGES). (added)
+_C.DATALOADER.CACHE_EVAL_IMAGES = False
 
 # ---------------------------------------------------------------------------
 # Backbone

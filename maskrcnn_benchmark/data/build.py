@@ -10,8 +10,10 @@ from ..utils.imports import load_catalog
 from ..utils.processes import die_with_parent
 from . import datasets as D
 from .collate_batch import BatchCollator
+from .device_loader import DeviceLoader
 from .samplers import DistributedSampler, GroupedBatchSampler, IterationBasedBatchSampler
 from .transforms import build_transforms
+from .transforms.device import DeviceTransform
 
 logger = logging.getLogger(__name__)
 
@@ -36,13 +38,30 @@ def _catalog_entries(cfg, names, is_train):
     return out
 
 
-def build_dataset(cfg, names, is_train):
+def use_hybrid(cfg):
+    """``DATALOADER.HYBRID``, with None meaning: on when the model runs on CUDA."""
+    hybrid = cfg.DATALOADER.HYBRID
+    if hybrid is None:
+        return str(cfg.MODEL.DEVICE).startswith("cuda") and torch.cuda.is_available()
+    return bool(hybrid)
+
+
+def build_dataset(cfg, names, is_train, hybrid=None):
+    hybrid = use_hybrid(cfg) if hybrid is None else hybrid
     out = []
     for _, entry in _catalog_entries(cfg, names, is_train):
         factory = getattr(D, entry["factory"])
+        kwargs = {"hybrid": True} if hybrid else {}  # a dataset of another factory may not know the hybrid path
         out.append(factory(remove_images_without_annotations=is_train, transforms=build_transforms(cfg, is_train),
-                           **entry["args"]))
+                           **entry["args"], **kwargs))
     return out
+
+
+def make_device_loader(cfg, loader, device, is_train=True):
+    """``loader`` with its batches on ``device``, raw (hybrid) batches transformed there
+    (:class:`~maskrcnn_benchmark.data.device_loader.DeviceLoader`)."""
+    return DeviceLoader(loader, device, DeviceTransform.from_config(cfg),
+                        cache=not is_train and cfg.DATALOADER.CACHE_EVAL_IMAGES)
 
 
 # -- the number of classes and the datasets' categories -------------------------------------------------------------

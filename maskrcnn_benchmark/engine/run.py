@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError, given_keys, ignored_settings
-from ..data import check_num_classes, make_data_loader, num_classes_from_data
+from ..data import check_num_classes, make_data_loader, make_device_loader, num_classes_from_data
 from ..data.build import NUM_CLASSES_KEY
 from ..evaluation import BackgroundEvaluator, COCOEvaluator, COCOScorer, run_inference
 from ..modeling import build_detection_model
@@ -221,9 +221,10 @@ class MLPerfRun(HookBase):
 
         ml.start("run_start")
         run_start = time.time()
-        train_loader = make_data_loader(cfg, is_train=True, num_replicas=world, rank=rank, start_iter=start_iter,
-                                        seed=seed)
-        test_loader = make_data_loader(cfg, is_train=False, num_replicas=world, rank=rank)[0]
+        train_loader = make_device_loader(cfg, make_data_loader(cfg, is_train=True, num_replicas=world, rank=rank,
+                                                                start_iter=start_iter, seed=seed), device)
+        test_loader = make_device_loader(cfg, make_data_loader(cfg, is_train=False, num_replicas=world,
+                                                               rank=rank)[0], device, is_train=False)
         train_set, test_set = train_loader.dataset, test_loader.dataset
         check_num_classes(cfg.MODEL.ROI_BOX_HEAD.NUM_CLASSES, train_set, [test_set])
         ml.event("train_samples", len(train_set))

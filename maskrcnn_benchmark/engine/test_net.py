@@ -6,7 +6,7 @@ AP summary and a per-class AP table, also saved there as ``coco_eval.md``.
 """
 import os
 
-from ..data import check_num_classes, make_data_loader
+from ..data import check_num_classes, make_data_loader, make_device_loader
 from ..evaluation import COCOEvaluator, COCOScorer, format_per_class_table, inference_on_dataset
 from ..modeling import build_detection_model
 from ..utils import comm
@@ -40,7 +40,8 @@ def evaluate_checkpoint(cfg, weights="", skip_eval=False, backend=None, logger=N
     model = build_detection_model(cfg).to(device)
     DetectronCheckpointer(cfg, model, logger=logger).load_weights(weights or cfg.MODEL.WEIGHT)
     results = {}
-    loaders = make_data_loader(cfg, is_train=False, num_replicas=world, rank=rank)
+    loaders = [make_device_loader(cfg, loader, device, is_train=False)
+               for loader in make_data_loader(cfg, is_train=False, num_replicas=world, rank=rank)]
     check_num_classes(cfg.MODEL.ROI_BOX_HEAD.NUM_CLASSES, None, [loader.dataset for loader in loaders])
     for name, loader in zip(cfg.DATASETS.TEST, loaders):
         folder = results_folder(cfg, name)

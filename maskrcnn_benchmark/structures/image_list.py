@@ -40,8 +40,61 @@ def to_image_list(tensors, size_divisible=0):
     if isinstance(tensors, torch.Tensor) and tuple(tensors.shape[-2:]) == (max_h, max_w):
         return ImageList(tensors, sizes)
     first = tensors[0]
-    batched = first.new_zeros((len(tensors), first.shape[0], max_h, max_w))
+    batched = first.new_empty((len(tensors), first.shape[0], max_h, max_w))
     for img, pad in zip(tensors, batched):
-        pad[:, : img.shape[-2], : img.shape[-1]].copy_(img)
+        h, w = img.shape[-2:]
+        pad[:, :h, :w].copy_(img)
+        pad[:, h:].zero_()  # only the padding is zeroed: the image is written once
+        pad[:, :h, w:].zero_()
     return ImageList(batched, sizes)
 
+
+
+class RawImage:
+    """A decoded image as it leaves a loader worker on the hybrid input path: ``uint8`` ``(3, h, w)`` RGB pixels,
+    the size ``(H, W)`` it is to be resized to and whether it is to be flipped (the target already is)."""
+
+    __slots__ = ("tensor", "image_size", "flip")
+
+    def __init__(self, tensor, image_size=None, flip=False):
+        self.tensor = tensor
+        self.image_size = tuple(image_size) if image_size is not None else tuple(tensor.shape[-2:])
+        self.flip = bool(flip)
+
+    @property
+    def size(self):
+        """``(width, height)`` of the decoded pixels, like ``PIL.Image.size``."""
+        return int(self.tensor.shape[-1]), int(self.tensor.shape[-2])
+
+
+class RawImageBatch:
+    """The raw images of a batch, zero padded into one ``uint8`` tensor ``(N, 3, H, W)``: what the hybrid path
+    copies to the device (pinned, so the copy is asynchronous), where
+    :class:`~maskrcnn_benchmark.data.transforms.device.DeviceTransform` resizes, flips and normalizes them.
+    ``input_sizes``: each image's ``(h, w)`` in ``tensors``; ``image_sizes``: its ``(h, w)`` after the resize."""
+
+    def __init__(self, tensors, input_sizes, image_sizes, flips):
+        self.tensors = tensors
+        self.input_sizes = [tuple(int(v) for v in s) for s in input_sizes]
+        self.image_sizes = [tuple(int(v) for v in s) for s in image_sizes]
+        self.flips = [bool(f) for f in flips]
+
+    @classmethod
+    def from_raw(cls, images):
+        h = max(int(r.tensor.shape[-2]) for r in images)
+        w = max(int(r.tensor.shape[-1]) for r in images)
+        batch = images[0].tensor.new_zeros((len(images), 3, h, w))
+        for r, pad in zip(images, batch):
+            pad[:, : r.tensor.shape[-2], : r.tensor.shape[-1]].copy_(r.tensor)
+        return cls(batch, [tuple(r.tensor.shape[-2:]) for r in images], [r.image_size for r in images],
+                   [r.flip for r in images])
+
+    def to(self, device, non_blocking=False):
+        return RawImageBatch(self.tensors.to(device, non_blocking=non_blocking), self.input_sizes, self.image_sizes,
+                             self.flips)
+
+    def pin_memory(self):
+        return RawImageBatch(self.tensors.pin_memory(), self.input_sizes, self.image_sizes, self.flips)
+
+    def __len__(self):
+        return len(self.image_sizes)

@@ -5,15 +5,13 @@ The tracebacks of unexpected errors go to the run's log file, which the line nam
 import json
 import os
 import shutil
-import struct
 import subprocess
-import zlib
 
 import pytest
 import torch
 from PIL import Image
 
-from helpers import REPO
+from helpers import REPO, bomb_png
 from train_runs import CPU_YAML, lines_after_last_log_line, mllog_events, run_merged
 
 NEVER = ("MLPERF.MIN_BBOX_MAP", "1.0", "MLPERF.MIN_SEGM_MAP", "1.0")
@@ -89,20 +87,10 @@ def test_train_and_val_categories_that_disagree_are_one_line(tiny_data, tmp_path
     assert "have different categories" in line and "instances_val2017.json" in line
 
 
-def _bomb_png(path, side=30000):
-    """A PNG whose header claims side x side pixels: about 100 bytes on disk, 900 Mpx if decoded."""
-    def chunk(kind, body):
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
-
-    ihdr = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00" * 64))
-                     + chunk(b"IEND", b""))
-
-
 def test_a_decompression_bomb_is_bad_input_that_names_the_file(tiny_data, tmp_path):
     data, out = _copy(tiny_data, tmp_path)
     victim = sorted((data / "train2017").iterdir())[2]
-    _bomb_png(victim)
+    victim.write_bytes(bomb_png())
     line = _one_error_line(run_merged(str(data), str(out), *SHORT), 1)
     assert victim.name in line and "decompression bomb" in line
 
@@ -247,8 +235,6 @@ def setup_environment():
 
 
 def test_a_full_disk_names_the_results_json_and_keeps_the_previous_one(tiny_data, tmp_path, small_disk):
-    from train_runs import run_train  # noqa: F401 - the trainer's command line, for its overrides
-
     data, out = _copy(tiny_data, tmp_path)
     r = run_merged(str(data), str(out), "SOLVER.MAX_ITER", 2, "SOLVER.IMS_PER_BATCH", 4, "SAVE_CHECKPOINTS", True,
                    "PER_EPOCH_EVAL", False, *NEVER)

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from train_runs import checker_failures, compliance, mllog_events, run_train
+from train_runs import checker_failures, compliance, lines_after_last_log_line, mllog_events, run_merged, run_train
 
 LOW_TARGET = ("MLPERF.MIN_BBOX_MAP", "0.0", "MLPERF.MIN_SEGM_MAP", "0.0")
 
@@ -50,10 +50,11 @@ def test_not_converged_run_is_aborted_and_fails_checker(tiny_data, tmp_path):
 @pytest.mark.slow
 def test_nan_loss_aborts_with_clear_message(tiny_data, tmp_path):
     out = str(tmp_path)
-    r = run_train(tiny_data, out, "SOLVER.MAX_ITER", 30, "SOLVER.BASE_LR", "1e12", "SOLVER.WARMUP_ITERS", 0,
-                  "SOLVER.CLIP_GRAD_NORM", 0.0)
-    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "non-finite loss at iteration" in r.stderr
+    r = run_merged(tiny_data, out, "SOLVER.MAX_ITER", 30, "SOLVER.BASE_LR", "1e12", "SOLVER.WARMUP_ITERS", 0,
+                   "SOLVER.CLIP_GRAD_NORM", 0.0)
+    assert r.returncode == 2, r.stdout[-3000:]
+    tail = lines_after_last_log_line(r.stdout)
+    assert len(tail) == 1 and tail[0].startswith("error: non-finite loss at iteration"), tail
     stops = [e for e in mllog_events(r.stdout) if e["key"] == "run_stop"]
     assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"
 
@@ -65,11 +66,11 @@ def test_nan_loss_aborts_with_clear_message(tiny_data, tmp_path):
 ])
 @pytest.mark.slow
 def test_bad_input_gives_one_clear_error_line(tiny_data, tmp_path, opts, needle):
-    r = run_train(tiny_data, str(tmp_path), "SOLVER.MAX_ITER", 2, *opts)
+    r = run_merged(tiny_data, str(tmp_path), "SOLVER.MAX_ITER", 2, *opts)
     assert r.returncode == 1
-    err = [line for line in r.stderr.splitlines() if line.strip()]
-    assert err and err[-1].startswith("error: ") and needle in err[-1], r.stderr[-2000:]
-    assert "Traceback" not in r.stderr
+    tail = lines_after_last_log_line(r.stdout)
+    assert len(tail) == 1 and tail[0].startswith("error: ") and needle in tail[0], r.stdout[-2000:]
+    assert "Traceback" not in r.stdout
 
 
 @pytest.mark.slow
@@ -82,11 +83,11 @@ def test_corrupt_training_image_is_named(tiny_data, tmp_path):
     victim.write_bytes(b"\xff\xd8\xff\xe0 truncated")
     out = tmp_path / "out"
     out.mkdir()
-    r = run_train(str(data), str(out), "SOLVER.MAX_ITER", 20, "SOLVER.IMS_PER_BATCH", 4,
-                  "DATALOADER.NUM_WORKERS", 1)
-    assert r.returncode == 1, r.stderr[-2000:]
-    err = [line for line in r.stderr.splitlines() if line.strip()]
-    assert err[-1].startswith("error: image file") and victim.name in err[-1] and "corrupt" in err[-1]
-    assert "Traceback" not in r.stderr
+    r = run_merged(str(data), str(out), "SOLVER.MAX_ITER", 20, "SOLVER.IMS_PER_BATCH", 4,
+                   "DATALOADER.NUM_WORKERS", 1)
+    assert r.returncode == 1, r.stdout[-2000:]
+    tail = lines_after_last_log_line(r.stdout)
+    assert len(tail) == 1 and tail[0].startswith("error: image file") and victim.name in tail[0], tail
+    assert "corrupt" in tail[0] and "Traceback" not in r.stdout
     stops = [e for e in mllog_events(r.stdout) if e["key"] == "run_stop"]
     assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"

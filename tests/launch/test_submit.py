@@ -51,10 +51,10 @@ def test_local_submit_collects_compliant_log(tmp_path):
 
 @pytest.mark.slow
 def test_local_submit_reports_failure(tmp_path):
-    r = run_submit(tmp_path, "--env", "FAKE_TRAIN_EXIT=3")
+    r = run_submit(tmp_path, "--env", "FAKE_TRAIN_EXIT=7")  # a crash (3, "not converged", is every rank's together)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "FAILED" in r.stdout and "0/1 runs succeeded" in r.stdout
-    assert "training exited with code 3" in (tmp_path / "res" / "run_0" / "node0.log").read_text()
+    assert "training exited with code 7" in (tmp_path / "res" / "run_0" / "node0.log").read_text()
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from ...structures.bounding_box import BoxList
+from ...structures.image_list import RawImage
 from ...utils.errors import UserError
 from ...structures.segmentation_mask import SegmentationMask
 
@@ -178,7 +179,7 @@ class COCODataset(torch.utils.data.Dataset):
     ``__getitem__`` returns ``(image, BoxList target with labels and masks, index)``.
     """
 
-    def __init__(self, ann_file, root, remove_images_without_annotations, transforms=None):
+    def __init__(self, ann_file, root, remove_images_without_annotations, transforms=None, hybrid=False):
         if not os.path.isfile(ann_file):
             raise DatasetError(f"annotation file '{ann_file}' does not exist")
         if not os.path.isdir(root):
@@ -187,6 +188,7 @@ class COCODataset(torch.utils.data.Dataset):
         self.ann_file = ann_file
         self.root = root
         self.transforms = transforms
+        self.hybrid = hybrid  # decode only; the device resizes, flips and normalizes (DATALOADER.HYBRID)
         ids = sorted(self.coco.imgs.keys())
         if remove_images_without_annotations:
             ids = [i for i in ids if has_valid_annotation(self.coco.imgToAnns.get(i, []))]
@@ -231,13 +233,44 @@ class COCODataset(torch.utils.data.Dataset):
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 with Image.open(path) as img:
                     check_image_size(path, img.size, info)
-                    return img.convert("RGB")
+                    img.load()
+                    return img if img.mode == "RGB" else img.convert("RGB")
         except FileNotFoundError:
             raise DatasetError(f"image file '{path}' does not exist") from None
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
             raise DatasetError(f"image file '{path}' is a decompression bomb (refused): {e}") from None
         except (UnidentifiedImageError, OSError, SyntaxError) as e:
             raise DatasetError(f"image file '{path}' is corrupt or not an image: {e}") from None
+
+    def _load_raw(self, index):
+        """The hybrid path's image: the file's bytes decoded to ``uint8`` RGB by torchvision (libjpeg-turbo;
+        grayscale and CMYK converted, PNG too), after the same header checks as :meth:`_load_image`."""
+        from torchvision.io import ImageReadMode, decode_image
+
+        path = self.image_path(index)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise DatasetError(f"image file '{path}' does not exist") from None
+        except OSError as e:
+            raise DatasetError(f"image file '{path}' cannot be read: {e.strerror}") from None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                with Image.open(io.BytesIO(data)) as header:  # reads the header only
+                    size = header.size
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+            raise DatasetError(f"image file '{path}' is a decompression bomb (refused): {e}") from None
+        except (UnidentifiedImageError, OSError, SyntaxError) as e:
+            raise DatasetError(f"image file '{path}' is corrupt or not an image: {e}") from None
+        check_image_size(path, size, self.get_img_info(index))
+        try:
+            pixels = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+        except (RuntimeError, ValueError) as e:
+            raise DatasetError(f"image file '{path}' is corrupt or not an image: {str(e).splitlines()[0]}") \
+                from None
+        return RawImage(pixels)
 
     def _segmentation(self, anno, width, height):
         """Polygons when every instance has them, else bitmaps (RLE instances decoded).
@@ -288,7 +321,7 @@ class COCODataset(torch.utils.data.Dataset):
             index, seed = index
             rng = random.Random(seed)
         img_id = self.ids[index]
-        img = self._load_image(index)
+        img = self._load_raw(index) if self.hybrid else self._load_image(index)
         width, height = img.size
         anno = _instances(self.coco.imgToAnns.get(img_id, []))
         boxes = torch.as_tensor([a["bbox"] for a in anno], dtype=torch.float32).reshape(-1, 4)

@@ -1,1 +1,2 @@
-from .transforms import Compose, Normalize, RandomHorizontalFlip, Resize, ToTensor, build_transforms  # noqa: F401
+from .transforms import (Compose, Normalize, RandomHorizontalFlip, Resize, ToNormalizedTensor,  # noqa: F401
+                         ToTensor, build_transforms)

@@ -1,0 +1,199 @@
+"""The hybrid input path (decode in the worker; resize, flip, normalize and pad on the device, batched) against the
+reference path (PIL in the worker), which is the oracle: same images, same random draws, same pixels.
+
+PIL itself is the oracle of the resize: ``pil_resize`` reimplements Pillow's bilinear resampling (coefficients,
+22-bit fixed point, horizontal pass then vertical, uint8 after each) and must give Pillow's bytes. Pillow 12+
+runs the vertical pass first for some reductions of the height, which rounds differently (by at most one level);
+the MLPerf COCO case only enlarges (640x480 -> 1066x800), where the two are identical.
+"""
+import random
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from helpers import bomb_png
+from maskrcnn_benchmark.config import get_cfg
+from maskrcnn_benchmark.data.datasets import COCODataset, DatasetError
+from maskrcnn_benchmark.data.transforms import build_transforms
+from maskrcnn_benchmark.data.transforms.device import DeviceTransform, pil_resize
+from maskrcnn_benchmark.modeling.roi_heads.mask_head.loss import project_masks_on_boxes
+from maskrcnn_benchmark.structures import BoxList, RawImageBatch, to_image_list
+from maskrcnn_benchmark.synthetic.coco_like import write_coco_like
+
+
+def _pil(arr, out_hw, flip):
+    im = Image.fromarray(arr).resize((out_hw[1], out_hw[0]), Image.BILINEAR)
+    return np.asarray(im.transpose(Image.FLIP_LEFT_RIGHT) if flip else im)
+
+
+def _batch(arrays):
+    h, w = max(a.shape[0] for a in arrays), max(a.shape[1] for a in arrays)
+    batch = torch.zeros((len(arrays), 3, h, w), dtype=torch.uint8)
+    for b, a in zip(batch, arrays):
+        b[:, : a.shape[0], : a.shape[1]] = torch.from_numpy(a).permute(2, 0, 1)
+    return batch
+
+
+def test_pil_resize_is_pillows_bilinear_resize_bit_for_bit():
+    """Enlarging (any aspect) and every resize Pillow does horizontal pass first, flips included, in one batch
+    of images of different sizes."""
+    rng = np.random.default_rng(0)
+    cases = [((480, 640), (800, 1066)), ((640, 480), (1066, 800)), ((427, 640), (800, 1199)), ((96, 96), (96, 96)),
+             ((37, 53), (91, 200)), ((120, 30), (121, 333)), ((50, 180), (20, 90)), ((200, 200), (100, 100)),
+             ((300, 80), (301, 81))]
+    arrays = [(rng.random((h, w, 3)) * 255).astype(np.uint8) for (h, w), _ in cases]
+    flips = [i % 2 == 1 for i in range(len(cases))]
+    out = pil_resize(_batch(arrays), [c[0] for c in cases], [c[1] for c in cases], flips)
+    for k, ((_, (ho, wo)), arr) in enumerate(zip(cases, arrays)):
+        got = out[k, :, :ho, :wo].permute(1, 2, 0).numpy()
+        assert np.array_equal(got, _pil(arr, (ho, wo), flips[k])), cases[k]
+
+
+def test_pil_resize_when_pillow_runs_the_vertical_pass_first():
+    """Reducing the height while enlarging the width: Pillow may run the vertical pass first; the rounding
+    between the passes then differs by at most one level in some pixels."""
+    rng = np.random.default_rng(1)
+    errors = []
+    for (hi, wi), (ho, wo) in [((252, 85), (59, 152)), ((205, 139), (52, 194)), ((250, 261), (219, 309))]:
+        arr = (rng.random((hi, wi, 3)) * 255).astype(np.uint8)
+        got = pil_resize(_batch([arr]), [(hi, wi)], [(ho, wo)])[0, :, :ho, :wo].permute(1, 2, 0).numpy()
+        errors.append(np.abs(got.astype(int) - _pil(arr, (ho, wo), False)))
+    assert max(e.max() for e in errors) <= 1
+    assert max(e.mean() for e in errors) < 0.35
+
+
+@pytest.fixture(scope="module")
+def coco_like(tmp_path_factory):
+    root = tmp_path_factory.mktemp("coco_like")
+    image_dir, ann_file = write_coco_like(str(root), num_images=6, seed=4)
+    return image_dir, ann_file
+
+
+def _cfg(train):
+    cfg = get_cfg()
+    cfg.INPUT.MIN_SIZE_TRAIN = (640, 672, 704, 736, 768, 800) if train else (800,)
+    cfg.DATALOADER.SIZE_DIVISIBILITY = 32
+    return cfg
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_hybrid_equals_the_reference_path_on_coco_sized_images(coco_like, train):
+    """The same images and augmentation seeds through both paths: every normalized pixel (padding included),
+    every box and every 28x28 mask target are equal."""
+    image_dir, ann_file = coco_like
+    cfg = _cfg(train)
+    reference = COCODataset(ann_file, image_dir, train, build_transforms(cfg, train))
+    hybrid = COCODataset(ann_file, image_dir, train, build_transforms(cfg, train), hybrid=True)
+    items = [(i, 1000 + i) if train else i for i in range(len(reference))]
+    ref = [reference[i] for i in items]
+    hyb = [hybrid[i] for i in items]
+    if train:
+        assert {bool(raw.flip) for raw, _, _ in hyb} == {False, True}  # both branches of the flip are covered
+        assert len({raw.image_size for raw, _, _ in hyb}) > 2          # and several sizes
+    expected = to_image_list([img for img, _, _ in ref], 32)
+    got = DeviceTransform.from_config(cfg)(RawImageBatch.from_raw([raw for raw, _, _ in hyb]))
+    assert got.image_sizes == expected.image_sizes
+    assert got.tensors.shape == expected.tensors.shape
+    error = (got.tensors - expected.tensors).abs()
+    assert float(error.max()) == 0.0 and float(error.mean()) == 0.0
+    for (_, t_ref, _), (_, t_hyb, _) in zip(ref, hyb):
+        assert t_ref.size == t_hyb.size
+        assert float((t_ref.bbox - t_hyb.bbox).abs().max()) <= 1e-4
+        proposals = BoxList(t_ref.bbox + torch.tensor([-3.0, 2.0, 4.0, -1.0]), t_ref.size)
+        assert torch.equal(project_masks_on_boxes(t_ref.get_field("masks"), proposals, 28),
+                           project_masks_on_boxes(t_hyb.get_field("masks"), proposals, 28))
+
+
+def _dataset_with(tmp_path, content):
+    """A one-image COCO dataset whose image file holds ``content`` (bytes or a PIL image to save)."""
+    image_dir, ann_file = write_coco_like(str(tmp_path), num_images=1, seed=9)
+    path = f"{image_dir}/000000000001.jpg"
+    if isinstance(content, bytes):
+        with open(path, "wb") as f:
+            f.write(content)
+    elif content is not None:
+        fmt, image = content
+        image.save(path, format=fmt)
+    return image_dir, ann_file, path
+
+
+@pytest.mark.parametrize("content,needle", [
+    (b"", "corrupt or not an image"),
+    (b"\xff\xd8\xff\xe0 truncated", "corrupt or not an image"),
+    (bomb_png(), "decompression bomb"),
+])
+def test_bad_files_are_one_line_naming_the_file(tmp_path, content, needle):
+    image_dir, ann_file, path = _dataset_with(tmp_path, content)
+    for hybrid in (False, True):
+        ds = COCODataset(ann_file, image_dir, True, build_transforms(_cfg(True), True), hybrid=hybrid)
+        with pytest.raises(DatasetError) as e:
+            ds[0]
+        assert path in str(e.value) and needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_missing_file_is_named_when_the_dataset_is_built(tmp_path):
+    import os
+
+    image_dir, ann_file, path = _dataset_with(tmp_path, None)
+    os.unlink(path)
+    with pytest.raises(DatasetError) as e:
+        COCODataset(ann_file, image_dir, True, build_transforms(_cfg(True), True), hybrid=True)
+    assert path in str(e.value) and "does not exist" in str(e.value)
+
+
+def test_a_truncated_jpeg_decodes_as_pil_does_or_is_named(tmp_path):
+    """A JPEG cut in the middle of its data: both decoders may fill the rest; what they give must agree."""
+    image_dir, ann_file, path = _dataset_with(tmp_path, None)
+    data = open(path, "rb").read()
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 2])
+    cfg = _cfg(False)
+    outcomes = []
+    for hybrid in (False, True):
+        ds = COCODataset(ann_file, image_dir, False, build_transforms(cfg, False), hybrid=hybrid)
+        try:
+            outcomes.append(ds[0][0])
+        except DatasetError as e:
+            assert path in str(e) and "\n" not in str(e)
+            outcomes.append(None)
+    assert outcomes[0] is None and outcomes[1] is None or outcomes[0] is not None and outcomes[1] is not None
+
+
+@pytest.mark.parametrize("mode,fmt", [("L", "JPEG"), ("CMYK", "JPEG"), ("RGB", "PNG")])
+def test_grayscale_cmyk_and_png_are_converted_like_the_reference(tmp_path, mode, fmt):
+    rng = np.random.default_rng(5)
+    image = Image.fromarray((rng.random((640, 480, 3)) * 255).astype(np.uint8)).convert(mode)  # image 1: 480x640
+    image_dir, ann_file, _ = _dataset_with(tmp_path, (fmt, image))
+    cfg = _cfg(False)
+    ref = COCODataset(ann_file, image_dir, False, build_transforms(cfg, False))[0][0]
+    raw = COCODataset(ann_file, image_dir, False, build_transforms(cfg, False), hybrid=True)[0][0]
+    got = DeviceTransform.from_config(cfg)(RawImageBatch.from_raw([raw]))
+    expected = to_image_list([ref], 32)
+    assert torch.equal(got.tensors, expected.tensors)
+
+
+def test_the_device_transform_pads_with_zeros_like_to_image_list():
+    cfg = _cfg(False)
+    arrays = [np.full((30, 40, 3), 200, np.uint8), np.full((50, 20, 3), 10, np.uint8)]
+    raw = RawImageBatch(_batch(arrays), [(30, 40), (50, 20)], [(45, 60), (50, 20)], [False, True])
+    out = DeviceTransform.from_config(cfg)(raw)
+    assert out.tensors.shape == (2, 3, 64, 64) and out.image_sizes == [(45, 60), (50, 20)]
+    assert (out.tensors[0, :, 45:] == 0).all() and (out.tensors[0, :, :, 60:] == 0).all()
+    assert (out.tensors[1, :, :, 20:] == 0).all()
+    assert torch.allclose(out.tensors[0, :, 0, 0], torch.tensor([200.0, 200.0, 200.0]) - torch.tensor(
+        cfg.INPUT.PIXEL_MEAN))
+
+
+def test_random_draws_are_the_same_on_both_paths():
+    """The hybrid transforms draw the size and the flip as the reference does, from the sample's own seed."""
+    cfg = _cfg(True)
+    reference, hybrid = build_transforms(cfg, True), build_transforms(cfg, True)
+    from maskrcnn_benchmark.structures import RawImage
+
+    for seed in range(20):
+        image = Image.new("RGB", (640, 480))
+        img, _ = reference(image, None, random.Random(seed))
+        raw, _ = hybrid(RawImage(torch.zeros((3, 480, 640), dtype=torch.uint8)), None, random.Random(seed))
+        assert raw.image_size == (img.shape[1], img.shape[2])
