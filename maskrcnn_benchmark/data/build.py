@@ -7,7 +7,7 @@ import torch
 from ..utils import comm
 from ..utils.errors import ConfigError
 from ..utils.imports import load_catalog
-from ..utils.processes import die_with_parent
+from ..utils.processes import die_with_parent, keep_freed_memory
 from . import datasets as D
 from .collate_batch import BatchCollator
 from .device_loader import DeviceLoader
@@ -20,8 +20,10 @@ logger = logging.getLogger(__name__)
 
 def _worker_init(worker_id):
     """A loader worker never outlives its process: if that is killed (SIGKILL included) the kernel ends the
-    worker too, instead of leaving it re-parented to PID 1 on a cluster node."""
+    worker too, instead of leaving it re-parented to PID 1 on a cluster node. It keeps freed memory for the next
+    image (:func:`~maskrcnn_benchmark.utils.processes.keep_freed_memory`)."""
     die_with_parent()
+    keep_freed_memory()
 
 
 def _catalog_entries(cfg, names, is_train):

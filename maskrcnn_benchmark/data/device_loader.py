@@ -21,6 +21,10 @@ def _record_stream(obj, stream):
         if obj.is_cuda:
             obj.record_stream(stream)
         return
+    if isinstance(obj, RawImageBatch):
+        for t in obj.images:
+            _record_stream(t, stream)
+        return
     tensors = getattr(obj, "tensors", None)
     if isinstance(tensors, torch.Tensor):
         _record_stream(tensors, stream)

@@ -68,33 +68,36 @@ class RawImage:
 
 
 class RawImageBatch:
-    """The raw images of a batch, zero padded into one ``uint8`` tensor ``(N, 3, H, W)``: what the hybrid path
-    copies to the device (pinned, so the copy is asynchronous), where
-    :class:`~maskrcnn_benchmark.data.transforms.device.DeviceTransform` resizes, flips and normalizes them.
-    ``input_sizes``: each image's ``(h, w)`` in ``tensors``; ``image_sizes``: its ``(h, w)`` after the resize."""
+    """The raw images of a batch, as the hybrid path moves them to the device: a list of ``uint8`` ``(3, h, w)``
+    tensors (pinned by the DataLoader on CUDA, so each copy is asynchronous; padding them into one tensor is the
+    device's work, not the loader worker's). ``input_sizes``: each image's ``(h, w)``; ``image_sizes``: its
+    ``(h, w)`` after the resize; ``flips``: whether it is flipped. :class:`~maskrcnn_benchmark.data.transforms.
+    device.DeviceTransform` turns it into the normalized :class:`ImageList`."""
 
-    def __init__(self, tensors, input_sizes, image_sizes, flips):
-        self.tensors = tensors
-        self.input_sizes = [tuple(int(v) for v in s) for s in input_sizes]
+    def __init__(self, images, image_sizes, flips):
+        self.images = list(images)
+        self.input_sizes = [tuple(int(v) for v in t.shape[-2:]) for t in self.images]
         self.image_sizes = [tuple(int(v) for v in s) for s in image_sizes]
         self.flips = [bool(f) for f in flips]
 
     @classmethod
     def from_raw(cls, images):
-        h = max(int(r.tensor.shape[-2]) for r in images)
-        w = max(int(r.tensor.shape[-1]) for r in images)
-        batch = images[0].tensor.new_zeros((len(images), 3, h, w))
-        for r, pad in zip(images, batch):
-            pad[:, : r.tensor.shape[-2], : r.tensor.shape[-1]].copy_(r.tensor)
-        return cls(batch, [tuple(r.tensor.shape[-2:]) for r in images], [r.image_size for r in images],
-                   [r.flip for r in images])
+        return cls([r.tensor for r in images], [r.image_size for r in images], [r.flip for r in images])
+
+    @property
+    def tensors(self):
+        """The images zero padded into one ``(N, 3, H, W)`` tensor, on their device."""
+        h = max(s[0] for s in self.input_sizes)
+        w = max(s[1] for s in self.input_sizes)
+        return torch.stack([torch.nn.functional.pad(t, (0, w - t.shape[-1], 0, h - t.shape[-2]))
+                            for t in self.images])
 
     def to(self, device, non_blocking=False):
-        return RawImageBatch(self.tensors.to(device, non_blocking=non_blocking), self.input_sizes, self.image_sizes,
+        return RawImageBatch([t.to(device, non_blocking=non_blocking) for t in self.images], self.image_sizes,
                              self.flips)
 
     def pin_memory(self):
-        return RawImageBatch(self.tensors.pin_memory(), self.input_sizes, self.image_sizes, self.flips)
+        return RawImageBatch([t.pin_memory() for t in self.images], self.image_sizes, self.flips)
 
     def __len__(self):
         return len(self.image_sizes)

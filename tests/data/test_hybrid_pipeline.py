@@ -177,7 +177,7 @@ def test_grayscale_cmyk_and_png_are_converted_like_the_reference(tmp_path, mode,
 def test_the_device_transform_pads_with_zeros_like_to_image_list():
     cfg = _cfg(False)
     arrays = [np.full((30, 40, 3), 200, np.uint8), np.full((50, 20, 3), 10, np.uint8)]
-    raw = RawImageBatch(_batch(arrays), [(30, 40), (50, 20)], [(45, 60), (50, 20)], [False, True])
+    raw = RawImageBatch([torch.from_numpy(a).permute(2, 0, 1) for a in arrays], [(45, 60), (50, 20)], [False, True])
     out = DeviceTransform.from_config(cfg)(raw)
     assert out.tensors.shape == (2, 3, 64, 64) and out.image_sizes == [(45, 60), (50, 20)]
     assert (out.tensors[0, :, 45:] == 0).all() and (out.tensors[0, :, :, 60:] == 0).all()
@@ -197,3 +197,34 @@ def test_random_draws_are_the_same_on_both_paths():
         img, _ = reference(image, None, random.Random(seed))
         raw, _ = hybrid(RawImage(torch.zeros((3, 480, 640), dtype=torch.uint8)), None, random.Random(seed))
         assert raw.image_size == (img.shape[1], img.shape[2])
+
+
+class _CountingLoader:
+    def __init__(self, batches):
+        self.batches, self.passes, self.dataset = batches, 0, None
+
+    def __iter__(self):
+        self.passes += 1
+        return iter(self.batches)
+
+    def __len__(self):
+        return len(self.batches)
+
+
+def test_the_device_loader_transforms_raw_batches_and_can_keep_them():
+    from maskrcnn_benchmark.data.device_loader import DeviceLoader
+
+    cfg = _cfg(False)
+    images = [torch.full((3, 30, 40), 100, dtype=torch.uint8), torch.full((3, 30, 40), 50, dtype=torch.uint8)]
+    raw = RawImageBatch(images, [(60, 80), (60, 80)], [False, False])
+    target = BoxList(torch.tensor([[1.0, 2.0, 10.0, 12.0]]), (80, 60))
+    source = _CountingLoader([(raw, (target, target), (0, 1))])
+    loader = DeviceLoader(source, "cpu", DeviceTransform.from_config(cfg), cache=True)
+    first = list(loader)
+    second = list(loader)
+    assert source.passes == 1  # the second pass came from the kept device batches
+    for (imgs, targets, ids) in (first[0], second[0]):
+        assert imgs.tensors.shape == (2, 3, 64, 96) and ids == (0, 1)
+        assert torch.allclose(imgs.tensors[0, 0, 0, 0], torch.tensor(100.0 - cfg.INPUT.PIXEL_MEAN[0]))
+        assert torch.equal(targets[0].bbox, target.bbox)
+    assert torch.equal(first[0][0].tensors, second[0][0].tensors)

@@ -91,3 +91,23 @@ def test_corrupt_training_image_is_named(tiny_data, tmp_path):
     assert "corrupt" in tail[0] and "Traceback" not in r.stdout
     stops = [e for e in mllog_events(r.stdout) if e["key"] == "run_stop"]
     assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"
+
+
+@pytest.mark.slow
+def test_hybrid_and_reference_paths_train_to_the_same_weights(tiny_data, tmp_path):
+    """Six iterations with random sizes 80-112 (enlarging and reducing the 96x96 images), flips and a loader
+    worker: the hybrid path (decode in the worker, the rest batched on the device) gives bitwise the weights of
+    the reference path (PIL in the worker)."""
+    import torch
+
+    weights = {}
+    for hybrid in ("False", "True"):
+        out = tmp_path / hybrid
+        out.mkdir()
+        r = run_train(tiny_data, str(out), "SOLVER.MAX_ITER", 6, "SOLVER.IMS_PER_BATCH", 4, "DATALOADER.NUM_WORKERS",
+                      1, "INPUT.MIN_SIZE_TRAIN", "(80,96,112)", "INPUT.MAX_SIZE_TRAIN", 128, "SAVE_CHECKPOINTS",
+                      True, "SOLVER.CHECKPOINT_PERIOD", 0, "PER_EPOCH_EVAL", False, "DATALOADER.HYBRID", hybrid,
+                      "MLPERF.MIN_BBOX_MAP", 1.0, "MLPERF.MIN_SEGM_MAP", 1.0, extra_args=("--sync-eval",))
+        assert r.returncode == 3, r.stdout[-2000:] + r.stderr[-2000:]
+        weights[hybrid] = torch.load(out / "model_final.pth", weights_only=True)["model"]
+    assert [k for k in weights["False"] if not torch.equal(weights["False"][k], weights["True"][k])] == []

@@ -133,7 +133,7 @@ class DeviceTransform:
     def __call__(self, batch):
         from ...structures.image_list import ImageList
 
-        raw = batch.tensors
+        raw = batch.tensors  # padded here, on the device
         device = raw.device
         resized = pil_resize(raw, batch.input_sizes, batch.image_sizes, batch.flips)
         x = resized.to(torch.float32)
