@@ -79,7 +79,8 @@ def _other_decoders():
         from nvidia.dali import fn as dali_fn
         from nvidia.dali import pipeline_def, types
 
-        @pipeline_def(batch_size=1, num_threads=1, device_id=None)
+        @pipeline_def(batch_size=1, num_threads=1, device_id=None, exec_async=False, exec_pipelined=False,
+                      prefetch_queue_depth=1)
         def _decode():
             jpegs = dali_fn.external_source(name="jpegs", dtype=types.UINT8)
             return dali_fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)

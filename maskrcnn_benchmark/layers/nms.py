@@ -41,3 +41,19 @@ def batched_nms(boxes, scores, idxs, iou_threshold):
         kept.append(members[_tv_nms(legacy[members], scores[members], thr)])
     keep = torch.cat(kept)
     return keep[torch.sort(scores[keep], descending=True, stable=True).indices]
+
+
+@torch.library.custom_op("maskrcnn::batched_nms_keep", mutates_args=())
+def batched_nms_keep(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor, iou_threshold: float) -> torch.Tensor:
+    """:func:`batched_nms` as a mask: ``keep (M,) bool``. The kept set is data-dependent but the output has the
+    input's length, so ``torch.compile`` traces it as one opaque op with a static shape (no graph break); inside,
+    it runs eagerly. Candidates with score ``-inf`` come last in every group, so they suppress no real box."""
+    keep = torch.zeros(boxes.shape[0], dtype=torch.bool, device=boxes.device)
+    if boxes.shape[0]:
+        keep[batched_nms(boxes, scores, idxs, iou_threshold)] = True
+    return keep
+
+
+@batched_nms_keep.register_fake
+def _(boxes, scores, idxs, iou_threshold):
+    return boxes.new_empty((boxes.shape[0],), dtype=torch.bool)

@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 from ..layers import ROIAlign
+from ..layers.roi_align import multilevel_roi_align
 from ..structures.bounding_box import TO_REMOVE
 
 
@@ -29,13 +30,16 @@ class LevelMapper:
 class Pooler(nn.Module):
     """Multi-level ROIAlign: each ROI is pooled from its FPN level.
 
-    ROIs are grouped by level with one sort and one host sync (the level counts), then each level is
-    pooled on a contiguous slice, instead of a ``nonzero`` per level.
+    One op for all levels (:func:`~maskrcnn_benchmark.layers.roi_align.multilevel_roi_align`): inside, the ROIs are
+    grouped by level with one sort and pooled on contiguous slices; outside, its output shape is fixed, so a
+    compiled step sees one node, not a graph break per level.
     """
 
     def __init__(self, output_size, scales, sampling_ratio):
         super().__init__()
         self.output_size = output_size if isinstance(output_size, (tuple, list)) else (output_size, output_size)
+        self.scales = [float(s) for s in scales]
+        self.sampling_ratio = int(sampling_ratio)
         self.poolers = nn.ModuleList(ROIAlign(self.output_size, s, sampling_ratio) for s in scales)
         lvl_min = -math.log2(scales[0])
         lvl_max = -math.log2(scales[-1])
@@ -45,19 +49,9 @@ class Pooler(nn.Module):
         """``features``: list of ``(N, C, H, W)`` maps; ``rois``: ``(K, 5)`` (batch index, x1, y1, x2, y2)."""
         if len(self.poolers) == 1:
             return self.poolers[0](features[0], rois)
+        if self.output_size[0] != self.output_size[1]:
+            raise ValueError("the multi-level pooler needs a square output size")
         levels = self.map_levels(rois[:, 1:])
-        order = torch.argsort(levels)
-        counts = torch.bincount(levels + 1, minlength=len(self.poolers) + 1).tolist()  # bin 0: no level
-        sorted_rois = rois[order]
-        x = features[0]
-        out = x.new_zeros((rois.shape[0], x.shape[1]) + tuple(self.output_size))
-        pooled = []
-        start = counts.pop(0)
-        order = order[start:]
-        for level, (count, pooler) in enumerate(zip(counts, self.poolers)):
-            if count:
-                pooled.append(pooler(features[level], sorted_rois[start:start + count]).to(out.dtype))
-            start += count
-        if pooled:
-            out[order] = torch.cat(pooled) if len(pooled) > 1 else pooled[0]
-        return out
+        out = multilevel_roi_align(list(features[: len(self.poolers)]), rois, levels, self.output_size[0],
+                                   self.scales, self.sampling_ratio)
+        return out.to(features[0].dtype)

@@ -5,17 +5,25 @@ import torch
 
 
 class ImageList:
-    """``tensors`` is ``(N, C, H, W)``, zero padded at the bottom/right; ``image_sizes`` holds each ``(h, w)``."""
+    """``tensors`` is ``(N, C, H, W)``, zero padded at the bottom/right; ``image_sizes`` holds each ``(h, w)``.
 
-    def __init__(self, tensors, image_sizes):
+    ``sizes`` is the same as an ``(N, 2)`` float tensor on the images' device: what the training step reads, so
+    that a compiled step sees a tensor input, not Python numbers it would have to specialize on."""
+
+    def __init__(self, tensors, image_sizes, sizes=None):
         self.tensors = tensors
         self.image_sizes = [tuple(int(v) for v in s) for s in image_sizes]
+        if sizes is None:
+            sizes = torch.tensor(self.image_sizes, dtype=torch.float32).reshape(-1, 2)
+            sizes = sizes.to(tensors.device) if isinstance(tensors, torch.Tensor) else sizes
+        self.sizes = sizes
 
     def to(self, device, non_blocking=False):
-        return ImageList(self.tensors.to(device, non_blocking=non_blocking), self.image_sizes)
+        return ImageList(self.tensors.to(device, non_blocking=non_blocking), self.image_sizes,
+                         self.sizes.to(device, non_blocking=non_blocking))
 
     def pin_memory(self):
-        return ImageList(self.tensors.pin_memory(), self.image_sizes)
+        return ImageList(self.tensors.pin_memory(), self.image_sizes, self.sizes.pin_memory())
 
     def __len__(self):
         return len(self.image_sizes)

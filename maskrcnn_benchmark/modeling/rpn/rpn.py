@@ -10,13 +10,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...layers import batched_nms
+from ...layers.nms import batched_nms_keep
 from ...structures.bounding_box import TO_REMOVE, BoxList
+from ...structures.target_batch import TargetBatch
 from ..balanced_positive_negative_sampler import BalancedPositiveNegativeSampler
 from ..box_coder import BoxCoder
 from ..matcher import Matcher, batched_iou
 from ..registry import RPN_HEADS
-from ..utils import image_sizes_tensor, pad_boxes, rank_within_groups
+from ..utils import image_sizes_tensor
 from .anchor_generator import AnchorGenerator
 
 
@@ -64,6 +65,35 @@ def clip_boxes(boxes, hw):
                         boxes[..., 2].clamp(zero, w), boxes[..., 3].clamp(zero, h)), dim=-1)
 
 
+class Proposals:
+    """The proposals of a batch in fixed-shape tensors: ``boxes (N, P, 4)``, ``objectness (N, P)`` (the
+    probability), ``valid (N, P)``. The valid entries of each image come first, in the reference's order."""
+
+    def __init__(self, boxes, objectness, valid):
+        self.boxes, self.objectness, self.valid = boxes, objectness, valid
+
+    def to_boxlists(self, image_sizes_list):
+        """One BoxList per image (``objectness`` field), the valid entries only (a host sync)."""
+        counts = self.valid.sum(1).tolist()
+        out = []
+        for i, ((h, w), c) in enumerate(zip(image_sizes_list, counts)):
+            b = BoxList(self.boxes[i, :c], (w, h), mode="xyxy")
+            b.add_field("objectness", self.objectness[i, :c])
+            out.append(b)
+        return out
+
+
+def _compact(values, chosen, capacity, fill=0.0):
+    """Move the chosen entries of each row of ``values (N, M, ...)`` to its front, in order, into ``capacity``
+    slots: a scatter with static shapes (``chosen (N, M)`` bool)."""
+    n, m = chosen.shape
+    position = torch.cumsum(chosen.to(torch.int64), 1) - 1
+    target = torch.where(chosen, position, torch.full_like(position, capacity))  # unchosen: a spill slot
+    out = values.new_full((n, capacity + 1) + tuple(values.shape[2:]), fill)
+    index = target.view(n, m, *([1] * (values.dim() - 2))).expand_as(values)
+    return out.scatter(1, index, values)[:, :capacity]
+
+
 class RPNPostProcessor:
     """Proposals from the RPN outputs, with the reference's selection, order and numerics.
 
@@ -72,8 +102,11 @@ class RPNPostProcessor:
     Then ``fpn_post_nms_top_n``: over the whole batch in training when ``per_batch`` (the survivors stay in
     level order, unsorted, as the reference's boolean-mask selection leaves them), otherwise per image, sorted by
     probability. In training the ground-truth boxes are appended with objectness 1 (``add_gt_proposals``).
-    ``objectness`` of the output is the probability. Everything runs batched: one top-k per level, one decode,
-    one batched NMS.
+
+    :meth:`select` computes on fixed shapes with no host sync (what a compiled step needs): the candidates of all
+    images and levels stay in one ``(N, K)`` layout, the data-dependent steps are masks (NMS is one opaque op
+    returning a keep mask), and the survivors are compacted to the front of ``P`` slots per image.
+    ``__call__`` returns the reference's per-image BoxLists.
     """
 
     def __init__(self, pre_nms_top_n, post_nms_top_n, nms_thresh, min_size, fpn_post_nms_top_n,
@@ -87,12 +120,13 @@ class RPNPostProcessor:
         self.box_coder = box_coder
 
     @torch.no_grad()
-    def __call__(self, anchors, objectness, box_regression, image_sizes_list, targets=None):
-        device = objectness[0].device
+    def select(self, anchors, objectness, box_regression, sizes, targets=None):
+        """``sizes (N, 2)`` image (height, width); ``targets`` a :class:`TargetBatch` or None. Returns
+        :class:`Proposals` (the ground truth appended after each image's proposals when ``targets``)."""
         n = objectness[0].shape[0]
-        sizes = image_sizes_tensor(image_sizes_list, device)
-        boxes, scores, levels = [], [], []
-        for level, (anc, obj, reg) in enumerate(zip(anchors, objectness, box_regression)):
+        device = objectness[0].device
+        boxes, scores, level_ks = [], [], []
+        for anc, obj, reg in zip(anchors, objectness, box_regression):
             k = min(self.pre_nms_top_n, obj.shape[1])
             # top-k of the probabilities, as the reference: sigmoid saturates, and its ties decide the order
             top_scores, idx = obj.float().sigmoid().topk(k, dim=1, sorted=True)
@@ -100,44 +134,61 @@ class RPNPostProcessor:
             decoded = self.box_coder.decode(deltas, anc[idx])
             boxes.append(clip_boxes(decoded, sizes[:, None, :].expand(-1, k, -1)))
             scores.append(top_scores)
-            levels.append(torch.full((k,), level, dtype=torch.int64, device=device))
-        # Flat layout: image-major, then level, then top-k rank: ascending flat index = the reference's order.
-        boxes = torch.cat(boxes, dim=1).reshape(-1, 4)
-        scores = torch.cat(scores, dim=1).reshape(-1)
-        levels = torch.cat(levels)
-        image_idx = torch.arange(n, device=device).repeat_interleave(levels.numel())
-        groups = image_idx * len(anchors) + levels.repeat(n)
-
-        ws = boxes[:, 2] - boxes[:, 0] + TO_REMOVE
-        hs = boxes[:, 3] - boxes[:, 1] + TO_REMOVE
-        keep = ((ws >= self.min_size) & (hs >= self.min_size)).nonzero().squeeze(1)
-        keep = keep[batched_nms(boxes[keep], scores[keep], groups[keep], self.nms_thresh)].sort().values
-        keep = keep[rank_within_groups(groups[keep]) < self.post_nms_top_n]
-
+            level_ks.append(k)
+        # Layout (N, K): per image, level after level, each level in decreasing probability. Ascending position
+        # within an image = the reference's order.
+        boxes = torch.cat(boxes, dim=1)
+        scores = torch.cat(scores, dim=1)
+        kk = scores.shape[1]
+        levels = torch.cat([torch.full((k,), lvl, dtype=torch.int64, device=device)
+                            for lvl, k in enumerate(level_ks)])
+        ws = boxes[..., 2] - boxes[..., 0] + TO_REMOVE
+        hs = boxes[..., 3] - boxes[..., 1] + TO_REMOVE
+        large = (ws >= self.min_size) & (hs >= self.min_size)
+        groups = torch.arange(n, device=device)[:, None] * len(level_ks) + levels[None, :]
+        keep = batched_nms_keep(boxes.reshape(-1, 4), scores.masked_fill(~large, float("-inf")).reshape(-1),
+                                groups.reshape(-1), self.nms_thresh).view(n, kk) & large
+        # post_nms_top_n per image and level: the candidates of a level are in decreasing probability, so a
+        # survivor's rank is the number of survivors before it in its level
+        rank = torch.cat([torch.cumsum(part.to(torch.int64), 1) - 1 for part in keep.split(level_ks, 1)], 1)
+        keep &= rank < self.post_nms_top_n
         if self.per_batch:
-            k = min(self.fpn_post_nms_top_n, keep.numel())
-            chosen = torch.zeros(keep.numel(), dtype=torch.bool, device=device)
-            chosen[scores[keep].topk(k, sorted=True).indices] = True
-            keep = keep[chosen]
+            k = min(self.fpn_post_nms_top_n, n * kk)
+            masked = scores.masked_fill(~keep, float("-inf")).reshape(-1)
+            top = masked.topk(k, sorted=True)
+            chosen = torch.zeros(n * kk, dtype=torch.bool, device=device)
+            chosen = chosen.scatter(0, top.indices, top.values > float("-inf")).view(n, kk)
+            capacity = min(self.fpn_post_nms_top_n, kk)
+            out_boxes = _compact(boxes, chosen, capacity)
+            out_scores = _compact(scores, chosen, capacity)
+            out_valid = _compact(chosen, chosen, capacity, fill=False)
         else:
             # Per image, by decreasing probability; equal probabilities (sigmoid saturates in float32) keep level
             # and rank order, the same on every device (torch.topk leaves their order to the implementation).
-            keep = keep[torch.sort(scores[keep], descending=True, stable=True).indices]
-            keep = keep[torch.sort(image_idx[keep], stable=True).indices]
-            keep = keep[rank_within_groups(image_idx[keep]) < self.fpn_post_nms_top_n]
+            order = torch.sort(scores.masked_fill(~keep, float("-inf")), dim=1, descending=True, stable=True).indices
+            capacity = min(self.fpn_post_nms_top_n, kk)
+            order = order[:, :capacity]
+            out_boxes = boxes.gather(1, order[..., None].expand(-1, -1, 4))
+            out_scores = scores.gather(1, order)
+            out_valid = keep.gather(1, order)
+        if targets is not None:
+            out_boxes = torch.cat((out_boxes, targets.boxes), 1)
+            out_scores = torch.cat((out_scores, torch.ones_like(targets.boxes[..., 0])), 1)
+            # the ground truth goes right after each image's proposals: compact again
+            both = torch.cat((out_valid, targets.valid), 1)
+            capacity = both.shape[1]
+            out_boxes = _compact(out_boxes, both, capacity)
+            out_scores = _compact(out_scores, both, capacity)
+            out_valid = _compact(both, both, capacity, fill=False)
+        return Proposals(out_boxes, out_scores, out_valid)
 
-        counts = torch.bincount(image_idx[keep], minlength=n).tolist()
-        out = []
-        for i, ((h, w), kept) in enumerate(zip(image_sizes_list, keep.split(counts))):
-            b_boxes, b_scores = boxes[kept], scores[kept]
-            if targets is not None:
-                gt = targets[i].convert("xyxy").bbox.to(device)
-                b_boxes = torch.cat((b_boxes, gt))
-                b_scores = torch.cat((b_scores, torch.ones(len(gt), device=device)))
-            b = BoxList(b_boxes, (w, h), mode="xyxy")
-            b.add_field("objectness", b_scores)
-            out.append(b)
-        return out
+    def __call__(self, anchors, objectness, box_regression, image_sizes_list, targets=None):
+        """The reference's interface: one BoxList per image (``objectness`` field); ``targets`` BoxLists."""
+        device = objectness[0].device
+        sizes = image_sizes_tensor(image_sizes_list, device)
+        if targets is not None and not isinstance(targets, TargetBatch):
+            targets = TargetBatch.from_boxlists(targets, device=device)
+        return self.select(anchors, objectness, box_regression, sizes, targets).to_boxlists(image_sizes_list)
 
 
 def _smooth_l1(diff, beta):
@@ -156,13 +207,17 @@ class RPNLossComputation:
         self.anchor_generator = anchor_generator
 
     @torch.no_grad()
-    def prepare_targets(self, anchors, targets, image_sizes_list):
+    def prepare_targets(self, anchors, targets, sizes):
         """``(labels (N, A), regression_targets (N, A, 4))`` for the concatenated anchors: 1 / 0 / -1 (ignored:
-        between the thresholds, or not inside the unpadded image within STRADDLE_THRESH)."""
+        between the thresholds, or not inside the unpadded image within STRADDLE_THRESH). ``targets``: a
+        :class:`TargetBatch` (or BoxLists); ``sizes``: ``(N, 2)`` (height, width) (or a list of them)."""
         device = anchors.device
-        n = len(targets)
-        gt_boxes, gt_valid, _ = pad_boxes(targets, device=device)
-        sizes = image_sizes_tensor(image_sizes_list, device)
+        if not isinstance(targets, TargetBatch):
+            targets = TargetBatch.from_boxlists(targets, device=device)
+        if not isinstance(sizes, torch.Tensor):
+            sizes = image_sizes_tensor(sizes, device)
+        n = targets.boxes.shape[0]
+        gt_boxes, gt_valid = targets.boxes, targets.valid
         matches = self.matcher(batched_iou(gt_boxes, gt_valid, anchors[None].expand(n, -1, -1)))
         labels = (matches >= 0).float()
         labels[~self.anchor_generator.visibility(anchors, sizes)] = -1
@@ -170,11 +225,11 @@ class RPNLossComputation:
         matched = gt_boxes.gather(1, matches.clamp(min=0)[..., None].expand(-1, -1, 4))
         return labels, self.box_coder.encode(matched, anchors[None].expand(n, -1, -1))
 
-    def __call__(self, anchors, objectness, box_regression, targets, image_sizes_list):
+    def __call__(self, anchors, objectness, box_regression, targets, sizes):
         anchors = torch.cat(anchors)
         objectness = torch.cat(objectness, dim=1)
         box_regression = torch.cat(box_regression, dim=1)
-        labels, targets_reg = self.prepare_targets(anchors, targets, image_sizes_list)
+        labels, targets_reg = self.prepare_targets(anchors, targets, sizes)
         with torch.no_grad():
             pos, neg = self.sampler(labels)
             sampled = pos | neg
@@ -211,17 +266,19 @@ class RPNModule(nn.Module):
             box_coder, self.anchor_generator)
 
     def forward(self, images, features, targets=None):
+        """Training (``targets`` a :class:`TargetBatch`): ``(Proposals, losses)``, fixed shapes, no host sync.
+        Eval: one BoxList of proposals per image."""
         logits, deltas = self.head(features)
         anchors = self.anchor_generator(images, features)
         objectness, box_regression = _flatten_head_outputs(logits, deltas)
         if self.training:
             if targets is None:
                 raise ValueError("targets are required in training mode")
-            boxes = self.box_selector_train(anchors, [o.detach() for o in objectness],
-                                            [b.detach() for b in box_regression], images.image_sizes, targets)
+            proposals = self.box_selector_train.select(anchors, [o.detach() for o in objectness],
+                                                       [b.detach() for b in box_regression], images.sizes, targets)
             loss_objectness, loss_rpn_box_reg = self.loss_evaluator(
-                anchors, objectness, box_regression, targets, images.image_sizes)
-            return boxes, {"loss_objectness": loss_objectness, "loss_rpn_box_reg": loss_rpn_box_reg}
+                anchors, objectness, box_regression, targets, images.sizes)
+            return proposals, {"loss_objectness": loss_objectness, "loss_rpn_box_reg": loss_rpn_box_reg}
         return self.box_selector_test(anchors, objectness, box_regression, images.image_sizes), {}
 
 

@@ -25,10 +25,11 @@ class ROIBoxHead(nn.Module):
         self.loss_evaluator = make_roi_box_loss_evaluator(cfg)
 
     def forward(self, features, proposals, targets=None):
-        """Training: ``(x, samples, {loss_classifier, loss_box_reg})``; eval: ``(x, detections, {})``."""
+        """Training: ``(x, samples, {loss_classifier, loss_box_reg})`` on every sample slot (fixed shapes);
+        eval: ``(x, detections, {})``."""
         if self.training:
             samples = self.loss_evaluator.subsample(proposals, targets)
-            x = self.feature_extractor(features, samples.rois)
+            x = self.feature_extractor(features, samples.slot_rois)
             class_logits, box_regression = self.predictor(x)
             loss_classifier, loss_box_reg = self.loss_evaluator(class_logits, box_regression, samples)
             return x, samples, {"loss_classifier": loss_classifier, "loss_box_reg": loss_box_reg}

@@ -4,7 +4,8 @@ Reference semantics: proposals (which already include the ground-truth boxes, ap
 are matched to the ground truth at IoU 0.5 (no low-quality matches), up to BATCH_SIZE_PER_IMAGE ROIs per image
 are sampled with at most POSITIVE_FRACTION foreground; the classifier is trained on all sampled ROIs, the box
 regression on the foreground ones, normalized by the number of sampled ROIs. Matching and sampling run on
-padded ``(N, P)`` tensors; the only host sync is the sampled count.
+padded ``(N, P)`` tensors and the samples fill ``BATCH_SIZE_PER_IMAGE`` slots per image with a validity mask:
+fixed shapes, no host sync.
 """
 import torch
 import torch.nn.functional as F
@@ -13,24 +14,57 @@ from ...balanced_positive_negative_sampler import BalancedPositiveNegativeSample
 from ...box_coder import BoxCoder
 from ...matcher import Matcher, batched_iou
 from ...utils import pad_boxes
+from ....structures.target_batch import TargetBatch
 
 
 class BoxHeadSamples:
-    """The ROIs sampled for training with their targets (all images concatenated, image by image, each image's
-    ROIs in proposal order, as the reference concatenates them)."""
+    """The ROIs sampled for training, in fixed-shape tensors: ``S`` slots per image, the sampled ROIs of each
+    image first, in ascending proposal order (the order in which the reference concatenates them), then invalid
+    slots. ``slot_*`` fields have ``N * S`` rows; the plain fields (``rois``, ``labels``, ``image_index``, ...)
+    are the valid rows only, as the reference has them (a host sync: for inspection and tests)."""
 
-    def __init__(self, rois, labels, regression_targets, image_index, proposal_index, matched_gt):
-        self.rois = rois                              # (K, 5): image index, x1, y1, x2, y2
-        self.labels = labels                          # (K,) class, 0 = background
-        self.regression_targets = regression_targets  # (K, 4) (for every sampled ROI, as the reference)
-        self.image_index = image_index                # (K,)
-        self.proposal_index = proposal_index          # (K,) index among the image's proposals
-        self.matched_gt = matched_gt                  # (K,) index of the matched ground truth in its image
+    def __init__(self, slot_rois, slot_labels, slot_regression_targets, slot_image, slot_proposal, slot_matched,
+                 slot_valid):
+        self.slot_rois = slot_rois                              # (N*S, 5): image index, x1, y1, x2, y2
+        self.slot_labels = slot_labels                          # (N*S,) class, 0 = background (0 if invalid)
+        self.slot_regression_targets = slot_regression_targets  # (N*S, 4)
+        self.slot_image = slot_image                            # (N*S,)
+        self.slot_proposal = slot_proposal                      # (N*S,) index among the image's proposals
+        self.slot_matched = slot_matched                        # (N*S,) matched ground truth slot of the image
+        self.slot_valid = slot_valid                            # (N*S,) bool
+
+    def _valid(self, t):
+        return t[self.slot_valid]
+
+    @property
+    def rois(self):
+        return self._valid(self.slot_rois)
+
+    @property
+    def labels(self):
+        return self._valid(self.slot_labels)
+
+    @property
+    def regression_targets(self):
+        return self._valid(self.slot_regression_targets)
+
+    @property
+    def image_index(self):
+        return self._valid(self.slot_image)
+
+    @property
+    def proposal_index(self):
+        return self._valid(self.slot_proposal)
+
+    @property
+    def matched_gt(self):
+        return self._valid(self.slot_matched)
 
 
-def box_head_loss(class_logits, box_regression, labels, regression_targets, cls_agnostic=False):
+def box_head_loss(class_logits, box_regression, labels, regression_targets, cls_agnostic=False, weights=None):
     """Cross-entropy over all sampled ROIs, and smooth L1 (beta 1) on the foreground ROIs' own-class deltas,
-    summed and divided by the number of sampled ROIs.
+    summed and divided by the number of sampled ROIs. ``weights`` (0/1 per row): padded rows count for nothing;
+    the divisor is the number of real rows, as the reference's.
 
     The background rows are masked out *before* the loss (``where``), not multiplied by zero afterwards: with
     early-training activations the background rows' predictions, or their targets against a degenerate
@@ -39,15 +73,32 @@ def box_head_loss(class_logits, box_regression, labels, regression_targets, cls_
     """
     class_logits = class_logits.float()
     box_regression = box_regression.float()
-    loss_classifier = F.cross_entropy(class_logits, labels)
-    fg = (labels > 0)[:, None]
+    if weights is None:
+        loss_classifier = F.cross_entropy(class_logits, labels)
+        count = max(labels.numel(), 1)
+        fg = (labels > 0)[:, None]
+    else:
+        w = weights.to(class_logits.dtype)
+        count = w.sum().clamp(min=1)
+        logits = torch.where(weights[:, None], class_logits, 0.0)
+        loss_classifier = (F.cross_entropy(logits, labels, reduction="none") * w).sum() / count
+        fg = ((labels > 0) & weights)[:, None]
     cls = (labels > 0).long() if cls_agnostic else labels.clamp(min=0)
     cols = cls[:, None] * 4 + torch.arange(4, device=labels.device)[None, :]
     pred = torch.where(fg, box_regression.gather(1, cols), 0.0)
     target = torch.where(fg, regression_targets.float(), 0.0)
     diff = (pred - target).abs()
     per = torch.where(diff < 1.0, 0.5 * diff ** 2, diff - 0.5)
-    return loss_classifier, per.sum() / max(labels.numel(), 1)
+    return loss_classifier, per.sum() / count
+
+
+def _proposal_layout(proposals, device):
+    """``(boxes (N, P, 4), valid (N, P))`` of :class:`~maskrcnn_benchmark.modeling.rpn.rpn.Proposals` or of a
+    list of BoxLists (the reference's interface)."""
+    if hasattr(proposals, "valid"):
+        return proposals.boxes, proposals.valid
+    boxes, valid, _ = pad_boxes(proposals, device=device)
+    return boxes, valid
 
 
 class FastRCNNLossComputation:
@@ -59,23 +110,40 @@ class FastRCNNLossComputation:
 
     @torch.no_grad()
     def subsample(self, proposals, targets):
-        """Match, label and sample the proposals of every image; returns :class:`BoxHeadSamples`."""
-        device = proposals[0].bbox.device
-        gt_boxes, gt_valid, gt_fields = pad_boxes(targets, fields=("labels",), device=device)
-        boxes, valid, _ = pad_boxes(proposals, device=device)
-        matches = self.matcher(batched_iou(gt_boxes, gt_valid, boxes))
-        labels = gt_fields["labels"].long().gather(1, matches.clamp(min=0))
-        labels[matches == Matcher.BELOW_LOW_THRESHOLD] = 0
-        labels[(matches == Matcher.BETWEEN_THRESHOLDS) | ~valid] = -1
+        """Match, label and sample the proposals of every image (fixed shapes, no host sync); returns
+        :class:`BoxHeadSamples`. ``proposals``: :class:`Proposals` or BoxLists; ``targets``: a
+        :class:`TargetBatch` or BoxLists."""
+        device = targets.boxes.device if isinstance(targets, TargetBatch) else targets[0].bbox.device
+        if not isinstance(targets, TargetBatch):
+            targets = TargetBatch.from_boxlists(targets, device=device)
+        boxes, valid = _proposal_layout(proposals, device)
+        n, p = valid.shape
+        matches = self.matcher(batched_iou(targets.boxes, targets.valid, boxes))
+        labels = targets.labels.gather(1, matches.clamp(min=0))
+        labels = torch.where(matches == Matcher.BELOW_LOW_THRESHOLD, 0, labels)
+        labels = torch.where((matches == Matcher.BETWEEN_THRESHOLDS) | ~valid, -1, labels)
         pos, neg = self.sampler(labels)
-        img, idx = (pos | neg).nonzero(as_tuple=True)
-        matched = matches[img, idx].clamp(min=0)
-        sel_boxes = boxes[img, idx]
-        regression_targets = self.box_coder.encode(gt_boxes[img, matched], sel_boxes)
-        rois = torch.cat((img[:, None].to(sel_boxes.dtype), sel_boxes), dim=1)
-        return BoxHeadSamples(rois, labels[img, idx], regression_targets, img, idx, matched)
+        sampled = pos | neg
+        s = min(getattr(self.sampler, "batch_size_per_image", p), p)
+        # the sampled proposals of each image first, in ascending proposal order
+        slot = torch.sort((~sampled).to(torch.int8), dim=1, stable=True).indices[:, :s]
+        slot_valid = sampled.gather(1, slot)
+        matched = matches.gather(1, slot).clamp(min=0)
+        slot_boxes = boxes.gather(1, slot[..., None].expand(-1, -1, 4))
+        gt = targets.boxes.gather(1, matched[..., None].expand(-1, -1, 4))
+        regression_targets = self.box_coder.encode(gt, slot_boxes)
+        image = torch.arange(n, device=device)[:, None].expand(n, s)
+        rois = torch.cat((image[..., None].to(slot_boxes.dtype), slot_boxes), dim=2)
+        slot_labels = torch.where(slot_valid, labels.gather(1, slot), 0)
+        return BoxHeadSamples(rois.reshape(-1, 5), slot_labels.reshape(-1), regression_targets.reshape(-1, 4),
+                              image.reshape(-1), slot.reshape(-1), matched.reshape(-1), slot_valid.reshape(-1))
 
     def __call__(self, class_logits, box_regression, samples):
+        """The losses. ``class_logits``/``box_regression`` of every slot (``N * S`` rows, what the model passes),
+        or of the valid rows only (the reference's layout)."""
+        if class_logits.shape[0] == samples.slot_labels.shape[0]:
+            return box_head_loss(class_logits, box_regression, samples.slot_labels,
+                                 samples.slot_regression_targets, self.cls_agnostic_bbox_reg, samples.slot_valid)
         return box_head_loss(class_logits, box_regression, samples.labels, samples.regression_targets,
                              self.cls_agnostic_bbox_reg)
 

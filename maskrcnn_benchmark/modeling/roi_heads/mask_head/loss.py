@@ -14,6 +14,8 @@ Crop conventions (``convention``):
 The arithmetic is the reference's: float32 subtraction and multiplication, the scale computed in double
 (``float(M) / float(w)``) and rounded to float32 by the multiplication.
 """
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 
@@ -39,11 +41,28 @@ def polygon_mask_targets(packed, roi_instance, boxes, resolution, image_widths_h
     contiguous and instances in increasing order (:meth:`SegmentationMask.packed_polygons`, concatenated over
     images); ``roi_instance`` ``(K,)`` the instance of each ROI; ``boxes`` ``(K, 4)`` the ROIs (xyxy, float32);
     ``image_widths_heights`` ``(K, 2)`` the image size of each ROI (needed by the ``"current"`` convention).
+
+    One opaque op for ``torch.compile`` (``maskrcnn::polygon_mask_targets``): the work per ROI depends on its
+    polygons, the output shape does not.
     """
+    if convention not in (LEGACY_2018, CURRENT):
+        raise ValueError(f"unknown mask target convention {convention!r}")
+    if convention == CURRENT and image_widths_heights is None:
+        raise ValueError("the 'current' crop convention needs the image sizes")
+    device = boxes.device
+    vertices, part_lengths, part_instance = (t.to(device) for t in packed)
+    sizes = None if image_widths_heights is None else image_widths_heights.to(device)
+    return _polygon_mask_targets(vertices, part_lengths, part_instance, roi_instance.to(device), boxes,
+                                 int(resolution), sizes, convention)
+
+
+@torch.library.custom_op("maskrcnn::polygon_mask_targets", mutates_args=())
+def _polygon_mask_targets(vertices: torch.Tensor, part_lengths: torch.Tensor, part_instance: torch.Tensor,
+                          roi_instance: torch.Tensor, boxes: torch.Tensor, resolution: int,
+                          image_widths_heights: Optional[torch.Tensor], convention: str) -> torch.Tensor:
     device = boxes.device
     m = int(resolution)
     k = boxes.shape[0]
-    vertices, part_lengths, part_instance = (t.to(device) for t in packed)
     if k == 0:
         return torch.zeros((0, m, m), dtype=torch.bool, device=device)
     num_instances = int(roi_instance.max().item()) + 1 if roi_instance.numel() else 0
@@ -65,15 +84,16 @@ def polygon_mask_targets(packed, roi_instance, boxes, resolution, image_widths_h
         w = torch.where(1 > w, torch.ones_like(w), w)  # Python's max(w, 1)
         h = torch.where(1 > h, torch.ones_like(h), h)
     elif convention == CURRENT:
-        if image_widths_heights is None:
-            raise ValueError("the 'current' crop convention needs the image sizes")
         limit = image_widths_heights.to(device=device, dtype=torch.float32) - 1
         shift = torch.stack((x1.clamp(min=0).minimum(limit[:, 0]), y1.clamp(min=0).minimum(limit[:, 1])), 1)
-    else:
-        raise ValueError(f"unknown mask target convention {convention!r}")
     scale = (m / torch.stack((w, h), 1).to(torch.float64)).to(torch.float32)
     local = (vertices[vertex_ids] - shift[vertex_roi]) * scale[vertex_roi]
     return rasterize_polygons(local, lengths, part_roi, k, m, m)
+
+
+@_polygon_mask_targets.register_fake
+def _(vertices, part_lengths, part_instance, roi_instance, boxes, resolution, image_widths_heights, convention):
+    return boxes.new_empty((boxes.shape[0], resolution, resolution), dtype=torch.bool)
 
 
 def bitmap_mask_targets(bitmaps, boxes, resolution):
@@ -106,9 +126,16 @@ def project_masks_on_boxes(segmentation_masks, proposals, discretization_size, c
     return targets.to(torch.float32)
 
 
-def mask_rcnn_loss(mask_logits, labels, mask_targets):
-    """Binary cross-entropy on each positive ROI's own-class mask logits (mean over ROIs and pixels)."""
+def mask_rcnn_loss(mask_logits, labels, mask_targets, weights=None):
+    """Binary cross-entropy on each positive ROI's own-class mask logits (mean over ROIs and pixels). ``weights``
+    (0/1 per ROI): padded rows count for nothing; the mean is over the real ones."""
     if mask_targets.numel() == 0:
         return mask_logits.sum() * 0
     idx = torch.arange(labels.shape[0], device=labels.device)
-    return F.binary_cross_entropy_with_logits(mask_logits[idx, labels].float(), mask_targets.float())
+    logits = mask_logits[idx, labels.clamp(min=0)].float()
+    if weights is None:
+        return F.binary_cross_entropy_with_logits(logits, mask_targets.float())
+    w = weights.to(logits.dtype)[:, None, None]
+    per_pixel = F.binary_cross_entropy_with_logits(torch.where(w > 0, logits, 0.0), mask_targets.float(),
+                                                   reduction="none")
+    return (per_pixel * w).sum() / (w.sum() * logits.shape[-1] * logits.shape[-2]).clamp(min=1)

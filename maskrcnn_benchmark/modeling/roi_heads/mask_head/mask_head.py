@@ -9,31 +9,29 @@ from .inference import Masker
 from .loss import bitmap_mask_targets, mask_rcnn_loss, polygon_mask_targets
 
 
-def batch_mask_targets(targets, samples, positive, resolution):
-    """Targets of the positive sampled ROIs of a whole batch: one rasterizer call for all of them."""
-    device = samples.rois.device
-    masks = [t.get_field("masks") for t in targets]
-    rois = samples.rois[positive, 1:]
-    image = samples.image_index[positive]
-    matched = samples.matched_gt[positive]
-    if all(m.mode == "poly" for m in masks):
-        packed = [m.packed_polygons() for m in masks]
-        counts = torch.tensor([len(m) for m in masks], device=device)
-        first_instance = torch.cumsum(counts, 0) - counts
-        vertices = torch.cat([p[0].to(device) for p in packed])
-        lengths = torch.cat([p[1].to(device) for p in packed])
-        owner = torch.cat([p[2].to(device) + first_instance[i] for i, p in enumerate(packed)])
-        sizes = torch.tensor([m.size for m in masks], device=device)[image]
-        return polygon_mask_targets((vertices, lengths, owner), first_instance[image] + matched, rois, resolution,
-                                    sizes)
-    g = max(max(len(m) for m in masks), 1)
-    h = max(m.size[1] for m in masks)
-    w = max(m.size[0] for m in masks)
-    bitmaps = torch.zeros((len(masks), g, h, w), dtype=torch.uint8, device=device)
-    for i, m in enumerate(masks):
-        t = m.convert("mask").get_mask_tensor().to(device)
-        bitmaps[i, : t.shape[0], : t.shape[1], : t.shape[2]] = t
-    return bitmap_mask_targets(bitmaps[image, matched], rois, resolution)
+def positive_slots(samples, num_images, capacity=None):
+    """The positive samples of each image in ``T`` fixed slots: ``(rows (N*T,) into the sample slots, valid
+    (N*T,))``, each image's positives first, in sample order. ``capacity`` T: fixed (a compiled step: the
+    sampler's positive budget), or None: the batch's largest count (one host sync; what an eager step uses, so it
+    computes no more mask-head rows than it needs)."""
+    positive = (samples.slot_valid & (samples.slot_labels > 0)).view(num_images, -1)
+    s = positive.shape[1]
+    if capacity is None:
+        capacity = int(positive.sum(1).max())
+    capacity = max(1, min(int(capacity), s))
+    order = torch.sort((~positive).to(torch.int8), dim=1, stable=True).indices[:, :capacity]
+    rows = order + torch.arange(num_images, device=order.device)[:, None] * s
+    return rows.reshape(-1), positive.gather(1, order).reshape(-1)
+
+
+def batch_mask_targets(targets, rois, image, matched, resolution):
+    """``(K, M, M)`` targets of K ROIs (``rois (K, 4)``, ``image``/``matched`` their image and ground-truth slot)
+    from a :class:`TargetBatch`: one rasterizer call for all of them (polygons), or ROIAlign of the bitmaps."""
+    if targets.has_polygons:
+        instance = image * targets.num_slots + matched
+        return polygon_mask_targets((targets.vertices, targets.part_lengths, targets.part_instance), instance, rois,
+                                    resolution, targets.image_wh[image])
+    return bitmap_mask_targets(targets.bitmaps[image, matched], rois, resolution)
 
 
 class ROIMaskHead(nn.Module):
@@ -45,17 +43,26 @@ class ROIMaskHead(nn.Module):
         self.resolution = m.RESOLUTION
         self.postprocess_masks = m.POSTPROCESS_MASKS
         self.masker = Masker(threshold=m.POSTPROCESS_MASKS_THRESHOLD)
+        h = cfg.MODEL.ROI_HEADS
+        # the sampler's positive budget: the fixed number of mask rows per image of a static (compiled) step
+        self.max_positives = int(h.BATCH_SIZE_PER_IMAGE * h.POSITIVE_FRACTION)
+        self.static_shapes = False
 
     def forward(self, features, samples_or_detections, targets=None):
-        """Training: ``samples`` of the box head -> ``{loss_mask}``. Eval: adds a ``mask`` field (``(D, 1, M, M)``
-        probabilities of the predicted class, or pasted image masks with POSTPROCESS_MASKS) to each detection."""
+        """Training: ``samples`` of the box head -> ``{loss_mask}``, on the positive samples in fixed slots per
+        image. Eval: adds a ``mask`` field (``(D, 1, M, M)`` probabilities of the predicted class, or pasted image
+        masks with POSTPROCESS_MASKS) to each detection."""
         if self.training:
             samples = samples_or_detections
-            positive = (samples.labels > 0).nonzero().squeeze(1)
-            mask_logits = self.predictor(self.feature_extractor(features, samples.rois[positive]))
+            n = targets.boxes.shape[0]
+            rows, valid = positive_slots(samples, n, self.max_positives if self.static_shapes else None)
+            rois = samples.slot_rois[rows]
+            labels = samples.slot_labels[rows]
+            mask_logits = self.predictor(self.feature_extractor(features, rois))
             with torch.no_grad():
-                mask_targets = batch_mask_targets(targets, samples, positive, self.resolution)
-            return {"loss_mask": mask_rcnn_loss(mask_logits, samples.labels[positive], mask_targets)}
+                mask_targets = batch_mask_targets(targets, rois[:, 1:], samples.slot_image[rows],
+                                                  samples.slot_matched[rows], self.resolution)
+            return {"loss_mask": mask_rcnn_loss(mask_logits, labels, mask_targets, valid)}
         detections = samples_or_detections
         labels = torch.cat([d.get_field("labels") for d in detections])
         mask_logits = self.predictor(self.feature_extractor(features, rois_from_boxlists(detections)))
