@@ -6,7 +6,10 @@
 # Sources config_${DGXSYSTEM}.sh (unless SKIP_CONFIG=1), then runs
 #   [profiler] python -m bind_launch ... ${TRAIN_SCRIPT} ${EXTRA_PARAMS} --config-file ... ${EXTRA_CONFIG} "$@"
 # Variables (docs/cluster.md): DGXSYSTEM CONFIG_FILE DTYPE PATHS_CATALOG WEIGHTS DATADIR TRAIN_SCRIPT PYTHON
-# NPROC_PER_NODE BIND_LAUNCH_ARGS EXTRA_PARAMS EXTRA_CONFIG LOGDIR PROFILE SUBMISSION_ORG. Exit code: training's.
+# NPROC_PER_NODE BIND_LAUNCH_ARGS EXTRA_PARAMS EXTRA_CONFIG LOGDIR PROFILE SUBMISSION_ORG ALLOW_NON_RCP.
+# Before training, tools/check_recipe.py judges the effective recipe with mlperf-logging's rules and RCPs: a recipe
+# that review would reject exits 1 here, naming the key and the rule (ALLOW_NON_RCP=1: a warning only).
+# Exit code: training's.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -59,6 +62,16 @@ case "${PROFILE:-}" in
   torch | memory) export MASKRCNN_PROFILE="${PROFILE}" MASKRCNN_PROFILE_DIR="${LOGDIR}" ;;
   *) echo "run_and_time: unknown PROFILE=${PROFILE} (nsys|ncu|torch|memory)" >&2; exit 2 ;;
 esac
+
+# Refuse a recipe that MLPerf review would reject before any GPU hour is spent (skipped when the Slurm script
+# checked it once for all trials: RECIPE_CHECKED=1).
+if [[ "${RECIPE_CHECKED:-0}" != 1 ]]; then
+  check=("${PYTHON}" tools/check_recipe.py
+         "--world-size=$(( ${NPROC_PER_NODE:-${DGXNGPU:-1}} * ${SLURM_JOB_NUM_NODES:-${DGXNNODES:-1}} ))")
+  if [[ "${ALLOW_NON_RCP:-0}" == 1 ]]; then check+=(--allow-non-rcp); fi
+  "${check[@]}" "${extra_params[@]}" "${train_args[@]}" "${extra_config[@]}" "$@" || exit 1
+fi
+if [[ "${RECIPE_CHECK_ONLY:-0}" == 1 ]]; then exit 0; fi
 
 start=$(date +%s)
 start_fmt=$(date +'%Y-%m-%d %r')

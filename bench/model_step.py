@@ -5,6 +5,15 @@ Times forward + backward + SGD step on the same synthetic batch (same image size
 classes), with a per-stage breakdown for our model, and prints a table. Example (GPU, MLPerf shapes):
 
     python bench/model_step.py --device cuda --height 800 --width 1333 --batch 8 --dtype float16 --nhwc
+
+``--compile`` adds our compiled step (engine.compile.CompiledForward: the static batch, torch.compile with
+inductor, CUDA graphs on GPU, fused SGD), timed interleaved with the eager step, and reports the compile time
+(cold, then again after ``torch._dynamo.reset()`` with inductor's caches warm). ``--baseline DIR`` adds the eager
+step of another checkout of this package (a git worktree of the previous commit), run in a second process that
+takes its turn in the same interleaving:
+
+    git worktree add /tmp/prev HEAD~1
+    python bench/model_step.py --device cpu --height 800 --width 1333 --batch 2 --compile --baseline /tmp/prev
 """
 import argparse
 import math
@@ -113,6 +122,106 @@ def make_ours(args, device, dtype, images, targets, timer):
     return step
 
 
+def make_compiled(args, device, dtype, images, targets, mode):
+    """Our compiled step: the batch in its static form (padded to a fixed size, 96 ground-truth slots), the
+    model compiled by engine.compile.CompiledForward, torch's fused SGD. Returns ``(step, compile_seconds)``."""
+    from maskrcnn_benchmark.engine.compile import CompiledForward, make_static, precompute_anchors
+    from maskrcnn_benchmark.structures import TargetBatch
+
+    cfg = get_cfg()
+    merge_cfg_from_file(cfg, CONFIG)
+    merge_cfg_from_list(cfg, ["MODEL.DEVICE", device.type, "NHWC", args.nhwc,
+                              "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", 1000 * args.batch])
+    model = make_static(build_detection_model(cfg).to(device).train())
+    params = [p for p in model.parameters() if p.requires_grad]
+    lr = torch.tensor(1e-3, device=device)
+    opt = torch.optim.SGD(params, lr=lr, momentum=0.9, fused=True)
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    d = cfg.DATALOADER.SIZE_DIVISIBILITY
+    size = (-(-args.height // d) * d, -(-args.width // d) * d)
+    il = to_image_list([i.to(device) for i in images], d, fixed_sizes=[size])
+    batch = TargetBatch.from_boxlists(targets, max_gt=cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE).to(device)
+    precompute_anchors(model, [size], device)
+    forward = CompiledForward(model, mode)
+
+    def step():
+        with autocast(device, dtype):
+            losses = forward(il, batch)
+        loss = sum(losses.values())
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+
+    def first_call():
+        t = time.perf_counter()
+        step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t
+
+    cold = first_call()
+    if forward.failure is not None:
+        raise SystemExit(f"compile failed: {forward.failure!r}")
+    torch._dynamo.reset()  # compile again: dynamo retraces, inductor's FX graph and kernel caches are warm
+    warm = first_call()
+    return step, cold, warm
+
+
+class _Baseline:
+    """The eager step of another checkout of the package, in a process of its own, one step per request."""
+
+    def __init__(self, root, args):
+        import subprocess
+
+        env = dict(os.environ, PYTHONPATH=root)
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--device", args.device, "--height",
+               str(args.height), "--width", str(args.width), "--batch", str(args.batch), "--dtype", args.dtype]
+        cmd += ["--nhwc"] if args.nhwc else []
+        self.proc = subprocess.Popen(cmd, env=env, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+        self.ready = self.proc.stdout.readline().strip()
+        if not self.ready.startswith("ready"):
+            raise SystemExit(f"the baseline worker in {root} did not start")
+
+    def step(self):
+        self.proc.stdin.write("step\n")
+        self.proc.stdin.flush()
+        return float(self.proc.stdout.readline())
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def worker(args, device, dtype):
+    """``--worker``: the eager step of whatever package is on PYTHONPATH, timed on request (stdin ``step``)."""
+    import maskrcnn_benchmark
+
+    torch.manual_seed(0)  # the same initial weights as the main process's models
+    images, targets, _ = synthetic_batch(args.batch, args.height, args.width, 81)
+    cfg = get_cfg()
+    merge_cfg_from_file(cfg, os.path.join(os.getcwd(), "configs", os.path.basename(CONFIG)))  # the checkout's
+    merge_cfg_from_list(cfg, ["MODEL.DEVICE", device.type, "NHWC", args.nhwc,
+                              "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", 1000 * args.batch])
+    model = build_detection_model(cfg).to(device).train()
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)
+    il = to_image_list([i.to(device) for i in images], cfg.DATALOADER.SIZE_DIVISIBILITY)
+    targets = [t.to(device) for t in targets]
+    print(f"ready {os.path.dirname(os.path.dirname(maskrcnn_benchmark.__file__))}", flush=True)
+    for line in sys.stdin:
+        t = time.perf_counter()
+        with autocast(device, dtype):
+            loss = sum(model(il, targets).values())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        print(time.perf_counter() - t, flush=True)
+    return 0
+
+
 class _Null:
     def __enter__(self):
         return self
@@ -173,6 +282,12 @@ def main(argv=None):
     p.add_argument("--iters", type=int, default=None)
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--no-torchvision", action="store_true", help="skip the torchvision comparison")
+    p.add_argument("--compile", action="store_true", help="also time our compiled step (and its compile time)")
+    p.add_argument("--compile-mode", default=None,
+                   help="torch.compile mode (default: reduce-overhead on GPU, default on the CPU)")
+    p.add_argument("--baseline", default="", metavar="DIR",
+                   help="also time the eager step of the package checked out in DIR (e.g. a git worktree)")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     device = torch.device(args.device)
     gpu = device.type == "cuda"
@@ -183,6 +298,8 @@ def main(argv=None):
     args.iters = args.iters or (20 if gpu else 3)
     args.warmup = args.warmup if args.warmup is not None else (5 if gpu else 1)
     dtype = getattr(torch, args.dtype)
+    if args.worker:
+        return worker(args, device, dtype)
     torch.manual_seed(0)
     if gpu:
         torch.backends.cudnn.benchmark = True
@@ -191,16 +308,31 @@ def main(argv=None):
     timer = Timer(device)
     ours = make_ours(args, device, dtype, images, targets, timer)
     tv = None if args.no_torchvision else make_torchvision(args, device, dtype, images, tv_targets)
+    compiled = cold = warm = None
+    if args.compile:
+        mode = args.compile_mode or ("reduce-overhead" if gpu else "default")
+        compiled, cold, warm = make_compiled(args, device, dtype, images, targets, mode)
+    baseline = _Baseline(os.path.abspath(args.baseline), args) if args.baseline else None
     for _ in range(args.warmup):
         ours(False)
         if tv:
             tv()
-    # Interleave the two models step by step so that both see the same machine load; report medians.
-    ours_times, tv_times = [], []
+        if compiled:
+            compiled()
+        if baseline:
+            baseline.step()
+    # Interleave the models step by step so that all see the same machine load; report medians.
+    ours_times, tv_times, compiled_times, baseline_times = [], [], [], []
     for _ in range(args.iters):
         ours_times.append(timed(ours, timer, True))
         if tv:
             tv_times.append(timed(tv, timer))
+        if compiled:
+            compiled_times.append(timed(compiled, timer))
+        if baseline:
+            baseline_times.append(baseline.step())
+    if baseline:
+        baseline.close()
     stages = timer.totals
     ours_ips = args.batch / statistics.median(ours_times)
     name = torch.cuda.get_device_name(device) if gpu else f"CPU x{torch.get_num_threads()} threads"
@@ -216,9 +348,28 @@ def main(argv=None):
     print(f"| {'model':34} | {'img/s':>9} | {'ratio':>6} |")
     print(f"|{'-' * 36}|{'-' * 11}|{'-' * 8}|")
     print(f"| {'maskrcnn_benchmark (ours)':34} | {ours_ips:9.2f} | {1.0:6.2f} |")
+    rows = []
+    if compiled:
+        rows.append(("ours, compiled", compiled_times))
+    if baseline:
+        rows.append((f"ours eager, {baseline.ready.split()[-1]}"[-34:], baseline_times))
+    if tv:
+        rows.append(("torchvision maskrcnn_resnet50_fpn", tv_times))
+    for name, times in rows:
+        ips = args.batch / statistics.median(times)
+        print(f"| {name:34} | {ips:9.2f} | {ips / ours_ips:6.2f} |")
+    print()
+    print(f"| {'step (ms/iter, median)':34} | {'ms/iter':>9} |")
+    print(f"|{'-' * 36}|{'-' * 11}|")
+    print(f"| {'ours, eager':34} | {1000 * statistics.median(ours_times):9.0f} |")
+    for name, times in rows:
+        print(f"| {name:34} | {1000 * statistics.median(times):9.0f} |")
+    if compiled:
+        print()
+        print(f"compile: {cold:.1f} s (first step, cold), {warm:.1f} s (again after torch._dynamo.reset(), caches "
+              f"warm); steady state compiled / eager: {statistics.median(ours_times) / statistics.median(compiled_times):.2f}x")
     if tv:
         tv_ips = args.batch / statistics.median(tv_times)
-        print(f"| {'torchvision maskrcnn_resnet50_fpn':34} | {tv_ips:9.2f} | {tv_ips / ours_ips:6.2f} |")
         print()
         print(f"ours / torchvision speed-up: {ours_ips / tv_ips:.2f}x")
     return 0

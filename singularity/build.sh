@@ -1,5 +1,7 @@
 #!/bin/bash
-# Build the Singularity/Apptainer image:  singularity/build.sh [OUT.sif]      (default singularity/maskrcnn.sif)
+# Build the Singularity/Apptainer image:  singularity/build.sh [--dry-run] [OUT.sif]  (default singularity/maskrcnn.sif)
+#   --dry-run           stage and render only: print the exact build command and the staged file list, build nothing
+#   STAGE_DIR=DIR       stage into DIR and keep it (default: a temporary directory, removed afterwards)
 #   NGC_TAG=25.05-py3   NGC PyTorch tag (the MLPerf v0.7 seed used 20.06-py3)
 #   SINGULARITY=...     singularity or apptainer binary (default: whichever is installed)
 #   BUILD_ARGS="--fakeroot"   extra flags for `build` (no root: --fakeroot or --remote)
@@ -8,15 +10,26 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "${here}")"
+dry_run=0
+if [[ "${1:-}" == --dry-run ]]; then dry_run=1; shift; fi
 out="$(realpath -m "${1:-${here}/maskrcnn.sif}")"
 NGC_TAG="${NGC_TAG:-25.05-py3}"
 SINGULARITY="${SINGULARITY:-$(command -v singularity || command -v apptainer || true)}"
 if [[ -z "${SINGULARITY}" ]]; then
-  echo "build.sh: neither singularity nor apptainer is installed" >&2
-  exit 1
+  if [[ "${dry_run}" != 1 ]]; then
+    echo "build.sh: neither singularity nor apptainer is installed" >&2
+    exit 1
+  fi
+  SINGULARITY=singularity
 fi
-ctx="$(mktemp -d)"
-trap 'rm -rf "${ctx}"' EXIT
+if [[ -n "${STAGE_DIR:-}" ]]; then
+  ctx="$(realpath -m "${STAGE_DIR}")"
+  rm -rf "${ctx}/object_detection" "${ctx}/maskrcnn.def"
+  mkdir -p "${ctx}"
+else
+  ctx="$(mktemp -d)"
+  trap 'rm -rf "${ctx}"' EXIT
+fi
 mkdir -p "${ctx}/object_detection"
 if git -C "${repo}" rev-parse --git-dir > /dev/null 2>&1; then
   git -C "${repo}" ls-files -z --cached --others --exclude-standard \
@@ -28,6 +41,14 @@ fi
 sed -e "s/{{ *NGC_TAG *}}/${NGC_TAG}/g" -e '/^%arguments/,/^%/{/^%arguments/d;/^%/!d}' \
   "${here}/maskrcnn.def" > "${ctx}/maskrcnn.def"
 read -r -a extra <<< "${BUILD_ARGS:-}"
-echo "build.sh: ${SINGULARITY} build ${extra[*]} ${out} (nvcr.io/nvidia/pytorch:${NGC_TAG})"
+cmd=("${SINGULARITY}" build "${extra[@]}" "${out}" maskrcnn.def)
+if [[ "${dry_run}" == 1 ]]; then
+  echo "build.sh: dry run; the build command, run in the staging directory (kept with STAGE_DIR=DIR):"
+  echo "  cd ${ctx} && ${cmd[*]}"
+  echo "build.sh: base image nvcr.io/nvidia/pytorch:${NGC_TAG}; staged files under object_detection/ ($(find "${ctx}/object_detection" -type f | wc -l)):"
+  (cd "${ctx}" && find object_detection -type f | LC_ALL=C sort | sed 's/^/  /')
+  exit 0
+fi
+echo "build.sh: ${cmd[*]} (nvcr.io/nvidia/pytorch:${NGC_TAG})"
 cd "${ctx}"
-"${SINGULARITY}" build "${extra[@]}" "${out}" maskrcnn.def
+"${cmd[@]}"

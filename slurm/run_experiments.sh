@@ -47,6 +47,14 @@ else
            "${CONTAINER}" env DATADIR=/data LOGDIR=/results ./run_and_time.sh)
 fi
 
+# The recipe, judged once for all trials before any GPU hour is spent (run_and_time.sh -> tools/check_recipe.py,
+# in the image): a recipe that MLPerf review would reject ends the job here. ALLOW_NON_RCP=1 warns only.
+if ! RECIPE_CHECK_ONLY=1 "${run_cmd[@]}"; then
+  echo "run_experiments: the recipe of ${DGXSYSTEM} was refused (above); no trial started" >&2
+  exit 1
+fi
+export RECIPE_CHECKED=1
+
 echo "run_experiments: job ${JOBID} nodes=${NNODES} (${hosts[*]}) system=${DGXSYSTEM} nexp=${NEXP}"
 echo "run_experiments: master=${MASTER_ADDR} logdir=${LOGDIR} container=${CONTAINER} trial limit=${TRIAL_MINUTES:-none} min"
 status=0

@@ -123,6 +123,18 @@ class NodeTask:
         return {"node": node, "rc": rc, "host": hosts[node] if node < len(hosts) else "?"}
 
 
+def check_recipe(system, nodes, gpus_per_node, env, python, allow_non_rcp=False):
+    """run_and_time.sh up to its recipe check (tools/check_recipe.py: mlperf-logging's compliance rules and RCPs),
+    here, before anything is submitted; returns its exit code (0: acceptable)."""
+    env = dict(env, DGXSYSTEM=system, PYTHON=python, RECIPE_CHECK_ONLY="1", SLURM_JOB_NUM_NODES=str(nodes))
+    env.pop("RECIPE_CHECKED", None)
+    if gpus_per_node:
+        env["NPROC_PER_NODE"] = str(gpus_per_node)
+    if allow_non_rcp:
+        env["ALLOW_NON_RCP"] = "1"
+    return subprocess.run([str(ROOT / "run_and_time.sh")], env=env, cwd=str(ROOT)).returncode
+
+
 def make_executor(args, folder, cfg):
     import submitit
 
@@ -201,6 +213,8 @@ def main(argv=None):
     p.add_argument("--python", default=sys.executable, help="python on the nodes (host mode)")
     p.add_argument("--job-name", default="maskrcnn")
     p.add_argument("--verbose", action="store_true", help="show submitit's warnings")
+    p.add_argument("--allow-non-rcp", action="store_true",
+                   help="submit a recipe that MLPerf review would reject (research runs): a warning, not a refusal")
     p.add_argument("--no-review", dest="review", action="store_false",
                    help="do not run python -m mlperf_review on the results")
     args = p.parse_args(argv)
@@ -218,12 +232,17 @@ def main(argv=None):
         args.gpus_per_node = int(cfg.get("DGXNGPU") or 0)
     # one Slurm job per run: each gets the config's per-trial limit (TRIAL_MINUTES), not the NEXP-run WALLTIME
     args.time_min = walltime_minutes(args.time or cfg.get("TRIAL_MINUTES") or "01:00:00")
+    if check_recipe(args.system, args.nodes, args.gpus_per_node, cfg_env, args.python, args.allow_non_rcp):
+        print("submit: recipe refused (above); nothing submitted", file=sys.stderr)
+        return 1
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     results = Path(args.results or ROOT / "results" / f"submit-{stamp}").resolve()
     results.mkdir(parents=True, exist_ok=True)
     folder = results / "submitit"
 
-    run_env = dict(extra_env, DGXSYSTEM=args.system, PYTHON=args.python)
+    run_env = dict(extra_env, DGXSYSTEM=args.system, PYTHON=args.python, RECIPE_CHECKED="1")
+    if args.allow_non_rcp:
+        run_env["ALLOW_NON_RCP"] = "1"
     if args.image in ("", "none") and args.data:
         run_env["DATADIR"] = args.data
     if args.train_script:

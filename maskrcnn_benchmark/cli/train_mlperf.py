@@ -1,18 +1,17 @@
 """``tools/train_mlperf.py``: one MLPerf training run, with NVIDIA v0.7's command line.
 
     python tools/train_mlperf.py --config-file configs/e2e_mask_rcnn_R_50_FPN_1x.yaml [--local_rank N]
-        [--seed S] [--resume CHECKPOINT] [--sync-eval] [--coco-backend B] [--timeout S] KEY VALUE ...
+        [--seed S] [--resume CHECKPOINT] [--sync-eval] [--coco-backend B] [--timeout S]
+        [--compile | --no-compile] KEY VALUE ...
 
 Exit codes: :mod:`maskrcnn_benchmark.cli.exit_codes` (0 target reached, 3 not reached, ...).
 """
 import os
 
-from ..config import load_config
-from ..engine.run import MLPerfRun, RunOptions
-from ..utils.env import setup_environment
-from ..utils.signals import stop_on_signals
 from .common import parse_with_overrides, parser
-from .exit_codes import NOT_CONVERGED, SUCCESS, run_program
+
+# The run (torch, the model, the engine) is imported when training starts, not with the parser:
+# tools/check_recipe.py reads the same command line in a second.
 
 
 def build_parser():
@@ -27,12 +26,23 @@ def build_parser():
     p.add_argument("--sync-eval", action="store_true", help="score COCO in-process instead of asynchronously")
     p.add_argument("--coco-backend", default="", choices=["", "auto", "faster_coco_eval", "pycocotools"],
                    help="COCO scoring backend (default: TEST.COCO_BACKEND, auto = faster-coco-eval if installed)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--compile", dest="compile", action="store_const", const=True, default=None,
+                      help="compile the training step (COMPILE True; default: on for CUDA)")
+    mode.add_argument("--no-compile", dest="compile", action="store_const", const=False,
+                      help="train eagerly (COMPILE False)")
     p.add_argument("--timeout", type=int, default=None,
                    help="seconds a collective may wait for the other ranks (default: DISTRIBUTED_TIMEOUT)")
     return p
 
 
 def train(args, opts):
+    from ..config import load_config
+    from ..engine.run import MLPerfRun, RunOptions
+    from .exit_codes import NOT_CONVERGED, SUCCESS
+
+    if args.compile is not None:
+        opts = list(opts) + ["COMPILE", str(args.compile)]
     cfg = load_config(args.config_file, opts, freeze=True)
     options = RunOptions(seed=args.seed, resume=args.resume, sync_eval=args.sync_eval,
                          coco_backend=args.coco_backend, timeout=args.timeout, local_rank=args.local_rank,
@@ -46,6 +56,10 @@ def train(args, opts):
 
 
 def main(argv=None):
+    from ..utils.env import setup_environment
+    from ..utils.signals import stop_on_signals
+    from .exit_codes import run_program
+
     setup_environment()  # the reference's site hook (TORCH_DETECTRON_ENV_MODULE), before anything else
     stop_on_signals()
     args, opts = parse_with_overrides(build_parser(), argv)

@@ -217,6 +217,15 @@ def check_values(cfg):
              cfg.TEST.COCO_WORKERS, "must be an integer >= 0 (0: one per core)")
     _require(cfg.DATALOADER.HYBRID in (None, True, False), "DATALOADER.HYBRID", cfg.DATALOADER.HYBRID,
              "must be True, False or None (None: on for MODEL.DEVICE cuda)")
+    _require(cfg.COMPILE in (None, True, False), "COMPILE", cfg.COMPILE,
+             "must be True, False or None (None: on for MODEL.DEVICE cuda)")
+    _require(cfg.COMPILE_MODE in ("auto", "default", "reduce-overhead", "max-autotune",
+                                  "max-autotune-no-cudagraphs"), "COMPILE_MODE", cfg.COMPILE_MODE,
+             "must be auto, default, reduce-overhead, max-autotune or max-autotune-no-cudagraphs")
+    _require(cfg.COMPILE_BACKEND in ("inductor", "aot_eager", "eager"), "COMPILE_BACKEND", cfg.COMPILE_BACKEND,
+             "must be inductor, aot_eager or eager")
+    m = cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE
+    _require(isinstance(m, int) and m >= 1, "DATALOADER.MAX_ANNOTATIONS_PER_IMAGE", m, "must be an integer >= 1")
     _require(cfg.DTYPE in ("float32", "float16", "bfloat16"), "DTYPE", cfg.DTYPE,
              "must be float32, float16 or bfloat16")
     _require(cfg.MODEL.DEVICE in ("cpu", "cuda") or str(cfg.MODEL.DEVICE).startswith("cuda:"), "MODEL.DEVICE",

@@ -58,6 +58,9 @@ _C.DATALOADER.ASPECT_RATIO_GROUPING = True
 _C.DATALOADER.HYBRID = None
 # Keep the evaluation images on the device across epochs (hybrid path; NVIDIA's CACHE_EVAL_IMAGES). (added)
 _C.DATALOADER.CACHE_EVAL_IMAGES = False
+# Ground-truth slots per image of a compiled (static-shape) training step (NVIDIA's key and COCO value). An image
+# with more keeps all of them: its batch takes the next multiple of 32 slots (one more compiled shape, logged).
+_C.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE = 96
 
 # ---------------------------------------------------------------------------
 # Backbone
@@ -252,6 +255,15 @@ _C.DTYPE = "float16"
 _C.AMP_VERBOSE = False
 # channels_last memory format for the convolutions.
 _C.NHWC = False
+# Compile the training step (torch.compile on the static-shape step: fixed image sizes, padded targets, fused
+# SGD with a device-tensor learning rate; CUDA graphs on GPU). None (auto): on when MODEL.DEVICE is cuda, off on
+# the CPU (measured slower there, docs/benchmarks.md). Also --compile / --no-compile. (added)
+_C.COMPILE = None
+# torch.compile mode: "auto" is "reduce-overhead" (CUDA graphs) on GPU and "default" on the CPU. (added)
+_C.COMPILE_MODE = "auto"
+# torch.compile backend: "inductor"; "aot_eager" or "eager" trace the same graphs without generating code (to tell
+# a tracing problem from a code-generation one, and for quick tests of the compiled path). (added)
+_C.COMPILE_BACKEND = "inductor"
 _C.DISABLE_REDUCED_LOGGING = False
 # Seconds a collective (all-reduce, barrier, gather) waits for the other ranks before the run fails and names
 # the rank that stopped answering. Long enough for a COCO evaluation's gather, short enough not to hold a

@@ -11,6 +11,7 @@ from ..utils.processes import die_with_parent, keep_freed_memory
 from . import datasets as D
 from .collate_batch import BatchCollator
 from .device_loader import DeviceLoader
+from .static import static_sizes
 from .samplers import DistributedSampler, GroupedBatchSampler, IterationBasedBatchSampler
 from .transforms import build_transforms
 from .transforms.device import DeviceTransform
@@ -59,10 +60,18 @@ def build_dataset(cfg, names, is_train, hybrid=None):
     return out
 
 
-def make_device_loader(cfg, loader, device, is_train=True):
+def _collator(cfg, static):
+    if not static:
+        return BatchCollator(cfg.DATALOADER.SIZE_DIVISIBILITY)
+    return BatchCollator(cfg.DATALOADER.SIZE_DIVISIBILITY, static_sizes(cfg),
+                         cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE)
+
+
+def make_device_loader(cfg, loader, device, is_train=True, static=False):
     """``loader`` with its batches on ``device``, raw (hybrid) batches transformed there
-    (:class:`~maskrcnn_benchmark.data.device_loader.DeviceLoader`)."""
-    return DeviceLoader(loader, device, DeviceTransform.from_config(cfg),
+    (:class:`~maskrcnn_benchmark.data.device_loader.DeviceLoader`); ``static``: padded to :func:`static_sizes`."""
+    fixed = static_sizes(cfg) if static and is_train else ()
+    return DeviceLoader(loader, device, DeviceTransform.from_config(cfg, fixed),
                         cache=not is_train and cfg.DATALOADER.CACHE_EVAL_IMAGES)
 
 
@@ -145,13 +154,14 @@ class _Concat(torch.utils.data.ConcatDataset):
 
 
 def make_data_loader(cfg, is_train=True, is_distributed=False, start_iter=0, num_replicas=None, rank=None,
-                     max_iter=None, seed=0, datasets=None):
+                     max_iter=None, seed=0, datasets=None, static=False):
     """One DataLoader per dataset for test, a single (concatenated) one for training.
 
     Training: images per GPU = SOLVER.IMS_PER_BATCH / world size, aspect-ratio grouping, an iteration-based
     sampler over ``max_iter`` (default SOLVER.MAX_ITER). Test: TEST.IMS_PER_BATCH / world size, in order.
     The shard is ``rank`` of ``num_replicas``; when they are not given, the reference's ``is_distributed`` says
-    whether to take them from the initialized process group (else one process).
+    whether to take them from the initialized process group (else one process). ``static`` (training): batches
+    of fixed shapes for a compiled step (:func:`static_sizes`, DATALOADER.MAX_ANNOTATIONS_PER_IMAGE).
     """
     if num_replicas is None:
         num_replicas = comm.get_world_size() if is_distributed else 1
@@ -179,7 +189,7 @@ def make_data_loader(cfg, is_train=True, is_distributed=False, start_iter=0, num
         workers = cfg.DATALOADER.NUM_WORKERS
         loaders.append(torch.utils.data.DataLoader(
             dataset, num_workers=workers, batch_sampler=batch_sampler,
-            collate_fn=BatchCollator(cfg.DATALOADER.SIZE_DIVISIBILITY),
+            collate_fn=_collator(cfg, static and is_train),
             pin_memory=torch.cuda.is_available() and cfg.MODEL.DEVICE == "cuda",
             persistent_workers=workers > 0 and is_train,
             # its own generator: creating the loader must not draw from the global RNG a resumed run restores

@@ -13,6 +13,7 @@ device batches of the first pass; later passes skip decoding and copying and onl
 import torch
 
 from ..structures.image_list import RawImageBatch
+from ..structures.target_batch import TargetBatch
 
 
 def _record_stream(obj, stream):
@@ -23,6 +24,10 @@ def _record_stream(obj, stream):
         return
     if isinstance(obj, RawImageBatch):
         for t in obj.images:
+            _record_stream(t, stream)
+        return
+    if isinstance(obj, TargetBatch):
+        for t in obj.tensors():
             _record_stream(t, stream)
         return
     tensors = getattr(obj, "tensors", None)
@@ -40,6 +45,13 @@ def _record_stream(obj, stream):
     masks = getattr(obj, "masks", None)
     if isinstance(masks, torch.Tensor):
         _record_stream(masks, stream)
+
+
+def move_targets(targets, device):
+    """A batch's targets (BoxLists, or one :class:`TargetBatch` of a static batch) on ``device``."""
+    if isinstance(targets, TargetBatch):
+        return targets.to(device, non_blocking=True)
+    return [t.to(device, non_blocking=True) for t in targets]
 
 
 class DeviceLoader:
@@ -64,7 +76,7 @@ class DeviceLoader:
     def _to_device(self, batch):
         images, targets, ids = batch
         images = images.to(self.device, non_blocking=True)
-        targets = [t.to(self.device, non_blocking=True) for t in targets]
+        targets = move_targets(targets, self.device)
         return images, targets, ids
 
     def _finish(self, batch):
@@ -110,7 +122,7 @@ class DeviceLoader:
             main.wait_stream(side)
             images, targets, ids = upcoming
             _record_stream(images, main)
-            for t in targets:
+            for t in targets if isinstance(targets, (list, tuple)) else [targets]:
                 _record_stream(t, main)
             upcoming = issue()  # the next batch's copy and transform overlap this step
             yield images, targets, ids

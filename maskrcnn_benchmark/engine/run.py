@@ -25,18 +25,19 @@ import numpy as np
 import torch
 
 from ..config import ConfigError, given_keys, ignored_settings
-from ..data import check_num_classes, make_data_loader, make_device_loader, num_classes_from_data
+from ..data import check_num_classes, make_data_loader, make_device_loader, num_classes_from_data, static_sizes
 from ..data.build import NUM_CLASSES_KEY
 from ..evaluation import BackgroundEvaluator, COCOEvaluator, COCOScorer, run_inference
 from ..modeling import build_detection_model
 from ..solver import make_lr_scheduler, make_optimizer
 from ..utils import comm
-from ..utils.amp import make_grad_scaler
+from ..utils.amp import autocast_dtype, make_grad_scaler
 from ..utils.checkpoint import DetectronCheckpointer
 from ..utils.logger import TRACEBACK_LOGGER, setup_logger
 from ..utils.mlperf_logger import MLPerfLogger
 from ..utils.rng import set_rng_state
 from ..utils.run_folder import claim_output_folder
+from .compile import CompiledForward, compile_enabled, compile_mode, make_static
 from .events import EpochScores
 from .hooks import CheckpointHook, MetricsHook, ProfilerHook
 from .trainer import HookBase, Trainer, iterations_per_epoch
@@ -202,9 +203,12 @@ class MLPerfRun(HookBase):
                               f"number of processes ({world})")
 
         resolve_num_classes(cfg)
+        static = compile_enabled(cfg, device)  # a compiled step: fixed shapes, fused SGD
         model = build_detection_model(cfg).to(device)
+        if static:
+            make_static(model)
         ml.weights_initialization()
-        optimizer = make_optimizer(cfg, model)
+        optimizer = make_optimizer(cfg, model, fused=True if static else None)
         scheduler = make_lr_scheduler(cfg, optimizer)
         scaler = make_grad_scaler(device, cfg.DTYPE)
         checkpointer = DetectronCheckpointer(cfg, model, optimizer, scheduler, cfg.OUTPUT_DIR,
@@ -215,6 +219,12 @@ class MLPerfRun(HookBase):
         if world > 1:
             model = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False)
+        forward = None
+        if static:  # compiled before the clock starts, on synthetic batches (engine.compile)
+            forward = CompiledForward(model, compile_mode(cfg, device), cfg.COMPILE_BACKEND,
+                                      batch_size=cfg.SOLVER.IMS_PER_BATCH // world)
+            forward.warm_up(static_sizes(cfg), cfg.SOLVER.IMS_PER_BATCH // world, device,
+                            cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE, autocast_dtype(device, cfg.DTYPE))
         ml.hyperparameters(cfg, world)
         comm.synchronize()
         ml.end("init_stop")
@@ -222,7 +232,8 @@ class MLPerfRun(HookBase):
         ml.start("run_start")
         run_start = time.time()
         train_loader = make_device_loader(cfg, make_data_loader(cfg, is_train=True, num_replicas=world, rank=rank,
-                                                                start_iter=start_iter, seed=seed), device)
+                                                                start_iter=start_iter, seed=seed, static=static),
+                                          device, static=static)
         test_loader = make_device_loader(cfg, make_data_loader(cfg, is_train=False, num_replicas=world,
                                                                rank=rank)[0], device, is_train=False)
         train_set, test_set = train_loader.dataset, test_loader.dataset
@@ -244,7 +255,7 @@ class MLPerfRun(HookBase):
             hooks.insert(1, CheckpointHook(checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD, seed=seed))
         trainer = Trainer(model, optimizer, scheduler, train_loader, device, cfg.SOLVER.MAX_ITER, ipe,
                           dtype=cfg.DTYPE, start_iter=start_iter, hooks=hooks,
-                          clip_grad_norm=cfg.SOLVER.CLIP_GRAD_NORM, scaler=scaler)
+                          clip_grad_norm=cfg.SOLVER.CLIP_GRAD_NORM, scaler=scaler, forward=forward)
         if rng_states is not None:
             if len(rng_states) == world:
                 set_rng_state(rng_states[rank])  # last, so nothing after it draws: the next iteration draws as it did

@@ -7,6 +7,7 @@ import warnings
 
 import torch
 
+from ..data.device_loader import move_targets
 from ..utils import comm
 from ..utils.amp import autocast_dtype, make_grad_scaler
 from .events import EventStorage
@@ -53,11 +54,17 @@ class Trainer:
     does) and halves the loss scale, as NVIDIA's FP16 optimizer does: that is not an abort; the run aborts
     only when the scale falls below MIN_LOSS_SCALE. Both are checked every ``nan_check_period`` iterations from
     device-side state, so GPU steps do not sync for it.
+
+    ``forward(images, targets) -> loss dict`` runs the step's forward: the model itself, or the compiled step
+    (:class:`~maskrcnn_benchmark.engine.compile.CompiledForward`); the loop is the same for both, and ``model``
+    stays the module whose weights are saved.
     """
 
     def __init__(self, model, optimizer, scheduler, data_loader, device, max_iter, iters_per_epoch,
-                 dtype="float32", start_iter=0, hooks=(), clip_grad_norm=0.0, nan_check_period=None, scaler=None):
+                 dtype="float32", start_iter=0, hooks=(), clip_grad_norm=0.0, nan_check_period=None, scaler=None,
+                 forward=None):
         self.model = model
+        self.forward = forward or model  # a compiled forward (engine.compile.CompiledForward) or the model
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.data_loader = data_loader
@@ -100,10 +107,10 @@ class Trainer:
 
     def run_step(self, images, targets):
         images = images.to(self.device, non_blocking=True)
-        targets = [t.to(self.device, non_blocking=True) for t in targets]
+        targets = move_targets(targets, self.device)
         with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
                             enabled=self.amp_dtype is not None):
-            loss_dict = self.model(images, targets)
+            loss_dict = self.forward(images, targets)
         losses = sum(loss_dict.values())
         if not self.scaler.is_enabled():
             self._nonfinite |= ~torch.isfinite(losses.detach())
@@ -118,7 +125,8 @@ class Trainer:
             # A float16 step the scaler skipped still advances the schedule (the reference's loop does too).
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
             self.scheduler.step()
-        self.storage.put_scalars(**{k: v.detach() for k, v in loss_dict.items()})
+        # copies: a CUDA-graphed step overwrites its outputs at the next replay
+        self.storage.put_scalars(**{k: v.detach().clone() for k, v in loss_dict.items()})
         self.storage.images_seen += len(images.image_sizes) * comm.get_world_size()
 
     def train(self):

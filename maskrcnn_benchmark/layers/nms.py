@@ -13,6 +13,8 @@
 import torch
 from torchvision.ops import nms as _tv_nms
 
+from .op_tags import HOST_SYNC
+
 
 def _legacy(boxes):
     return torch.cat((boxes[:, :2], boxes[:, 2:] + 1), dim=1)
@@ -43,7 +45,7 @@ def batched_nms(boxes, scores, idxs, iou_threshold):
     return keep[torch.sort(scores[keep], descending=True, stable=True).indices]
 
 
-@torch.library.custom_op("maskrcnn::batched_nms_keep", mutates_args=())
+@torch.library.custom_op("maskrcnn::batched_nms_keep", mutates_args=(), tags=HOST_SYNC)
 def batched_nms_keep(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor, iou_threshold: float) -> torch.Tensor:
     """:func:`batched_nms` as a mask: ``keep (M,) bool``. The kept set is data-dependent but the output has the
     input's length, so ``torch.compile`` traces it as one opaque op with a static shape (no graph break); inside,

@@ -15,11 +15,15 @@ def _fused_sgd():
     return FusedSGD
 
 
-def make_optimizer(cfg, model):
+def make_optimizer(cfg, model, fused=None):
     """SGD with momentum; biases get ``BIAS_LR_FACTOR`` x LR and ``WEIGHT_DECAY_BIAS`` (reference groups).
 
-    apex's FusedSGD is used only when ``SOLVER.USE_FUSED_SGD`` is set and apex imports; otherwise torch's SGD
-    (with its multi-tensor ``foreach`` implementation).
+    ``fused`` (default: ``SOLVER.USE_FUSED_SGD``; a compiled run asks for it): apex's FusedSGD when apex imports
+    (NGC images), else torch's fused SGD with the learning rate as a tensor on the parameters' device, so the LR
+    schedule writes it in place (no host sync) and the gradient scaler's unscale and inf check stay on the
+    device (torch's fused SGD takes them as tensors; with apex the scaler reads its inf flag once per float16
+    step). Unfused: torch's SGD with its multi-tensor ``foreach`` implementation, as before. The three compute
+    the same update.
     """
     s = cfg.SOLVER
     weights, biases = [], []
@@ -31,13 +35,31 @@ def make_optimizer(cfg, model):
         {"params": biases, "lr": s.BASE_LR * s.BIAS_LR_FACTOR, "weight_decay": s.WEIGHT_DECAY_BIAS},
     ]
     groups = [g for g in groups if g["params"]]
-    if s.USE_FUSED_SGD:
-        fused = _fused_sgd()
-        if fused is not None:
-            logger.info("optimizer: apex FusedSGD")
-            return fused(groups, lr=s.BASE_LR, momentum=s.MOMENTUM)
-        logger.warning("SOLVER.USE_FUSED_SGD is set but apex is not importable: using torch.optim.SGD")
-    return torch.optim.SGD(groups, lr=s.BASE_LR, momentum=s.MOMENTUM)
+    if fused is None:
+        fused = s.USE_FUSED_SGD
+    if not fused or not groups:
+        return torch.optim.SGD(groups, lr=s.BASE_LR, momentum=s.MOMENTUM)
+    apex_sgd = _fused_sgd()
+    if apex_sgd is not None:
+        logger.info("optimizer: apex FusedSGD")
+        return apex_sgd(groups, lr=s.BASE_LR, momentum=s.MOMENTUM)
+    device = groups[0]["params"][0].device
+    for g in groups:
+        g["initial_lr"] = float(g["lr"])  # the schedule's base, exact (a float32 tensor would round it)
+        g["lr"] = torch.tensor(g["initial_lr"], dtype=torch.float32, device=device)
+    logger.info("optimizer: torch fused SGD (apex not importable), learning rate a %s tensor", device.type)
+    optimizer = torch.optim.SGD(groups, lr=groups[0]["lr"], momentum=s.MOMENTUM, fused=True)
+    optimizer.register_load_state_dict_post_hook(_lr_on_device)
+    return optimizer
+
+
+def _lr_on_device(optimizer):
+    """A loaded state (of any run, fused or not) puts plain or host-tensor LRs in the groups: back to tensors on
+    the parameters' device, which the fused step reads and the schedule writes in place."""
+    for g in optimizer.param_groups:
+        device = g["params"][0].device
+        if not (isinstance(g["lr"], torch.Tensor) and g["lr"].device == device):
+            g["lr"] = torch.tensor(float(g["lr"]), dtype=torch.float32, device=device)
 
 
 def make_lr_scheduler(cfg, optimizer):

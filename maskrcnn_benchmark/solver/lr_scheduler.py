@@ -9,6 +9,9 @@ class WarmupMultiStepLR(LRScheduler):
     Warmup methods: ``constant`` (lr x factor), ``linear`` (factor -> 1, maskrcnn-benchmark) and
     ``mlperf_linear`` (NVIDIA MLPerf: ``lr = base_lr - (warmup_iters - it) * warmup_factor``, where
     ``warmup_factor`` is an absolute LR increment per iteration, so the LR ramps from about 0 to base_lr).
+
+    The schedule is computed on the host in Python floats; when the optimizer's LR is a device tensor (fused
+    SGD) torch writes it in place (``fill_``), which costs no sync.
     """
 
     def __init__(self, optimizer, milestones, gamma=0.1, warmup_factor=1.0 / 3, warmup_iters=500,
@@ -24,6 +27,11 @@ class WarmupMultiStepLR(LRScheduler):
         self.warmup_iters = warmup_iters
         self.warmup_method = warmup_method
         super().__init__(optimizer, last_epoch)
+        self.base_lrs = [float(b) for b in self.base_lrs]  # floats (make_optimizer keeps initial_lr a float)
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        self.base_lrs = [float(b) for b in self.base_lrs]
 
     def lr_at(self, base_lr, it):
         decay = self.gamma ** bisect_right(self.milestones, it)

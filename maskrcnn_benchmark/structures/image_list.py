@@ -29,22 +29,31 @@ class ImageList:
         return len(self.image_sizes)
 
 
-def to_image_list(tensors, size_divisible=0):
-    """Batch a tensor, a list of ``(C, H, W)`` tensors or an ImageList, padding to a multiple of size_divisible."""
+def padded_size(height, width, size_divisible=0, fixed_sizes=()):
+    """The ``(H, W)`` a batch whose largest image is ``height x width`` is padded to: the first of
+    ``fixed_sizes`` it fits in (a compiled step's few shapes), else the next multiple of ``size_divisible``."""
+    for h, w in fixed_sizes or ():
+        if height <= h and width <= w:
+            return int(h), int(w)
+    if size_divisible > 0:
+        height = int(math.ceil(height / size_divisible) * size_divisible)
+        width = int(math.ceil(width / size_divisible) * size_divisible)
+    return int(height), int(width)
+
+
+def to_image_list(tensors, size_divisible=0, fixed_sizes=()):
+    """Batch a tensor, a list of ``(C, H, W)`` tensors or an ImageList, padding to a multiple of size_divisible
+    (or to the first of ``fixed_sizes`` the batch fits in, :func:`padded_size`)."""
     if isinstance(tensors, ImageList):
         return tensors
     if isinstance(tensors, torch.Tensor) and tensors.dim() == 3:
         tensors = tensors[None]
-    if isinstance(tensors, torch.Tensor) and size_divisible == 0:
+    if isinstance(tensors, torch.Tensor) and size_divisible == 0 and not fixed_sizes:
         return ImageList(tensors, [t.shape[-2:] for t in tensors])
     if not isinstance(tensors, (list, tuple, torch.Tensor)):
         raise TypeError(f"to_image_list does not accept {type(tensors).__name__}")
     sizes = [tuple(t.shape[-2:]) for t in tensors]
-    max_h = max(s[0] for s in sizes)
-    max_w = max(s[1] for s in sizes)
-    if size_divisible > 0:
-        max_h = int(math.ceil(max_h / size_divisible) * size_divisible)
-        max_w = int(math.ceil(max_w / size_divisible) * size_divisible)
+    max_h, max_w = padded_size(max(s[0] for s in sizes), max(s[1] for s in sizes), size_divisible, fixed_sizes)
     if isinstance(tensors, torch.Tensor) and tuple(tensors.shape[-2:]) == (max_h, max_w):
         return ImageList(tensors, sizes)
     first = tensors[0]

@@ -84,7 +84,8 @@ class TargetBatch:
                 nv, np_ = _bucket(vertices.shape[0], min_vertices), _bucket(lengths.shape[0], min_parts)
                 vertices = torch.cat((vertices, vertices.new_zeros((nv - vertices.shape[0], 2))))
                 lengths = torch.cat((lengths, lengths.new_zeros(np_ - lengths.shape[0])))
-                instance = torch.cat((instance, instance.new_zeros(np_ - instance.shape[0])))
+                # padding parts belong to instance n * g, after every real one: an instance's parts stay contiguous
+                instance = torch.cat((instance, instance.new_full((np_ - instance.shape[0],), n * g)))
             return cls(boxes, labels, valid, image_wh, vertices, lengths, instance)
         h = max(m.size[1] for m in masks)
         w = max(m.size[0] for m in masks)
@@ -94,10 +95,22 @@ class TargetBatch:
             bitmaps[i, : t.shape[0], : t.shape[1], : t.shape[2]] = t
         return cls(boxes, labels, valid, image_wh, bitmaps=bitmaps)
 
-    def to(self, device, non_blocking=False):
-        def move(t):
-            return None if t is None else t.to(device, non_blocking=non_blocking)
+    def _fields(self):
+        return (self.boxes, self.labels, self.valid, self.image_wh, self.vertices, self.part_lengths,
+                self.part_instance, self.bitmaps)
 
-        return TargetBatch(move(self.boxes), move(self.labels), move(self.valid), move(self.image_wh),
-                           move(self.vertices), move(self.part_lengths), move(self.part_instance),
-                           move(self.bitmaps))
+    def tensors(self):
+        return [t for t in self._fields() if t is not None]
+
+    def _map(self, fn):
+        return TargetBatch(*(None if t is None else fn(t) for t in self._fields()))
+
+    def to(self, device, non_blocking=False):
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self):
+        return self._map(lambda t: t.pin_memory())
+
+    def __len__(self):
+        """The number of images."""
+        return self.boxes.shape[0]

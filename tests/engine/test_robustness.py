@@ -14,22 +14,24 @@ def _final_weights(folder):
 
 
 @pytest.mark.slow
-def test_resume_at_any_iteration_continues_the_run_exactly(tiny_data, tmp_path):
+@pytest.mark.parametrize("mode,starts", [((), (3, 4)), (("--compile",), (3,))], ids=["eager", "compiled"])
+def test_resume_at_any_iteration_continues_the_run_exactly(tiny_data, tmp_path, mode, starts):
     """16 images, batch 4: 4 iterations per epoch. Interrupted after iteration 3 (mid-epoch) or 4 (epoch
     boundary, with aspect-ratio grouping), the resumed run gets the same batches, LR, augmentation and random
-    draws: its final weights are bitwise those of the uninterrupted run (CPU, one thread)."""
+    draws: its final weights are bitwise those of the uninterrupted run (CPU, one thread). Compiled too (fused SGD
+    with its device-tensor LR, compiled before run_start with the random state restored)."""
     common = ("SOLVER.MAX_ITER", 7, "SOLVER.IMS_PER_BATCH", 4, "SAVE_CHECKPOINTS", True, "SOLVER.CHECKPOINT_PERIOD",
               1, "PER_EPOCH_EVAL", False, "INPUT.HORIZONTAL_FLIP_PROB_TRAIN", 0.5, *NEVER)
     full = tmp_path / "full"
     full.mkdir()
-    r = run_train(tiny_data, str(full), *common, extra_args=("--sync-eval",))
+    r = run_train(tiny_data, str(full), *common, extra_args=("--sync-eval", *mode))
     assert r.returncode == 3, r.stderr[-3000:]
     reference = _final_weights(full)
-    for start in (3, 4):
+    for start in starts:
         out = tmp_path / f"resumed_{start}"
         out.mkdir()
         ckpt = str(full / f"model_{start:07d}.pth")
-        r = run_train(tiny_data, str(out), *common, extra_args=("--sync-eval", "--resume", ckpt))
+        r = run_train(tiny_data, str(out), *common, extra_args=("--sync-eval", "--resume", ckpt, *mode))
         assert r.returncode == 3, r.stderr[-3000:]
         assert "RESUMED from" in r.stdout + r.stderr
         resumed = _final_weights(out)

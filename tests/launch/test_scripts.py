@@ -285,3 +285,63 @@ def test_profiling_module_is_torch_optional(tmp_path):
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
     assert (tmp_path / "memory_rank0.csv").read_text().splitlines()[1].startswith("1,")
+
+
+# ------------------------------------------------------------------------------------------- the recipe check
+def _marker_stub(tmp_path):
+    stub = tmp_path / "stub.py"
+    stub.write_text("import os\nopen(os.path.join(os.environ['STUB_OUT'], 'trained'), 'w').write('x')\n")
+    return stub
+
+
+def _h100_config_with(**changes):
+    tokens = subprocess.run(["bash", "-c", f'source "{ROOT}/config_DGXH100.sh" >/dev/null && echo "$EXTRA_CONFIG"'],
+                            capture_output=True, text=True, check=True, env=clean_env()).stdout.split()
+    o = dict(zip(tokens[::2], tokens[1::2]))
+    o.update(changes)
+    return " ".join(f"{k} {v}" for k, v in o.items())
+
+
+@pytest.mark.slow
+def test_run_and_time_refuses_a_noncompliant_recipe_before_training(tmp_path):
+    """A non-compliant EXTRA_CONFIG on the shipped DGX H100 config: refused with one line naming the key and the
+    rule, and the training script never starts; ALLOW_NON_RCP=1 lets the research run go on."""
+    bad = _h100_config_with(**{"SOLVER.BASE_LR": "0.13"})
+    r = run_and_time(tmp_path, DGXSYSTEM="DGXH100", TRAIN_SCRIPT=_marker_stub(tmp_path), STUB_OUT=tmp_path,
+                     EXTRA_CONFIG=bad)
+    assert r.returncode == 1, r.stdout + r.stderr
+    refused = [line for line in r.stderr.splitlines() if line.startswith("error: recipe refused")]
+    assert len(refused) == 1 and "opt_base_learning_rate 0.13" in refused[0] and "0.02" in refused[0], r.stderr
+    assert not (tmp_path / "trained").exists() and "STARTING TIMING RUN" not in r.stdout
+    r = run_and_time(tmp_path, DGXSYSTEM="DGXH100", TRAIN_SCRIPT=_marker_stub(tmp_path), STUB_OUT=tmp_path,
+                     EXTRA_CONFIG=bad, ALLOW_NON_RCP=1)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "trained").exists() and "allowed by --allow-non-rcp" in r.stderr
+
+
+@pytest.mark.slow
+def test_slurm_job_refuses_the_recipe_before_the_first_trial(tmp_path):
+    """slurm/run_experiments.sh (the body of the sbatch scripts) checks once, before any srun of a trial."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "srun").write_text(f"#!/bin/bash\necho \"$@\" >> {tmp_path}/srun_calls\n")
+    (bindir / "srun").chmod(0o755)
+    bad = _h100_config_with(**{"SOLVER.IMS_PER_BATCH": "512", "SOLVER.BASE_LR": "0.32"})
+    r = subprocess.run([str(ROOT / "slurm/run_experiments.sh")], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120, env=clean_env(DGXSYSTEM="DGXH100", CONTAINER="none", NEXP=1, PYTHON=sys.executable,
+                                                  LOGDIR=tmp_path / "logs", EXTRA_CONFIG=bad, REPO=ROOT,
+                                                  PATH=f"{bindir}:{os.environ['PATH']}"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "error: recipe refused: global_batch_size 512 is outside the RCPs" in r.stderr
+    assert "no trial started" in r.stderr and not (tmp_path / "srun_calls").exists()
+
+
+@pytest.mark.slow
+def test_submit_refuses_the_recipe_before_submitting(tmp_path):
+    bad = _h100_config_with(**{"SOLVER.GAMMA": "0.2"})
+    r = subprocess.run([sys.executable, "tools/submit.py", "--system", "DGXH100", "--cluster", "debug",
+                        "--image", "none", "--results", str(tmp_path / "res"), "--env", f"EXTRA_CONFIG={bad}"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120, env=clean_env())
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "error: recipe refused: opt_learning_rate_decay_factor 0.2" in r.stderr
+    assert "nothing submitted" in r.stderr and not (tmp_path / "res").exists()

@@ -55,7 +55,7 @@ def test_def_environment_and_post():
     # the NGC torch must not be replaced: torch/torchvision are filtered out of requirements.txt
     assert "torch|torchvision" in post and "requirements.txt" in post
     assert not re.search(r"pip install[^\n]*\btorch\b", post)
-    assert "./run_and_time.sh" in sec["runscript"]
+    assert "/workspace/object_detection/run_and_time.sh" in sec["runscript"]
     for mount in ("/data", "/results", "/coco/models"):
         assert mount in sec["help"]
 
@@ -106,3 +106,48 @@ def test_build_script_needs_singularity(tmp_path):
     r = subprocess.run(["/bin/bash", str(ROOT / "singularity" / "build.sh")], env=env, capture_output=True,
                        text=True)
     assert r.returncode != 0 and "neither singularity nor apptainer" in r.stderr
+
+
+@pytest.mark.slow
+def test_dry_run_prints_the_build_command_and_the_staged_files(tmp_path):
+    """``build.sh --dry-run`` needs no singularity: it stages and renders, prints the exact command and every staged
+    file (git-tracked and untracked-not-ignored: no venv, results or datasets), and builds nothing."""
+    env = dict(os.environ, PATH="/usr/bin:/bin", SINGULARITY="", STAGE_DIR=str(tmp_path / "stage"),
+               NGC_TAG="24.09-py3")
+    r = subprocess.run(["/bin/bash", str(ROOT / "singularity" / "build.sh"), "--dry-run", str(tmp_path / "x.sif")],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"cd {tmp_path / 'stage'} && singularity build {tmp_path / 'x.sif'} maskrcnn.def" in r.stdout
+    assert "nvcr.io/nvidia/pytorch:24.09-py3" in r.stdout and not (tmp_path / "x.sif").exists()
+    listed = [ln.strip() for ln in r.stdout.splitlines() if ln.startswith("  object_detection/")]
+    git = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(listed) == sorted("object_detection/" + p for p in git if (ROOT / p).is_file())
+    for must in ("run_and_time.sh", "bind_launch.py", "config_DGXH100_4x8x4.sh", "tools/check_recipe.py"):
+        assert f"object_detection/{must}" in listed
+
+
+@pytest.mark.slow
+def test_rendered_definition_parses_with_spython(tmp_path, monkeypatch):
+    """The rendered definition through the Singularity project's own recipe parser (spython): bootstrap docker (it
+    refuses anything else), the NGC base image, files, environment, post, runscript and test."""
+    spython = pytest.importorskip("spython.main.parse.parsers", reason="spython not installed (requirements.txt)")
+    env = dict(os.environ, PATH="/usr/bin:/bin", SINGULARITY="", STAGE_DIR=str(tmp_path), NGC_TAG="25.05-py3")
+    subprocess.run(["/bin/bash", str(ROOT / "singularity" / "build.sh"), "--dry-run"], env=env, check=True,
+                   capture_output=True)
+    scripts = {}
+    # the parser writes multi-line sections to /tests.sh etc. (for a Dockerfile); keep them here instead
+    monkeypatch.setattr(spython.SingularityParser, "_write_script",
+                        lambda self, path, lines, chmod=True: scripts.__setitem__(path, lines))
+    parser = spython.SingularityParser(str(tmp_path / "maskrcnn.def"))
+    (recipe,) = parser.recipe.values()
+    assert recipe.fromHeader == "nvcr.io/nvidia/pytorch:25.05-py3"
+    assert recipe.files == ["object_detection /workspace/object_detection"]
+    assert (tmp_path / "object_detection" / "run_and_time.sh").is_file()
+    assert {"OMP_NUM_THREADS=1", "DATADIR=/data", "LOGDIR=/results"} <= set(recipe.environ)
+    assert recipe.cmd == 'exec /workspace/object_detection/run_and_time.sh "$@"'
+    post = "\n".join(recipe.install)
+    assert "pip install --no-cache-dir --no-deps --no-build-isolation -e ." in post
+    assert "org.mlcommons.benchmark maskrcnn" in recipe.labels
+    test = "\n".join(scripts["/tests.sh"])
+    assert "import bind_launch, maskrcnn_benchmark, mlperf_logging, torch" in test and "--dry-run" in test

@@ -33,3 +33,16 @@ def device():
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     return torch.device(name)
+
+
+@pytest.fixture(params=["eager", pytest.param("compiled", marks=pytest.mark.slow)])
+def mode(request):
+    """How the code under test runs: ``mode(fn)`` is ``fn`` itself (eager), or ``fn`` under ``torch.compile``
+    with inductor and static shapes, as a compiled training step runs it (marked slow: inductor starts the C++
+    compiler). The assertions are the same in both modes."""
+    if request.param == "eager":
+        yield lambda fn: fn
+        return
+    torch._dynamo.reset()
+    yield lambda fn: torch.compile(fn, dynamic=False)
+    torch._dynamo.reset()

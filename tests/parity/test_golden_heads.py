@@ -37,7 +37,7 @@ def test_anchors_and_visibility_match(golden):
     assert torch.equal(vis, torch.stack([torch.cat(v) for v in inputs["anchor_visibility"]]))
 
 
-def test_rpn_post_processing_identical_including_order(golden, device):
+def test_rpn_post_processing_identical_including_order(golden, device, mode):
     g = golden("rpn_post")
     anchors, objectness, regression, sizes = _rpn_inputs(g["inputs"], device)
     targets = [BoxList(t["bbox_xyxy"].to(device), (w, h)) for t, (h, w) in zip(g["inputs"]["targets"], sizes)]
@@ -46,7 +46,7 @@ def test_rpn_post_processing_identical_including_order(golden, device):
         post = RPNPostProcessor(c["PRE_NMS_TOP_N"], c["POST_NMS_TOP_N"], c["NMS_THRESH"], c["MIN_SIZE"],
                                 c["FPN_POST_NMS_TOP_N"], v["training"] and v["fpn_post_nms_per_batch"],
                                 BoxCoder((1.0, 1.0, 1.0, 1.0)))
-        out = post(anchors, objectness, regression, sizes, targets if v["with_targets"] else None)
+        out = mode(post)(anchors, objectness, regression, sizes, targets if v["with_targets"] else None)
         for ours, ref in zip((o.to("cpu") for o in out), v["proposals"]):
             assert ours.size == tuple(ref["image_size_wh"]), v["name"]
             # Same arithmetic in the same order: bitwise equal boxes and probabilities in the same order (per
@@ -63,7 +63,7 @@ def test_rpn_post_processing_identical_including_order(golden, device):
             assert box_error_in_image_ulps(ours.bbox[untied], ref["bbox_xyxy"][untied], ours.size) <= BOX_ULPS
 
 
-def test_box_post_processing_identical(golden, device):
+def test_box_post_processing_identical(golden, device, mode):
     g = golden("box_post")
     props = g["inputs"]["proposals"]
     rois = torch.cat([torch.cat((torch.full((len(p["bbox_xyxy"]), 1), float(i)), p["bbox_xyxy"]), 1)
@@ -72,7 +72,7 @@ def test_box_post_processing_identical(golden, device):
     for v in g["variants"]:
         cfg = r50_cfg("MODEL.ROI_HEADS.SCORE_THRESH", v["score_thresh"], "MODEL.ROI_HEADS.NMS", v["nms"],
                       "MODEL.ROI_HEADS.DETECTIONS_PER_IMG", v["detections_per_img"])
-        out = make_roi_box_post_processor(cfg)(g["inputs"]["class_logits"].to(device),
+        out = mode(make_roi_box_post_processor(cfg))(g["inputs"]["class_logits"].to(device),
                                                g["inputs"]["box_regression"].to(device), rois.to(device), sizes)
         for ours, ref in zip((o.to("cpu") for o in out), v["results"]):
             assert ours.size == tuple(ref["image_size_wh"])

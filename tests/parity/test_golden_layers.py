@@ -14,24 +14,24 @@ def _pack(polygons):
     return vertices, lengths, owner
 
 
-def test_mask_targets_identical_on_all_200_instances(golden, device):
+def test_mask_targets_identical_on_all_200_instances(golden, device, mode):
     g = golden("mask_targets")
     packed = tuple(t.to(device) for t in _pack(g["polygons"]))
     k = len(g["polygons"])
     boxes, sizes = g["boxes_xyxy"].to(device), g["image_size_wh"].to(device)
     # MLPerf semantics (NVIDIA v0.7: 2018 crop, pycocotools rasterization, parts unioned): exact.
-    legacy = polygon_mask_targets(packed, torch.arange(k, device=device), boxes, g["resolution"], sizes, LEGACY_2018)
+    legacy = mode(polygon_mask_targets)(packed, torch.arange(k, device=device), boxes, g["resolution"], sizes, LEGACY_2018)
     assert torch.equal(legacy.cpu(), g["targets_legacy_2018"].bool())
     # maskrcnn-benchmark HEAD's crop (clamped corner, raw size): exact too, including sub-pixel and outside boxes.
-    current = polygon_mask_targets(packed, torch.arange(k, device=device), boxes, g["resolution"], sizes, CURRENT)
+    current = mode(polygon_mask_targets)(packed, torch.arange(k, device=device), boxes, g["resolution"], sizes, CURRENT)
     assert torch.equal(current.cpu(), g["targets"].bool())
 
 
-def test_roi_align_forward_and_backward(golden, device):
+def test_roi_align_forward_and_backward(golden, device, mode):
     for case in golden("roi_align")["cases"]:
         feats = case["features"].detach().clone().to(device).requires_grad_(True)
         rois = case["rois"].to(device)
-        out = roi_align(feats, rois, case["output_size"], case["spatial_scale"], case["sampling_ratio"])
+        out = mode(roi_align)(feats, rois, case["output_size"], case["spatial_scale"], case["sampling_ratio"])
         out.backward(case["grad_output"].to(device))
         if device.type == "cpu":
             # torchvision's aligned=False CPU kernel is the reference's: bitwise equal (golden README).
@@ -42,7 +42,7 @@ def test_roi_align_forward_and_backward(golden, device):
             torch.testing.assert_close(out.detach().cpu(), case["output"], atol=1e-4, rtol=0)
             torch.testing.assert_close(feats.grad.cpu(), case["grad_input"], atol=1e-4, rtol=0)
         feats64 = case["features"].detach().double().to(device).requires_grad_(True)
-        out64 = roi_align(feats64, rois.double(), case["output_size"], case["spatial_scale"], case["sampling_ratio"])
+        out64 = mode(roi_align)(feats64, rois.double(), case["output_size"], case["spatial_scale"], case["sampling_ratio"])
         out64.backward(case["grad_output"].double().to(device))
         torch.testing.assert_close(out64.detach().cpu(), case["output_fp64"], atol=1e-12, rtol=0)
         torch.testing.assert_close(feats64.grad.cpu(), case["grad_input_fp64"], atol=1e-12, rtol=0)
@@ -57,7 +57,7 @@ def _iou_plus_one(a, b):
     return inter / (area(a) + area(b) - inter)
 
 
-def test_nms_keep_sets_with_gpu_semantics(golden, device):
+def test_nms_keep_sets_with_gpu_semantics(golden, device, mode):
     """MLPerf runs the reference's CUDA NMS: suppress at IoU > threshold, keep in score order. The golden keep
     sets come from its CPU kernel (IoU >= threshold, ascending index order). We process boxes in the recorded
     ``sort_order`` (torch's CPU sort is not stable, so ties are ordered as the reference saw them), compare
@@ -68,7 +68,7 @@ def test_nms_keep_sets_with_gpu_semantics(golden, device):
             assert nms(boxes, case["scores"], thr).numel() == 0
             continue
         ranks = torch.arange(len(order), 0, -1, dtype=torch.float32)  # strictly decreasing = sort_order
-        keep = order[nms(boxes[order].to(device), ranks.to(device), thr).cpu()]
+        keep = order[mode(nms)(boxes[order].to(device), ranks.to(device), thr).cpu()]
         assert torch.equal(keep, order[torch.isin(order, keep)]), case["name"]  # score (processing) order
         ours, ref = set(keep.tolist()), set(case["keep"].tolist())
         assert ref <= ours, case["name"]

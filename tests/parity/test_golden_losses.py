@@ -41,7 +41,7 @@ class _Injected:
         return self.pos, self.neg
 
 
-def test_rpn_losses_and_gradients(golden, device):
+def test_rpn_losses_and_gradients(golden, device, mode):
     g = golden("losses")
     targets = _targets(g["targets"], device)
     cfg = r50_cfg()
@@ -54,25 +54,26 @@ def test_rpn_losses_and_gradients(golden, device):
         loss = RPNLossComputation(Matcher(v["fg_iou"], v["bg_iou"], allow_low_quality_matches=True),
                                   _Injected(v["sampled_pos_mask"], v["sampled_neg_mask"], device),
                                   BoxCoder((1.0, 1.0, 1.0, 1.0)), gen)
-        labels, regression_targets = loss.prepare_targets(torch.cat(anchors), targets, sizes)
+        labels, regression_targets = mode(loss.prepare_targets)(torch.cat(anchors), targets, sizes)
         assert torch.equal(labels.cpu(), torch.stack(v["anchor_labels"]))
         torch.testing.assert_close(regression_targets.cpu(), torch.stack(v["anchor_regression_targets"]), rtol=0,
                                    atol=1e-6)
         logits = [t.detach().clone().to(device).requires_grad_(True) for t in inputs["objectness_logits"]]
         deltas = [t.detach().clone().to(device).requires_grad_(True) for t in inputs["box_regression"]]
         obj, reg = _flatten_head_outputs(logits, deltas)
-        obj_loss, box_loss = loss(anchors, obj, reg, targets, sizes)
+        obj_loss, box_loss = mode(loss)(anchors, obj, reg, targets, sizes)
         torch.testing.assert_close(obj_loss.cpu(), v["objectness_loss"], rtol=LOSS_RTOL, atol=0)
         torch.testing.assert_close(box_loss.cpu(), v["box_loss"], rtol=LOSS_RTOL, atol=0)
-        grads = torch.autograd.grad(obj_loss, logits)
-        for ours, ref in zip(grads, v["grad_objectness_loss_wrt_objectness"]):
+        # One backward of the sum gives both: the objectness loss does not depend on the deltas nor the box loss on
+        # the logits (exact zeros). Compiled, both losses come out of one autograd node, which runs backward once.
+        grads = torch.autograd.grad(obj_loss + box_loss, logits + deltas)
+        for ours, ref in zip(grads[: len(logits)], v["grad_objectness_loss_wrt_objectness"]):
             torch.testing.assert_close(ours.cpu(), ref, rtol=0, atol=GRAD_ATOL)
-        grads = torch.autograd.grad(box_loss, deltas)
-        for ours, ref in zip(grads, v["grad_box_loss_wrt_box_regression"]):
+        for ours, ref in zip(grads[len(logits):], v["grad_box_loss_wrt_box_regression"]):
             torch.testing.assert_close(ours.cpu(), ref, rtol=0, atol=GRAD_ATOL)
 
 
-def test_box_losses_and_gradients(golden, device):
+def test_box_losses_and_gradients(golden, device, mode):
     g = golden("losses")
     targets = _targets(g["targets"], device)
     props = [BoxList(p["bbox_xyxy"], tuple(p["image_size_wh"])).to(device) for p in g["box"]["inputs"]["proposals"]]
@@ -80,7 +81,7 @@ def test_box_losses_and_gradients(golden, device):
     for v in g["box"]["variants"]:
         evaluator = make_roi_box_loss_evaluator(r50_cfg())
         evaluator.sampler = _Injected(v["sampled_pos_mask"], v["sampled_neg_mask"], device)
-        samples = evaluator.subsample(props, targets)
+        samples = mode(evaluator.subsample)(props, targets)
         # rows: image by image, ascending proposal index within each image, as the reference concatenates them
         ref_rows = torch.cat([offsets[i].cpu() + idx for i, idx in enumerate(v["sampled_indices_per_image"])])
         rows = offsets[samples.image_index] + samples.proposal_index
@@ -90,17 +91,17 @@ def test_box_losses_and_gradients(golden, device):
                                    rtol=0, atol=1e-5)
         logits = g["box"]["inputs"]["class_logits_all_proposals"].detach().clone().to(device).requires_grad_(True)
         deltas = g["box"]["inputs"]["box_regression_all_proposals"].detach().clone().to(device).requires_grad_(True)
-        cls_loss, box_loss = evaluator(logits[rows], deltas[rows], samples)
+        cls_loss, box_loss = mode(evaluator)(logits[rows], deltas[rows], samples)
         torch.testing.assert_close(cls_loss.cpu(), v["classification_loss"], rtol=LOSS_RTOL, atol=0)
         torch.testing.assert_close(box_loss.cpu(), v["box_loss"], rtol=LOSS_RTOL, atol=0)
-        (grad,) = torch.autograd.grad(cls_loss, logits)
-        torch.testing.assert_close(grad.cpu(), v["grad_classification_loss_wrt_class_logits"], rtol=0,
+        # one backward of the sum (as above: each loss depends on one input only; compiled, one autograd node)
+        grad_logits, grad = torch.autograd.grad(cls_loss + box_loss, (logits, deltas))
+        torch.testing.assert_close(grad_logits.cpu(), v["grad_classification_loss_wrt_class_logits"], rtol=0,
                                    atol=GRAD_ATOL)
-        (grad,) = torch.autograd.grad(box_loss, deltas)
         torch.testing.assert_close(grad.cpu(), v["grad_box_loss_wrt_box_regression"], rtol=0, atol=GRAD_ATOL)
 
 
-def test_mask_targets_loss_and_gradient(golden, device):
+def test_mask_targets_loss_and_gradient(golden, device, mode):
     g = golden("losses")
     targets = [t.to("cpu") for t in _targets(g["targets"], device, with_masks=True)]
     m = g["mask"]
@@ -114,7 +115,7 @@ def test_mask_targets_loss_and_gradient(golden, device):
         assert (matched >= 0).all()
         labels.append(gt_fields["labels"][i, matched])
         packed = t.get_field("masks").packed_polygons()
-        mask_targets.append(polygon_mask_targets(packed, matched.to(device), props.to(device), 28,
+        mask_targets.append(mode(polygon_mask_targets)(packed, matched.to(device), props.to(device), 28,
                                                  torch.tensor(t.size).expand(len(props), 2)).cpu())
     for ours, ref in zip(labels, m["matched_labels"]):
         assert torch.equal(ours, ref)
@@ -125,7 +126,7 @@ def test_mask_targets_loss_and_gradient(golden, device):
     selected = m["mask_logits_selected"].detach().clone().to(device).requires_grad_(True)
     logits = torch.zeros((len(labels), 81, 28, 28), device=device).index_put(
         (torch.arange(len(labels), device=device), labels), selected)
-    loss = mask_rcnn_loss(logits, labels, torch.cat(mask_targets).to(device))
+    loss = mode(mask_rcnn_loss)(logits, labels, torch.cat(mask_targets).to(device))
     torch.testing.assert_close(loss.cpu(), m["mask_loss"], rtol=LOSS_RTOL, atol=0)
     (grad,) = torch.autograd.grad(loss, selected)
     torch.testing.assert_close(grad.cpu(), m["grad_mask_loss_wrt_mask_logits_selected"], rtol=0, atol=GRAD_ATOL)

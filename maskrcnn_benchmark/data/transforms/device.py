@@ -119,19 +119,20 @@ class DeviceTransform:
     device in one call; returns an :class:`~maskrcnn_benchmark.structures.image_list.ImageList` whose tensors
     equal those of the reference path (PIL in the worker, then ``to_image_list``)."""
 
-    def __init__(self, pixel_mean, pixel_std, to_bgr255=True, size_divisible=0):
+    def __init__(self, pixel_mean, pixel_std, to_bgr255=True, size_divisible=0, fixed_sizes=()):
+        self.fixed_sizes = tuple(fixed_sizes or ())
         self.mean = torch.tensor(pixel_mean, dtype=torch.float32).view(1, -1, 1, 1)
         self.std = torch.tensor(pixel_std, dtype=torch.float32).view(1, -1, 1, 1)
         self.to_bgr255 = to_bgr255
         self.size_divisible = size_divisible
 
     @classmethod
-    def from_config(cls, cfg):
+    def from_config(cls, cfg, fixed_sizes=()):
         i = cfg.INPUT
-        return cls(i.PIXEL_MEAN, i.PIXEL_STD, i.TO_BGR255, cfg.DATALOADER.SIZE_DIVISIBILITY)
+        return cls(i.PIXEL_MEAN, i.PIXEL_STD, i.TO_BGR255, cfg.DATALOADER.SIZE_DIVISIBILITY, fixed_sizes)
 
     def __call__(self, batch):
-        from ...structures.image_list import ImageList
+        from ...structures.image_list import ImageList, padded_size
 
         raw = batch.tensors  # padded here, on the device
         device = raw.device
@@ -142,11 +143,8 @@ class DeviceTransform:
         else:
             x = x / 255
         x = (x - self.mean.to(device)) / self.std.to(device)
-        h = max(s[0] for s in batch.image_sizes)
-        w = max(s[1] for s in batch.image_sizes)
-        if self.size_divisible > 0:
-            h = int(math.ceil(h / self.size_divisible) * self.size_divisible)
-            w = int(math.ceil(w / self.size_divisible) * self.size_divisible)
+        h, w = padded_size(max(s[0] for s in batch.image_sizes), max(s[1] for s in batch.image_sizes),
+                           self.size_divisible, self.fixed_sizes)
         rows = torch.arange(h, device=device)
         cols = torch.arange(w, device=device)
         sizes = torch.as_tensor(batch.image_sizes, device=device)

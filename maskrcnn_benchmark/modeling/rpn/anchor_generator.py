@@ -66,27 +66,42 @@ class AnchorGenerator(nn.Module):
         self.cell_anchors = BufferList(cell)  # buffers, as the reference: state dicts match key for key
         self.straddle_thresh = straddle_thresh
         self._cache = {}
+        self._pinned = {}  # precomputed for a compiled step's fixed sizes: never evicted
 
     def _load_from_state_dict(self, *args, **kwargs):
         self._cache.clear()  # loaded cell anchors replace the ones the grids were built from
+        self._pinned.clear()
         super()._load_from_state_dict(*args, **kwargs)
 
     def num_anchors_per_location(self):
         return [len(c) for c in self.cell_anchors]
 
+    def precompute(self, grid_sizes, device):
+        """Compute the anchors of ``grid_sizes`` now and keep them for good. A compiled step's fixed sizes are
+        precomputed before it is traced: it then reads them as constants, and the cache of the other sizes
+        (evaluation) can change without invalidating the compiled graph."""
+        key = (tuple(tuple(int(v) for v in s) for s in grid_sizes), str(torch.device(device)))
+        self._pinned[key] = self._compute(grid_sizes, device)
+
+    def _compute(self, grid_sizes, device):
+        out = []
+        for (h, w), stride, base in zip(grid_sizes, self.strides, self.cell_anchors):
+            sx = torch.arange(0, w * stride, step=stride, dtype=torch.float32, device=device)
+            sy = torch.arange(0, h * stride, step=stride, dtype=torch.float32, device=device)
+            yy, xx = torch.meshgrid(sy, sx, indexing="ij")
+            shifts = torch.stack((xx.reshape(-1), yy.reshape(-1), xx.reshape(-1), yy.reshape(-1)), dim=1)
+            out.append((shifts[:, None, :] + base.to(device=device, dtype=torch.float32)[None, :, :]).reshape(-1, 4))
+        return out
+
     def grid_anchors(self, grid_sizes, device):
         key = (tuple(grid_sizes), str(device))
+        pinned = self._pinned.get(key)
+        if pinned is not None:
+            return pinned
         if key not in self._cache:
-            out = []
-            for (h, w), stride, base in zip(grid_sizes, self.strides, self.cell_anchors):
-                sx = torch.arange(0, w * stride, step=stride, dtype=torch.float32, device=device)
-                sy = torch.arange(0, h * stride, step=stride, dtype=torch.float32, device=device)
-                yy, xx = torch.meshgrid(sy, sx, indexing="ij")
-                shifts = torch.stack((xx.reshape(-1), yy.reshape(-1), xx.reshape(-1), yy.reshape(-1)), dim=1)
-                out.append((shifts[:, None, :] + base.to(device=device, dtype=torch.float32)[None, :, :]).reshape(-1, 4))
             if len(self._cache) > 32:
                 self._cache.clear()
-            self._cache[key] = out
+            self._cache[key] = self._compute(grid_sizes, device)
         return self._cache[key]
 
     def visibility(self, anchors, image_sizes):

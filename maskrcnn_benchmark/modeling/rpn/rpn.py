@@ -274,6 +274,8 @@ class RPNModule(nn.Module):
         if self.training:
             if targets is None:
                 raise ValueError("targets are required in training mode")
+            if not isinstance(targets, TargetBatch):  # the reference's per-image BoxLists
+                targets = TargetBatch.from_boxlists(list(targets), device=images.tensors.device)
             proposals = self.box_selector_train.select(anchors, [o.detach() for o in objectness],
                                                        [b.detach() for b in box_regression], images.sizes, targets)
             loss_objectness, loss_rpn_box_reg = self.loss_evaluator(

@@ -5,7 +5,10 @@ are matched to the ground truth at IoU 0.5 (no low-quality matches), up to BATCH
 are sampled with at most POSITIVE_FRACTION foreground; the classifier is trained on all sampled ROIs, the box
 regression on the foreground ones, normalized by the number of sampled ROIs. Matching and sampling run on
 padded ``(N, P)`` tensors and the samples fill ``BATCH_SIZE_PER_IMAGE`` slots per image with a validity mask:
-fixed shapes, no host sync.
+fixed shapes, no host sync (``static_shapes``, the compiled step). The eager step trims the slots to the largest
+number of samples of an image in the batch (one host sync): when the RPN finds fewer proposals than
+``BATCH_SIZE_PER_IMAGE`` (small images, early training) the box head then runs on the rows that exist, as the
+reference's does, instead of on padding (measured: 1.6x the eager step time on 256x384 images otherwise).
 """
 import torch
 import torch.nn.functional as F
@@ -107,6 +110,7 @@ class FastRCNNLossComputation:
         self.sampler = sampler
         self.box_coder = box_coder
         self.cls_agnostic_bbox_reg = cls_agnostic_bbox_reg
+        self.static_shapes = False  # BATCH_SIZE_PER_IMAGE slots per image even if fewer are sampled
 
     @torch.no_grad()
     def subsample(self, proposals, targets):
@@ -125,6 +129,8 @@ class FastRCNNLossComputation:
         pos, neg = self.sampler(labels)
         sampled = pos | neg
         s = min(getattr(self.sampler, "batch_size_per_image", p), p)
+        if not self.static_shapes:
+            s = min(s, max(int(sampled.sum(1).max().item()), 1))
         # the sampled proposals of each image first, in ascending proposal order
         slot = torch.sort((~sampled).to(torch.int8), dim=1, stable=True).indices[:, :s]
         slot_valid = sampled.gather(1, slot)

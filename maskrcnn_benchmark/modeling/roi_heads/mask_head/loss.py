@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ....layers import rasterize_polygons, roi_align
+from ....layers.op_tags import HOST_SYNC
 
 LEGACY_2018 = "legacy_2018"
 CURRENT = "current"
@@ -56,7 +57,7 @@ def polygon_mask_targets(packed, roi_instance, boxes, resolution, image_widths_h
                                  int(resolution), sizes, convention)
 
 
-@torch.library.custom_op("maskrcnn::polygon_mask_targets", mutates_args=())
+@torch.library.custom_op("maskrcnn::polygon_mask_targets", mutates_args=(), tags=HOST_SYNC)
 def _polygon_mask_targets(vertices: torch.Tensor, part_lengths: torch.Tensor, part_instance: torch.Tensor,
                           roi_instance: torch.Tensor, boxes: torch.Tensor, resolution: int,
                           image_widths_heights: Optional[torch.Tensor], convention: str) -> torch.Tensor:

@@ -1,0 +1,28 @@
+#!/bin/bash
+# NVIDIA DGX H200 (1 node(s) x 8 H200 SXM 141 GB, 2 sockets x 56 cores, HT), GBS 96 (12 images/GPU).
+# Hyperparameters: exactly RCP maskrcnn_ref_96 of mlperf-logging training_3.1.0/rcps_maskrcnn.json (base LR 0.12,
+# warmup 625 iterations x 0.000192, decay 0.1 at (12000,16000)); tools/check_recipe.py verifies it before every run.
+# Anchor: NVIDIA's MLPerf v1.0-v3.0 single-node DGX A100/H100 configs use this recipe (12 images/GPU, GBS 96).
+# Source it (run_and_time.sh does when DGXSYSTEM=DGXH200); every value can be overridden from the environment.
+
+## DL params
+export EXTRA_PARAMS="${EXTRA_PARAMS:-}"
+export EXTRA_CONFIG="${EXTRA_CONFIG:-SOLVER.BASE_LR 0.12 SOLVER.MAX_ITER 40000 SOLVER.WARMUP_FACTOR 0.000192 SOLVER.WARMUP_ITERS 625 SOLVER.WARMUP_METHOD mlperf_linear SOLVER.STEPS (12000,16000) SOLVER.IMS_PER_BATCH 96 TEST.IMS_PER_BATCH 8 MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN 12000 NHWC True}"
+
+## System run params
+export DGXSYSTEM="${DGXSYSTEM:-DGXH200}"
+export DGXNNODES="${DGXNNODES:-1}"
+
+## Time budget (minutes). A trial gets the expected training time plus the init allowance, +25 %: Slurm stops a
+## trial at that limit (srun --time) and the next one starts. The job asks for NEXP trials + 15 minutes.
+export DGXRUNMINUTES="${DGXRUNMINUTES:-30}"  # on paper (docs/cluster.md, "Scale on paper"): not yet measured
+export DGXINITMINUTES="${DGXINITMINUTES:-10}"  # compiling the training step (COMPILE on CUDA) is part of init
+export NEXP="${NEXP:-5}"
+# shellcheck source=slurm/time_budget.sh
+source "$(dirname "${BASH_SOURCE[0]}")/slurm/time_budget.sh"  # TRIAL_MINUTES and WALLTIME from the three above
+
+## System config params (DGX H100 and DGX H200: 2 x Intel Xeon Platinum 8480C, 56 cores each, HT on)
+export DGXNGPU="${DGXNGPU:-8}"
+export DGXSOCKETCORES="${DGXSOCKETCORES:-56}"
+export DGXNSOCKET="${DGXNSOCKET:-2}"
+export DGXHT="${DGXHT:-2}"  # 2: hyperthreading on, 1: off

@@ -1,0 +1,164 @@
+"""Compile mode: the training step under ``torch.compile`` (``COMPILE``, ``--compile``).
+
+The training forward is written with static shapes and no host sync (docs/numerics.md, "A step with static
+shapes"): the loader pads every batch to one of two image sizes and its ground truth to a fixed number of slots
+(:func:`~maskrcnn_benchmark.data.build.static_sizes`, ``DATALOADER.MAX_ANNOTATIONS_PER_IMAGE``), so dynamo
+traces the whole forward as one graph per image size, with ``dynamic=False``. The two custom ops that do wait
+for the host (NMS, the polygon rasterizer) carry the ``cudagraph_unsafe`` tag: inductor's graph partition keeps
+them out of the CUDA graphs of ``mode="reduce-overhead"`` and runs them between the graphed parts.
+
+Only the polygon buffers change size from batch to batch (the number of vertices in a batch, rounded up to a
+power of two): they are marked dynamic, so they never cause a recompile. They only feed the rasterizer op, whose
+output shape does not depend on them.
+
+Compiling happens before ``run_start``: :meth:`CompiledForward.warm_up` runs forward and backward once per image
+size on a synthetic batch (no dataset access, no optimizer step, the random state restored), as NVIDIA's
+submissions capture their CUDA graphs during initialization. Evaluation runs the eager model (its shapes depend
+on the detections).
+"""
+import logging
+import time
+
+import torch
+
+from ..data import warm_up_batch
+
+logger = logging.getLogger(__name__)
+
+
+def compile_enabled(cfg, device):
+    """``COMPILE``: None means on for CUDA, off on the CPU (measured slower there, docs/benchmarks.md)."""
+    return device.type == "cuda" if cfg.COMPILE is None else bool(cfg.COMPILE)
+
+
+def compile_mode(cfg, device):
+    """``COMPILE_MODE``: "auto" is "reduce-overhead" (inductor with CUDA graphs) on GPU, "default" on the CPU."""
+    if cfg.COMPILE_MODE != "auto":
+        return cfg.COMPILE_MODE
+    return "reduce-overhead" if device.type == "cuda" else "default"
+
+
+def make_static(model):
+    """Fixed shapes for the ROI heads: ``BATCH_SIZE_PER_IMAGE`` box-head slots per image and the sampler's
+    positive budget of mask-head rows per image (the eager step trims both to the rows in use, a host sync
+    each); every other part of the training step has fixed shapes already."""
+    bare = model.module if hasattr(model, "module") else model
+    bare.roi_heads.box.loss_evaluator.static_shapes = True
+    mask = getattr(bare.roi_heads, "mask", None)
+    if mask is not None:
+        mask.static_shapes = True
+    return model
+
+
+@torch.no_grad()
+def precompute_anchors(model, sizes, device):
+    """The anchors of each fixed image size, before anything is compiled (the feature map sizes come from one
+    eager pass of the backbone over a zero image of that size)."""
+    bare = model.module if hasattr(model, "module") else model
+    for h, w in sizes:
+        features = bare.backbone(torch.zeros((1, 3, h, w), device=device))
+        bare.rpn.anchor_generator.precompute([tuple(f.shape[-2:]) for f in features], device)
+
+
+def _mark_polygon_buffers_dynamic(targets):
+    if getattr(targets, "has_polygons", False):  # a TargetBatch
+        for t in (targets.vertices, targets.part_lengths, targets.part_instance):
+            torch._dynamo.mark_dynamic(t, 0)
+
+
+class CompiledForward:
+    """The model's training forward, compiled: ``forward(images, targets) -> loss dict``.
+
+    If compiling fails (an inductor or backend error on a new machine), the failure is logged once with its
+    reason and the run continues with the eager model: same weights, same step, only slower.
+
+    A batch of fewer than ``batch_size`` images (the last of an aspect-ratio group in an epoch, the reference's
+    sampler keeps it) runs eagerly: compiled, each such size would be one more graph to compile.
+    """
+
+    def __init__(self, model, mode="default", backend="inductor", batch_size=None):
+        self.model = model
+        self.batch_size = batch_size
+        self.eager_batches = 0
+        self.mode = mode
+        options = {"mode": mode} if backend == "inductor" else {}
+        self.compiled = torch.compile(model, backend=backend, dynamic=False, **options)
+        self.cudagraphs = backend == "inductor" and mode in ("reduce-overhead", "max-autotune")
+        self.failure = None
+        self.compile_seconds = 0.0
+
+    def __call__(self, images, targets):
+        if self.failure is not None:
+            return self.model(images, targets)
+        if self.batch_size and len(targets) != self.batch_size:
+            if not self.eager_batches:
+                logger.info("a batch of %d images (fewer than %d, the end of an aspect-ratio group) runs eagerly; "
+                            "so will every such batch", len(targets), self.batch_size)
+            self.eager_batches += 1
+            return self.model(images, targets)
+        if self.cudagraphs:
+            # A new iteration: outputs of the previous replay may be overwritten (their values were copied).
+            torch.compiler.cudagraph_mark_step_begin()
+        _mark_polygon_buffers_dynamic(targets)
+        try:
+            return self.compiled(images, targets)
+        except Exception as e:  # noqa: BLE001 - any backend failure: run on eagerly, say why
+            if not _is_compile_error(e):
+                raise
+            self.failure = e
+            logger.warning("torch.compile failed (%s: %s): the run continues with the eager model", type(e).__name__,
+                           str(e).splitlines()[0] if str(e) else "")
+            return self.model(images, targets)
+
+    def warm_up(self, sizes, images_per_batch, device, max_gt, dtype=None):
+        """Compile for each image size in ``sizes`` before the clock starts: forward and backward of a synthetic
+        batch, gradients dropped, random state restored (the run then draws exactly what an eager run would)."""
+        if self.failure is not None:
+            return 0.0
+        t0 = time.perf_counter()
+        precompute_anchors(self.model, sizes, device)
+        cpu_state = torch.get_rng_state()
+        cuda_state = torch.cuda.get_rng_state_all() if device.type == "cuda" else None
+        try:
+            for h, w in sizes:
+                images, targets = warm_up_batch(images_per_batch, h, w, max_gt, device)
+                with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                    losses = self(images, targets)
+                sum(losses.values()).backward()
+                if self.failure is not None:
+                    break
+        finally:
+            for p in self.model.parameters():
+                p.grad = None
+            torch.set_rng_state(cpu_state)
+            if cuda_state is not None:
+                torch.cuda.set_rng_state_all(cuda_state)
+        self.compile_seconds = time.perf_counter() - t0
+        logger.info("compiled the training step for %d image size(s) %s in %.1f s (mode %s)%s", len(sizes),
+                    ", ".join(f"{h}x{w}" for h, w in sizes), self.compile_seconds, self.mode,
+                    " - failed, eager" if self.failure is not None else "")
+        return self.compile_seconds
+
+
+def _is_compile_error(e):
+    """An error of dynamo/inductor/a backend compiler, as opposed to one of the step itself (which the eager
+    model would raise too: out of memory, a bad target)."""
+    if isinstance(e, torch.OutOfMemoryError):
+        return False
+    module = type(e).__module__ or ""
+    return module.startswith(("torch._dynamo", "torch._inductor", "torch._functorch", "triton")) or \
+        type(e).__name__ in ("BackendCompilerFailed", "InternalTorchDynamoError", "Unsupported")
+
+
+def graph_breaks(fn, *args):
+    """``(breaks, graphs, reasons)`` of ``torch._dynamo.explain(fn)(*args)`` (default dynamo config): the number
+    of graph breaks and graphs, and one ``"file:line: reason"`` per break."""
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(fn)(*args)
+    reasons = []
+    for b in explanation.break_reasons:
+        frame = b.user_stack[-1] if b.user_stack else None
+        where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}: " if frame is not None else ""
+        reasons.append(where + b.reason.splitlines()[0])
+    torch._dynamo.reset()
+    return explanation.graph_break_count, explanation.graph_count, reasons

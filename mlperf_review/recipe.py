@@ -1,0 +1,160 @@
+"""Is a training recipe acceptable, before the runs are spent? (``tools/check_recipe.py``)
+
+Two questions, both answered with mlperf-logging's own files and code, not with rules typed again here:
+
+* **Would the compliance checker accept the hyperparameters?** The ``:::MLLOG`` lines that the run will log
+  (given by the caller) go through the checker's own parser and its rule file of the ruleset and division
+  (``compliance_checker/training_<ruleset>/<division>_maskrcnn.yaml``, the ``CHECK`` expressions evaluated by
+  ``ComplianceChecker.configured_checks``). A failed check is a refusal.
+* **Can the RCP checker judge the global batch?** (closed division, rulesets from 1.0.0) The RCP file of the
+  ruleset (``rcp_checker/training_<ruleset>/rcps_maskrcnn.json``), searched with the RCP checker's own lookup: an
+  RCP at the batch, or two around it to interpolate. A batch above the largest RCP is refused (the checker
+  reports "Missing RCP"); below the smallest it is a warning, since the checker then passes runs that converge
+  more slowly than that RCP. A recipe that differs from the RCP at its batch is a warning naming the RCP's
+  values: it converges at your own risk.
+
+``allow_non_rcp`` turns refusals into warnings (research runs).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from .rules import BENCHMARK, RCP_MIN_RULESET, at_least
+
+# RCP "Hyperparams" names -> the mllog keys the run logs. num_image_candidates is not compared: in the v0.7
+# semantics the package logs it is 1000 x images per GPU, and the RCPs record the reference's layout (6000).
+RCP_KEYS = {
+    "opt_base_learning_rate": "opt_base_learning_rate",
+    "opt_learning_rate_warmup_steps": "opt_learning_rate_warmup_steps",
+    "opt_learning_rate_warmup_factor": "opt_learning_rate_warmup_factor",
+    "opt_learning_decay_steps": "opt_learning_rate_decay_steps",
+}
+
+
+@dataclass
+class RecipeVerdict:
+    ruleset: str
+    division: str
+    hparams: Dict[str, object]
+    refusals: List[str] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    rcp: Optional[str] = None  # the RCP record used, or "interpolated between A and B"
+
+    @property
+    def ok(self) -> bool:
+        return not self.refusals
+
+
+def _package_dir():
+    import mlperf_logging
+
+    return os.path.dirname(mlperf_logging.__file__)
+
+
+def rule_file(ruleset: str, division: str = "closed") -> str:
+    path = os.path.join(_package_dir(), "compliance_checker", f"training_{ruleset}", f"{division}_{BENCHMARK}.yaml")
+    if not os.path.exists(path):
+        raise ValueError(f"mlperf-logging has no {division} {BENCHMARK} rules for ruleset {ruleset} ({path})")
+    return path
+
+
+def hparams_from_log(text: str) -> Dict[str, object]:
+    import json
+
+    out = {}
+    for line in text.splitlines():
+        if ":::MLLOG" in line:
+            record = json.loads(line.split(":::MLLOG", 1)[1])
+            out[record["key"]] = record["value"]
+    return out
+
+
+def compliance_refusals(log_text: str, ruleset: str, division: str = "closed") -> List[str]:
+    """The checker's failed ``CHECK``s on these log lines, one line each: ``KEY VALUE: failed test: EXPR``. Keys
+    the lines do not hold (run_start, eval_accuracy, ...) are not judged."""
+    from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
+
+    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
+        f.write(log_text)
+    try:
+        loglines, errors = mlp_parser.parse_file(f.name, ruleset=ruleset)
+    finally:
+        os.unlink(f.name)
+    if errors:
+        raise ValueError(f"the recipe's log lines do not parse: {errors[0]}")
+    checker = mlp_compliance.ComplianceChecker("training", ruleset, quiet=True, werror=False)
+    checker.configured_checks(loglines, rule_file(ruleset, division))
+    logged = {ll.key: ll.value["value"] for ll in loglines}
+    out = []
+    for key, message in checker.overwritable.items():
+        if key not in logged or "Required" in message:
+            continue  # an occurrence rule about keys this excerpt of a log does not hold
+        test = re.search(r"failed test: (.*)", message) or re.search(r"Failed executing CHECK code:\n(.*)", message)
+        rule = test.group(1).strip() if test else message.splitlines()[0]
+        out.append(f"{key} {logged[key]!r}: failed test `{rule}` of {os.path.basename(rule_file(ruleset, division))}"
+                   f" (mlperf-logging, training {ruleset})")
+    return out
+
+
+def rcp_check(hparams: Dict[str, object], ruleset: str):
+    """``(refusals, warnings, rcp description)`` of the global batch against the ruleset's RCPs."""
+    from mlperf_logging.rcp_checker.rcp_checker import RCP_Checker
+
+    checker = RCP_Checker("training", ruleset, BENCHMARK, verbose=False)
+    bs = hparams.get("global_batch_size")
+    batches = sorted(r["BS"] for r in checker.rcp_data.values())
+    record = checker._find_rcp(bs, "full_rcps")
+    if record is None:
+        low, high = checker._find_top_min_rcp(bs, "full_rcps"), checker._find_bottom_max_rcp(bs, "full_rcps")
+        if low is not None and high is not None:
+            return [], [f"global_batch_size {bs} has no RCP of its own (training {ruleset}: {batches}): the RCP "
+                        f"checker interpolates between {low['BS']} and {high['BS']}; no RCP recipe to compare with, "
+                        "it converges at your own risk"], f"interpolated between {low['BS']} and {high['BS']}"
+        if low is None and high is not None:  # the checker compares with the smallest RCP (its own rule)
+            smallest = checker._find_min_rcp("full_rcps")
+            return [], [f"global_batch_size {bs} is below the smallest RCP of training {ruleset} "
+                        f"({smallest['BS']}): the RCP checker passes it only if the runs converge more slowly than "
+                        f"that RCP's {smallest['RCP Mean']:.2f} epochs"], f"below {smallest['BS']}"
+        return [f"global_batch_size {bs} is outside the RCPs of training {ruleset} ({batches[0]}..{batches[-1]}): "
+                "the RCP checker cannot interpolate it and reports a missing RCP (rcps_maskrcnn.json)"], [], None
+    name = next(k for k, r in checker.rcp_data.items() if r is record)
+    diffs = []
+    for rcp_key, key in RCP_KEYS.items():
+        want, got = record["Hyperparams"].get(rcp_key), hparams.get(key)
+        if want is not None and got is not None and not _same(want, got):
+            diffs.append(f"{key} {got!r} (RCP {want!r})")
+    warnings = []
+    if diffs:
+        warnings.append(f"the recipe differs from RCP {name} at global_batch_size {bs}: " + ", ".join(diffs)
+                        + "; it converges at your own risk")
+    return [], warnings, name
+
+
+def _same(want, got):
+    if isinstance(want, (list, tuple)):
+        return isinstance(got, (list, tuple)) and len(want) == len(got) and all(_same(a, b) for a, b in zip(want, got))
+    try:
+        return abs(float(want) - float(got)) <= 1e-12 * max(1.0, abs(float(want)))
+    except (TypeError, ValueError):
+        return want == got
+
+
+def check_recipe(log_text: str, ruleset: str = "3.1.0", division: str = "closed",
+                 allow_non_rcp: bool = False) -> RecipeVerdict:
+    """The verdict on the hyperparameter lines a run would log (``log_text``)."""
+    hparams = hparams_from_log(log_text)
+    verdict = RecipeVerdict(ruleset, division, hparams)
+    verdict.refusals += compliance_refusals(log_text, ruleset, division)
+    if division == "closed" and at_least(ruleset, RCP_MIN_RULESET):
+        refusals, warnings, verdict.rcp = rcp_check(hparams, ruleset)
+        verdict.refusals += refusals
+        verdict.warnings += warnings
+    if allow_non_rcp and verdict.refusals:
+        verdict.warnings += [f"allowed by --allow-non-rcp: {r}" for r in verdict.refusals]
+        verdict.refusals = []
+    return verdict

@@ -1,0 +1,147 @@
+"""The recipe check before training (tools/check_recipe.py, mlperf_review/recipe.py), against mlperf-logging's own
+compliance checker, RCP file and RCP checker; and the shipped H100/H200 configs against the RCPs."""
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlperf_review.recipe import check_recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+REF = ROOT.parent / "shared" / "reference_logs" / "v0.7" / "dgxa100_ngc20.06_pytorch"
+needs_ref = pytest.mark.skipif(not REF.is_dir(), reason=f"reference logs not found at {REF} (shared folder absent)")
+H_CONFIGS = ["DGXH100", "DGXH200", "DGXH100_4x8x4", "DGXH200_4x8x4"]
+
+
+def config_env(system):
+    out = subprocess.run(["bash", "-c", f'source "{ROOT}/config_{system}.sh" >/dev/null && env -0'],
+                         capture_output=True, check=True, env={"PATH": "/usr/bin:/bin"}).stdout
+    return dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+
+
+def overrides(extra_config):
+    tokens = extra_config.split()
+    return dict(zip(tokens[::2], tokens[1::2]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("system", H_CONFIGS)
+def test_h100_h200_configs_equal_an_rcp_exactly(system):
+    """Batch, base LR, warmup steps and factor, decay steps: the values of the RCP at the config's batch, read from
+    mlperf-logging's rcps_maskrcnn.json (not from our code); sockets x cores of a DGX H100/H200 (2 x 56)."""
+    import mlperf_logging
+
+    env = config_env(system)
+    o = overrides(env["EXTRA_CONFIG"])
+    rcps = json.loads((Path(mlperf_logging.__file__).parent / "rcp_checker" / "training_3.1.0"
+                       / "rcps_maskrcnn.json").read_text())
+    batch = int(o["SOLVER.IMS_PER_BATCH"])
+    (rcp,) = [r for r in rcps.values() if r["BS"] == batch]
+    h = rcp["Hyperparams"]
+    assert float(o["SOLVER.BASE_LR"]) == h["opt_base_learning_rate"]
+    assert int(o["SOLVER.WARMUP_ITERS"]) == h["opt_learning_rate_warmup_steps"]
+    assert float(o["SOLVER.WARMUP_FACTOR"]) == h["opt_learning_rate_warmup_factor"]
+    assert [int(x) for x in o["SOLVER.STEPS"].strip("()").split(",")] == h["opt_learning_decay_steps"]
+    assert o["SOLVER.WARMUP_METHOD"] == "mlperf_linear"
+    gpus = int(env["DGXNNODES"]) * int(env["DGXNGPU"])
+    assert batch % gpus == 0 and int(o["MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN"]) == 1000 * batch // gpus
+    assert (env["DGXNSOCKET"], env["DGXSOCKETCORES"], env["DGXNGPU"]) == ("2", "56", "8")
+    # and our check, run as the scripts run it, accepts it without a warning
+    r = subprocess.run([sys.executable, "tools/check_recipe.py", f"--world-size={gpus}", "--config-file",
+                        "configs/e2e_mask_rcnn_R_50_FPN_1x.yaml", *env["EXTRA_CONFIG"].split()],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0 and "WARNING" not in r.stderr, r.stderr
+    assert f"RCP maskrcnn_ref_{batch}" in r.stdout
+
+
+def _log_with(text, values):
+    out = []
+    for line in text.splitlines():
+        if ":::MLLOG" in line:
+            rec = json.loads(line.split(":::MLLOG ", 1)[1])
+            if rec["key"] in values:
+                rec["value"] = values[rec["key"]]
+                line = ":::MLLOG " + json.dumps(rec)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+BAD_RECIPES = {
+    "as published": {},
+    "lr not 0.02k": {"opt_base_learning_rate": 0.13},
+    "decay factor": {"opt_learning_rate_decay_factor": 0.2},
+    "three decay steps": {"opt_learning_rate_decay_steps": [18000, 24000, 26000]},
+    "candidates": {"num_image_candidates": 6500},
+    "small batch lr": {"global_batch_size": 8, "opt_base_learning_rate": 0.01},
+}
+
+
+@needs_ref
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(BAD_RECIPES))
+def test_refusals_match_the_official_compliance_checker(case, tmp_path):
+    """Differential: NVIDIA's published DGX A100 log with its hyperparameter lines changed goes through the official
+    compliance checker (ruleset 0.7.0, the log's); our check of the same lines refuses exactly when it fails."""
+    text = _log_with(gzip.open(REF / "result_0.txt.gz", "rt").read(), BAD_RECIPES[case])
+    log = tmp_path / "result_0.txt"
+    log.write_text(text)
+    official = subprocess.run([sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
+                               "--ruleset", "0.7.0", str(log)], capture_output=True, text=True)
+    official_ok = official.returncode == 0 and "SUCCESS" in official.stdout + official.stderr
+    verdict = check_recipe(text, ruleset="0.7.0")
+    assert verdict.ok == official_ok, (verdict.refusals, official.stdout[-1500:] + official.stderr[-1500:])
+    assert official_ok == (case == "as published")
+    for key in BAD_RECIPES[case]:
+        if case != "small batch lr" or key == "opt_base_learning_rate":
+            assert any(r.startswith(key) for r in verdict.refusals) or verdict.ok, verdict.refusals
+
+
+@needs_ref
+@pytest.mark.parametrize("batch, accepted", [(64, True), (100, True), (300, False), (4, True)])
+def test_global_batch_verdict_matches_the_rcp_checker(batch, accepted, tmp_path):
+    """Differential: NVIDIA's five DGX A100 logs with global_batch_size changed, through mlperf-logging's RCP checker
+    (training 3.1.0): an RCP at the batch ("RCP found"), interpolated, missing above the largest RCP (refused), or
+    judged against the smallest RCP below it (a warning)."""
+    from mlperf_logging.rcp_checker import rcp_checker
+
+    for gz in sorted(REF.glob("result_*.txt.gz")):
+        (tmp_path / gz.name[:-3]).write_text(_log_with(gzip.open(gz, "rt").read(), {"global_batch_size": batch}))
+    official_ok, message, _ = rcp_checker.check_directory(str(tmp_path), "training", "3.1.0", False, False,
+                                                          rcp_pass="full_rcps")
+    from mlperf_review.rules import HPARAM_KEYS
+
+    lines = "".join(line + "\n" for line in (tmp_path / "result_0.txt").read_text().splitlines()
+                    if any(f'"key": "{k}"' in line for k in HPARAM_KEYS))
+    verdict = check_recipe(lines, ruleset="3.1.0")
+    assert verdict.ok == accepted == (not message.startswith("Missing RCP")), (message, verdict.refusals)
+    assert official_ok == accepted
+    if message == "RCP found":
+        assert verdict.rcp == f"maskrcnn_ref_{batch}" and not verdict.warnings
+    elif message == "RCP Interpolation":
+        assert verdict.rcp.startswith("interpolated") and verdict.warnings
+    elif accepted:
+        assert "below the smallest RCP" in verdict.warnings[0]
+
+
+def test_allow_non_rcp_turns_refusals_into_warnings():
+    lines = "".join(":::MLLOG " + json.dumps({"namespace": "", "time_ms": 0, "event_type": "POINT_IN_TIME",
+                                              "key": k, "value": v, "metadata": {}}) + "\n"
+                    for k, v in {"global_batch_size": 512, "opt_base_learning_rate": 0.13}.items())
+    refused = check_recipe(lines)
+    assert not refused.ok and len(refused.refusals) == 2
+    allowed = check_recipe(lines, allow_non_rcp=True)
+    assert allowed.ok and len(allowed.warnings) == 2
+
+
+@pytest.mark.slow
+def test_config_dgx1_warns_that_its_warmup_differs_from_the_rcp():
+    env = config_env("DGX1")
+    r = subprocess.run([sys.executable, "tools/check_recipe.py", "--world-size=8", "--config-file",
+                        "configs/e2e_mask_rcnn_R_50_FPN_1x.yaml", *env["EXTRA_CONFIG"].split()],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "maskrcnn_ref_48" in r.stderr and "opt_learning_rate_warmup_steps 625 (RCP 800)" in r.stderr
