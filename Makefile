@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-fast demo bench clean
+.PHONY: venv test test-fast demo bench gpu-check clean
 
 venv: $(STAMP)
 
@@ -31,6 +31,11 @@ demo: venv
 
 bench: venv
 	$(PY) bench/model_step.py --device cpu
+
+# First contact with a GPU node (about 10 minutes on one H100): results/gpu-check/report.md. Without CUDA it says
+# so in one line and exits 0.
+gpu-check: venv
+	$(PY) tools/gpu_check.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -142,7 +142,7 @@ def make_compiled(args, device, dtype, images, targets, mode):
     il = to_image_list([i.to(device) for i in images], d, fixed_sizes=[size])
     batch = TargetBatch.from_boxlists(targets, max_gt=cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE).to(device)
     precompute_anchors(model, [size], device)
-    forward = CompiledForward(model, mode)
+    forward = CompiledForward(model, mode, backend=args.compile_backend)
 
     def step():
         with autocast(device, dtype):
@@ -163,8 +163,10 @@ def make_compiled(args, device, dtype, images, targets, mode):
     cold = first_call()
     if forward.failure is not None:
         raise SystemExit(f"compile failed: {forward.failure!r}")
-    torch._dynamo.reset()  # compile again: dynamo retraces, inductor's FX graph and kernel caches are warm
-    warm = first_call()
+    warm = None
+    if not args.no_warm_compile:
+        torch._dynamo.reset()  # compile again: dynamo retraces, inductor's FX graph and kernel caches are warm
+        warm = first_call()
     return step, cold, warm
 
 
@@ -262,12 +264,20 @@ def make_torchvision(args, device, dtype, images, tv_targets):
     return step
 
 
-def timed(fn, timer, *a):
+PEAK = {}  # model name -> peak device memory of its steps (bytes, CUDA only)
+
+
+def timed(fn, timer, *a, name=None):
     timer.sync()
+    if name and timer.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(timer.device)
     t = time.perf_counter()
     fn(*a)
     timer.sync()
-    return time.perf_counter() - t
+    elapsed = time.perf_counter() - t
+    if name and timer.device.type == "cuda":
+        PEAK[name] = max(PEAK.get(name, 0), torch.cuda.max_memory_allocated(timer.device))
+    return elapsed
 
 
 def main(argv=None):
@@ -284,7 +294,11 @@ def main(argv=None):
     p.add_argument("--no-torchvision", action="store_true", help="skip the torchvision comparison")
     p.add_argument("--compile", action="store_true", help="also time our compiled step (and its compile time)")
     p.add_argument("--compile-mode", default=None,
-                   help="torch.compile mode (default: reduce-overhead on GPU, default on the CPU)")
+                   help="torch.compile mode(s), comma-separated, each timed (default: reduce-overhead on GPU, default on the CPU)")
+    p.add_argument("--compile-backend", default="inductor",
+                   help="torch.compile backend (inductor; aot_eager or eager trace without code generation)")
+    p.add_argument("--no-warm-compile", action="store_true",
+                   help="compile once (skip the second, warm-cache compile that measures the warm compile time)")
     p.add_argument("--baseline", default="", metavar="DIR",
                    help="also time the eager step of the package checked out in DIR (e.g. a git worktree)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -308,27 +322,27 @@ def main(argv=None):
     timer = Timer(device)
     ours = make_ours(args, device, dtype, images, targets, timer)
     tv = None if args.no_torchvision else make_torchvision(args, device, dtype, images, tv_targets)
-    compiled = cold = warm = None
+    compiled = []  # (mode, step, cold seconds, warm seconds, times)
     if args.compile:
-        mode = args.compile_mode or ("reduce-overhead" if gpu else "default")
-        compiled, cold, warm = make_compiled(args, device, dtype, images, targets, mode)
+        for mode in (args.compile_mode or ("reduce-overhead" if gpu else "default")).split(","):
+            compiled.append((mode, *make_compiled(args, device, dtype, images, targets, mode), []))
     baseline = _Baseline(os.path.abspath(args.baseline), args) if args.baseline else None
     for _ in range(args.warmup):
         ours(False)
         if tv:
             tv()
-        if compiled:
-            compiled()
+        for _, step, *_ in compiled:
+            step()
         if baseline:
             baseline.step()
     # Interleave the models step by step so that all see the same machine load; report medians.
-    ours_times, tv_times, compiled_times, baseline_times = [], [], [], []
+    ours_times, tv_times, baseline_times = [], [], []
     for _ in range(args.iters):
-        ours_times.append(timed(ours, timer, True))
+        ours_times.append(timed(ours, timer, True, name="ours, eager"))
         if tv:
-            tv_times.append(timed(tv, timer))
-        if compiled:
-            compiled_times.append(timed(compiled, timer))
+            tv_times.append(timed(tv, timer, name="torchvision"))
+        for mode, step, _, _, times in compiled:
+            times.append(timed(step, timer, name=f"ours, compiled ({mode})"))
         if baseline:
             baseline_times.append(baseline.step())
     if baseline:
@@ -348,9 +362,7 @@ def main(argv=None):
     print(f"| {'model':34} | {'img/s':>9} | {'ratio':>6} |")
     print(f"|{'-' * 36}|{'-' * 11}|{'-' * 8}|")
     print(f"| {'maskrcnn_benchmark (ours)':34} | {ours_ips:9.2f} | {1.0:6.2f} |")
-    rows = []
-    if compiled:
-        rows.append(("ours, compiled", compiled_times))
+    rows = [(f"ours, compiled ({mode})", times) for mode, _, _, _, times in compiled]
     if baseline:
         rows.append((f"ours eager, {baseline.ready.split()[-1]}"[-34:], baseline_times))
     if tv:
@@ -364,14 +376,23 @@ def main(argv=None):
     print(f"| {'ours, eager':34} | {1000 * statistics.median(ours_times):9.0f} |")
     for name, times in rows:
         print(f"| {name:34} | {1000 * statistics.median(times):9.0f} |")
-    if compiled:
+    for mode, _, cold, warm, times in compiled:
         print()
-        print(f"compile: {cold:.1f} s (first step, cold), {warm:.1f} s (again after torch._dynamo.reset(), caches "
-              f"warm); steady state compiled / eager: {statistics.median(ours_times) / statistics.median(compiled_times):.2f}x")
+        again = "" if warm is None else f", {warm:.1f} s (again after torch._dynamo.reset(), caches warm)"
+        print(f"compile ({mode}): {cold:.1f} s (first step, cold){again}; steady state compiled / eager: "
+              f"{statistics.median(ours_times) / statistics.median(times):.2f}x")
+    if PEAK:
+        print()
+        print("peak device memory (GiB, max over the timed steps): "
+              + ", ".join(f"{k} {v / 2 ** 30:.2f}" for k, v in PEAK.items()))
     if tv:
         tv_ips = args.batch / statistics.median(tv_times)
         print()
         print(f"ours / torchvision speed-up: {ours_ips / tv_ips:.2f}x")
+    # one machine-readable line (make gpu-check reads it)
+    summary = [f"ours eager {ours_ips:.2f}"] + [f"{n.replace('ours, ', '')} {args.batch / statistics.median(t):.2f}"
+                                                for n, t in rows]
+    print(f"model step img/s: " + ", ".join(summary))
     return 0
 
 

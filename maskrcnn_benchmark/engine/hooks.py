@@ -13,8 +13,8 @@ logger = logging.getLogger(__name__)
 
 class MetricsHook(HookBase):
     """Every ``period`` iterations (rank 0): losses (averaged over ranks unless ``reduce`` is False, NVIDIA's
-    DISABLE_REDUCED_LOGGING: rank 0's own losses, no collective), LR, images/s. Plain log lines, never inside an
-    MLPerf line and never a progress bar."""
+    DISABLE_REDUCED_LOGGING: rank 0's own losses, no collective), LR, images/s, the float16 loss scale. Plain log
+    lines, never inside an MLPerf line and never a progress bar."""
 
     def __init__(self, period=20, reduce=True):
         self.period = period
@@ -39,8 +39,11 @@ class MetricsHook(HookBase):
             values = {k: float(v) for k, v in sorted(losses.items())}
             parts = "  ".join(f"{k}: {v:.4f}" for k, v in values.items())
             lr = self.trainer.optimizer.param_groups[0]["lr"]
-            logger.info("iter: %d  epoch: %d  loss: %.4f  %s  lr: %.6f  images/s: %.2f",
-                        s.iter, s.epoch, sum(values.values()), parts, lr, ips)
+            scaler = getattr(self.trainer, "scaler", None)
+            # float16: the GradScaler's scale (it halves at each skipped step; make gpu-check counts them)
+            scale = f"  loss scale: {scaler.get_scale():g}" if scaler is not None and scaler.is_enabled() else ""
+            logger.info("iter: %d  epoch: %d  loss: %.4f  %s  lr: %.6f  images/s: %.2f%s",
+                        s.iter, s.epoch, sum(values.values()), parts, lr, ips, scale)
 
 
 class CheckpointHook(HookBase):

@@ -1,0 +1,65 @@
+"""make gpu-check (tools/gpu_check.py): one line without CUDA; the whole pipeline with tiny sizes on the CPU."""
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from helpers import REPO
+
+_spec = importlib.util.spec_from_file_location("gpu_check", os.path.join(REPO, "tools", "gpu_check.py"))
+gpu_check = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gpu_check)
+
+
+def test_without_cuda_it_says_so_in_one_line_and_exits_0(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_check.main(["--out", str(tmp_path / "gc")]) == 0
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) == 1 and "no CUDA device" in out
+    assert not (tmp_path / "gc").exists()
+
+
+def test_training_check_counts_skipped_float16_steps():
+    """The GradScaler halves its scale at each skipped step (2^16 at the start): 2 skips by iteration 20 are the
+    warm-up's, one more later fails the check."""
+    def check(scales):
+        c = gpu_check.Check("training", "t", [], 1, status="passed")
+        c.output = "\n".join(f"... INFO: iter: {i}  epoch: 0  loss: {3.0 - i / 100:.4f}  loss_mask: 0.1  lr: 0.01  "
+                             f"images/s: 50.0  loss scale: {s:g}" for i, s in scales)
+        gpu_check.read_training(c)
+        return c
+
+    ok = check([(20, 16384.0), (40, 16384.0), (200, 16384.0)])
+    assert ok.status == "passed"
+    assert ("skipped float16 steps", "2 by iteration 20, 0 after it (loss scale 16384)") in ok.figures
+    late = check([(20, 16384.0), (40, 8192.0), (200, 8192.0)])
+    assert late.status.startswith("FAILED") and "1 after it" in dict(late.figures)["skipped float16 steps"]
+
+
+@pytest.mark.slow
+def test_quick_cpu_run_writes_the_report_with_every_check_and_its_command(tmp_path):
+    out = tmp_path / "gc"
+    r = subprocess.run([sys.executable, "tools/gpu_check.py", "--device", "cpu", "--quick", "--out", str(out)],
+                       cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    report = (out / "report.md").read_text()
+    assert "not GPU figures" in report
+    for title in ("golden parity tests", "training step img/s", "hybrid input pipeline", "synthetic training run",
+                  "all-reduce"):
+        row = next(line for line in report.splitlines() if title in line)
+        assert "| passed |" in row, row
+    for figure in ("training step img/s, ours eager", "training step img/s, compiled (default)",
+                   "hybrid input, device side, batch of 8", "loss", "all-reduce"):
+        assert f"| {figure}" in report, figure
+    assert re.search(r"\| loss \| [\d.]+ at iteration 20 -> [\d.]+ at 40 \(falls\)", report)
+    for cmd in ("bench/model_step.py --device cpu", "bench/input_pipeline.py --device cpu",
+                "tools/train_mlperf.py --config-file", "bench/allreduce.py --backend gloo",
+                "MASKRCNN_TEST_DEVICE=cpu"):
+        assert cmd in report, cmd
+    assert re.search(r"training: [\d.]+ x 117266 images / \d+ img/s = \d+ s", report)
+    for name in ("parity", "model_step", "input", "training", "allreduce"):
+        assert (out / f"{name}.log").read_text().strip()
