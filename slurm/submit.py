@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Submit MLPerf Mask R-CNN runs to Slurm from Python (submitit), wait, and collect the logs.
 
-    python tools/submit.py --system DGXA100_4x8x4 --image singularity/maskrcnn.sif --partition gpu \
+    python tools/submit.py --system DGXH100_4x8x4 --image singularity/maskrcnn.sif --partition gpu \
         --data /scratch/coco --weights-dir /scratch/models --nexp 5 --results results/4node
 
 Each run is one Slurm job of ``--nodes`` nodes, one task per node, exclusive, ``--gpus-per-node`` GPUs; every
@@ -189,7 +189,7 @@ def wait_all(jobs, cluster, poll=2.0, grace=30.0):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--system", default="DGXA100_4x8x4", help="config_<system>.sh (default DGXA100_4x8x4)")
+    p.add_argument("--system", default="DGXH100_4x8x4", help="config_<system>.sh (default DGXH100_4x8x4)")
     p.add_argument("--nodes", type=int, default=None, help="default: DGXNNODES")
     p.add_argument("--gpus-per-node", type=int, default=None, help="default: DGXNGPU (0: do not request GPUs)")
     p.add_argument("--time", default=None, help="per run, HH:MM:SS (default: the config's TRIAL_MINUTES)")

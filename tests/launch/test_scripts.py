@@ -20,7 +20,7 @@ SHELL_SCRIPTS = sorted(
     + list((ROOT / "singularity").glob("*.sh")) + list((ROOT / "tools").glob("*.sh"))
     + list((ROOT / "tests" / "cluster").glob("*.sh"))
 )
-CONFIGS = ["DGX1", "DGXA100", "DGXA100_4x8x4", "CPU"]
+CONFIGS = ["DGX1", "DGXA100", "DGXA100_4x8x4", "DGXH100", "DGXH200", "DGXH100_4x8x4", "DGXH200_4x8x4", "CPU"]
 CONFIG_VARS = ["DGXSYSTEM", "DGXNNODES", "DGXNGPU", "DGXSOCKETCORES", "DGXNSOCKET", "DGXHT", "WALLTIME",
                "EXTRA_PARAMS", "EXTRA_CONFIG", "TRIAL_MINUTES", "DGXRUNMINUTES", "DGXINITMINUTES", "NEXP"]
 
@@ -144,8 +144,8 @@ def sbatch_header(path):
     return opts
 
 
-@pytest.mark.parametrize("script,config", [("slurm/maskrcnn_4node.sbatch", "DGXA100_4x8x4"),
-                                           ("slurm/maskrcnn_1node.sbatch", "DGXA100")])
+@pytest.mark.parametrize("script,config", [("slurm/maskrcnn_4node.sbatch", "DGXH100_4x8x4"),
+                                           ("slurm/maskrcnn_1node.sbatch", "DGXH100")])
 @pytest.mark.slow
 def test_sbatch_headers_match_configs(script, config):
     h = sbatch_header(ROOT / script)
