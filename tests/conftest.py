@@ -10,6 +10,15 @@ import torch
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 
+def pytest_sessionstart(session):
+    # matplotlib builds its font cache (running fc-list in a subprocess) the first time it is imported on a
+    # machine: do it here, once, so that the first test that draws a plot is not refused for starting a process.
+    try:
+        import matplotlib.font_manager  # noqa: F401
+    except ImportError:
+        pass
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     random.seed(0)
