@@ -1,19 +1,24 @@
 #!/usr/bin/env python3
-"""Start one training process per GPU, each pinned to its socket's cores and memory.
+"""Start one training process per GPU, each pinned to the cores and memory of its GPU's NUMA node.
 
 Command-line compatible with NVIDIA's MLPerf ``bind_launch.py``::
 
-    python -m bind_launch --nsockets_per_node=2 --ncores_per_socket=20 --nproc_per_node=8 \
-        tools/train_mlperf.py --config-file X.yaml KEY VALUE ...
+    python -m bind_launch --nproc_per_node=8 tools/train_mlperf.py --config-file X.yaml KEY VALUE ...
 
-Local rank ``i`` of ``P`` processes on ``S`` sockets goes to socket ``i // (P/S)``, gets its share of that
-socket's physical cores (plus their hyperthread siblings, numbered ``+ S*cores`` as Linux does, unless
-``--no_hyperthreads``) and that socket's memory node (unless ``--no_membind``).  Each child gets ``RANK``,
-``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` and ``--local_rank=i``.
+By default the plan comes from the machine (sysfs): local rank ``i`` uses GPU ``i`` (PCI bus order, as
+``CUDA_DEVICE_ORDER=PCI_BUS_ID``, which it sets for the children) and runs on that GPU's NUMA node (the PCI
+device's ``numa_node``), with an even share of the node's physical cores (plus their hyperthread siblings, unless
+``--no_hyperthreads``) and its memory (unless ``--no_membind``). CPU numbers are read, never computed, so
+interleaved numbering across sockets, AMD NPS2/NPS4 and Intel sub-NUMA clustering come out right. Without GPU
+placement (no GPU, or ``CUDA_VISIBLE_DEVICES`` given as UUIDs) the ranks are spread over the NUMA nodes in order.
+
+``--nsockets_per_node`` and ``--ncores_per_socket`` both given: NVIDIA's arithmetic instead (rank ``i`` of ``P``
+on ``S`` sockets goes to socket ``i // (P/S)``, consecutive core numbers, siblings ``+ S*cores``), for the DGX
+machines it was written for. Each child gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
+``MASTER_PORT`` and ``--local_rank=i``.
 
 Beyond NVIDIA's version:
 
-* socket/core counts default to the machine's real topology (sysfs, then ``lscpu``);
 * ``--nnodes``/``--node_rank``/``--master_addr`` default to the Slurm environment when present;
 * binding uses ``numactl`` when it is installed and allowed, otherwise (or when ``--membind`` is refused,
   e.g. inside a cgroup/cpuset) it falls back to ``os.sched_setaffinity`` with a warning: binding never kills
@@ -47,6 +52,7 @@ __all__ = [
     "parse_cpu_list",
     "detect_topology",
     "plan_bindings",
+    "plan_from_topology",
     "slurm_defaults",
     "expand_hostlist",
     "main",
@@ -101,10 +107,44 @@ def cpu_list_str(cpus: Iterable[int]) -> str:
 # --------------------------------------------------------------------------------------------- topology
 @dataclass
 class Topology:
-    nsockets: int
-    ncores_per_socket: int
-    threads_per_core: int = 1
-    source: str = "default"
+    """What the machine is: its online CPUs by NUMA node, the physical core of each CPU, and the NUMA node of each
+    GPU (PCI ``numa_node``), read from sysfs.
+
+    ``numa_cpus``: NUMA node -> its online CPUs (sysfs ``node*/cpulist``; one node holding every CPU when the kernel
+    has no NUMA information). ``cores``: CPU -> ``(package, die, core_id)``, so hyperthread siblings share a key.
+    ``gpu_numa``: the NUMA node of each GPU this process may use, in CUDA's PCI-bus order (``None``: unknown).
+    The numbers are whatever the kernel says: interleaved CPU numbering, AMD NPS2/NPS4 and Intel sub-NUMA clustering
+    (several NUMA nodes per socket) all come out right because nothing is derived from CPU ids.
+    """
+    numa_cpus: Dict[int, List[int]]
+    cores: Dict[int, Tuple[int, int, int]]
+    gpu_numa: List[Optional[int]] = field(default_factory=list)
+    source: str = "sysfs"
+
+    @property
+    def nsockets(self) -> int:
+        return max(1, len({c[0] for c in self.cores.values()}))
+
+    @property
+    def ncores_per_socket(self) -> int:
+        per: Dict[int, set] = {}
+        for key in self.cores.values():
+            per.setdefault(key[0], set()).add(key)
+        return max(1, min(len(c) for c in per.values())) if per else 1
+
+    @property
+    def threads_per_core(self) -> int:
+        counts: Dict[Tuple[int, int, int], int] = {}
+        for key in self.cores.values():
+            counts[key] = counts.get(key, 0) + 1
+        return max(counts.values()) if counts else 1
+
+    def physical_cores(self, node: int) -> List[List[int]]:
+        """The physical cores of NUMA node ``node``, each as its CPUs (hyperthread siblings), in CPU order."""
+        by_core: Dict[Tuple[int, int, int], List[int]] = {}
+        for cpu in self.numa_cpus.get(node, []):
+            by_core.setdefault(self.cores.get(cpu, (-1, -1, cpu)), []).append(cpu)
+        return sorted((sorted(c) for c in by_core.values()), key=lambda c: c[0])
 
 
 def _read(path: str) -> Optional[str]:
@@ -115,29 +155,93 @@ def _read(path: str) -> Optional[str]:
         return None
 
 
-def _topology_from_sysfs(root: str) -> Optional[Topology]:
-    cpu_dirs = glob.glob(os.path.join(root, "devices/system/cpu/cpu[0-9]*"))
-    cores: Dict[int, set] = {}
-    threads: Dict[Tuple[int, int], int] = {}
-    for d in cpu_dirs:
-        online = _read(os.path.join(d, "online"))
-        if online == "0":
-            continue
-        pkg = _read(os.path.join(d, "topology/physical_package_id"))
-        core = _read(os.path.join(d, "topology/core_id"))
+def _online_cpus(root: str) -> List[int]:
+    text = _read(os.path.join(root, "devices/system/cpu/online"))
+    if text:
+        return parse_cpu_list(text)
+    cpus = []
+    for d in glob.glob(os.path.join(root, "devices/system/cpu/cpu[0-9]*")):
+        if _read(os.path.join(d, "online")) != "0":
+            cpus.append(int(os.path.basename(d)[3:]))
+    return sorted(cpus)
+
+
+def _core_keys(root: str, cpus: Sequence[int]) -> Dict[int, Tuple[int, int, int]]:
+    keys: Dict[int, Tuple[int, int, int]] = {}
+    for cpu in cpus:
+        d = os.path.join(root, f"devices/system/cpu/cpu{cpu}/topology")
+        pkg, die, core = (_read(os.path.join(d, n)) for n in ("physical_package_id", "die_id", "core_id"))
         if pkg is None or core is None:
+            keys[cpu] = (0, 0, cpu)  # no topology: every CPU its own core
+        else:
+            keys[cpu] = (int(pkg), int(die or 0), int(core))
+    return keys
+
+
+def _numa_cpus(root: str, online: Sequence[int]) -> Dict[int, List[int]]:
+    nodes: Dict[int, List[int]] = {}
+    online_set = set(online)
+    for d in glob.glob(os.path.join(root, "devices/system/node/node[0-9]*")):
+        text = _read(os.path.join(d, "cpulist"))
+        cpus = [c for c in parse_cpu_list(text or "") if c in online_set]
+        if cpus:
+            nodes[int(os.path.basename(d)[4:])] = cpus
+    if not nodes and online:
+        nodes[0] = list(online)
+    return nodes
+
+
+def _normal_bus_id(bus_id: str) -> str:
+    """nvidia-smi's ``00000000:07:00.0`` -> sysfs's ``0000:07:00.0``."""
+    bus_id = bus_id.strip().lower()
+    domain, _, rest = bus_id.partition(":")
+    return f"{int(domain, 16):04x}:{rest}" if rest else bus_id
+
+
+def gpu_bus_ids(sysfs_root: str = "/sys") -> List[str]:
+    """PCI bus ids of the NVIDIA GPUs this process can see, in CUDA's PCI order: ``nvidia-smi`` (which sees only
+    the GPUs of a Slurm job's cgroup), else the devices bound to sysfs's ``nvidia`` driver."""
+    smi = shutil.which("nvidia-smi")
+    if smi and sysfs_root == "/sys":
+        try:
+            r = subprocess.run([smi, "--query-gpu=pci.bus_id", "--format=csv,noheader"], capture_output=True,
+                               text=True, timeout=30)
+            if r.returncode == 0:
+                ids = [_normal_bus_id(x) for x in r.stdout.split() if x.strip()]
+                if ids:
+                    return sorted(ids)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    found = glob.glob(os.path.join(sysfs_root, "bus/pci/drivers/nvidia/[0-9a-f]*:*"))
+    return sorted(os.path.basename(p).lower() for p in found)
+
+
+def _visible(bus_ids: List[str], env: Dict[str, str]) -> List[str]:
+    """The GPUs of ``CUDA_VISIBLE_DEVICES`` (indices into the PCI-ordered list) when it is set; UUIDs or MIG
+    names cannot be placed without the driver: then nothing is known."""
+    spec = env.get("CUDA_VISIBLE_DEVICES")
+    if spec is None:
+        return bus_ids
+    out = []
+    for item in (x.strip() for x in spec.split(",")):
+        if not item:
             continue
-        pkg_i, core_i = int(pkg), int(core)
-        cores.setdefault(pkg_i, set()).add(core_i)
-        threads[(pkg_i, core_i)] = threads.get((pkg_i, core_i), 0) + 1
-    if not cores:
-        return None
-    return Topology(
-        nsockets=len(cores),
-        ncores_per_socket=min(len(c) for c in cores.values()),
-        threads_per_core=max(threads.values()),
-        source="sysfs",
-    )
+        if not item.isdigit() or int(item) >= len(bus_ids):
+            return []
+        out.append(bus_ids[int(item)])
+    return out
+
+
+def gpu_numa_nodes(sysfs_root: str = "/sys", env: Optional[Dict[str, str]] = None) -> List[Optional[int]]:
+    """The NUMA node of each visible GPU (sysfs ``bus/pci/devices/<bus id>/numa_node``; ``None`` where the
+    firmware says -1, i.e. unknown)."""
+    env = os.environ if env is None else env
+    nodes: List[Optional[int]] = []
+    for bus in _visible(gpu_bus_ids(sysfs_root), env):
+        text = _read(os.path.join(sysfs_root, "bus/pci/devices", bus, "numa_node"))
+        node = int(text) if text is not None and text.lstrip("-").isdigit() else -1
+        nodes.append(node if node >= 0 else None)
+    return nodes
 
 
 def _topology_from_lscpu() -> Optional[Topology]:
@@ -145,30 +249,34 @@ def _topology_from_lscpu() -> Optional[Topology]:
     if not exe:
         return None
     try:
-        out = subprocess.run([exe, "-p=CPU,CORE,SOCKET"], capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run([exe, "-p=CPU,CORE,SOCKET,NODE"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    cores: Dict[int, set] = {}
-    threads: Dict[Tuple[int, int], int] = {}
+    nodes: Dict[int, List[int]] = {}
+    cores: Dict[int, Tuple[int, int, int]] = {}
     for line in out.splitlines():
         if not line or line.startswith("#"):
             continue
+        fields = line.split(",")
         try:
-            _cpu, core, sock = (int(x) for x in line.split(",")[:3])
+            cpu, core, sock = (int(x) for x in fields[:3])
         except ValueError:
             continue
-        cores.setdefault(sock, set()).add(core)
-        threads[(sock, core)] = threads.get((sock, core), 0) + 1
-    if not cores:
-        return None
-    return Topology(len(cores), min(len(c) for c in cores.values()), max(threads.values()), "lscpu")
+        node = int(fields[3]) if len(fields) > 3 and fields[3].isdigit() else 0
+        nodes.setdefault(node, []).append(cpu)
+        cores[cpu] = (sock, 0, core)
+    return Topology(nodes, cores, [], "lscpu") if cores else None
 
 
-def detect_topology(sysfs_root: str = "/sys") -> Topology:
-    """Sockets, physical cores per socket and threads per core of this machine."""
-    topo = _topology_from_sysfs(sysfs_root) or _topology_from_lscpu()
-    if topo is None:
-        topo = Topology(1, max(1, os.cpu_count() or 1), 1, "cpu_count")
+def detect_topology(sysfs_root: str = "/sys", env: Optional[Dict[str, str]] = None) -> Topology:
+    """This machine's NUMA nodes, cores and GPU placement (sysfs, then ``lscpu``, then ``os.cpu_count``)."""
+    online = _online_cpus(sysfs_root)
+    if online:
+        topo = Topology(_numa_cpus(sysfs_root, online), _core_keys(sysfs_root, online), source="sysfs")
+    else:
+        topo = _topology_from_lscpu() or Topology({0: list(range(os.cpu_count() or 1))},
+                                                  {c: (0, 0, c) for c in range(os.cpu_count() or 1)}, [], "cpu_count")
+    topo.gpu_numa = gpu_numa_nodes(sysfs_root, env)
     return topo
 
 
@@ -184,7 +292,7 @@ def numa_nodes(sysfs_root: str = "/sys") -> Optional[List[int]]:
 @dataclass
 class Binding:
     local_rank: int
-    socket: int
+    socket: int                       # the NUMA node the rank runs on (NVIDIA's plans: its socket)
     cpus: List[int]
     mem_node: Optional[int]
     physical_cpus: List[int] = field(default_factory=list)
@@ -196,6 +304,36 @@ class Binding:
         return args
 
 
+def plan_from_topology(nproc_per_node: int, topo: Topology, hyperthreads: bool = True,
+                       membind: bool = True) -> List[Binding]:
+    """The plan from the machine itself: local rank ``i`` runs on the NUMA node of GPU ``i`` (its PCI
+    ``numa_node``); without that knowledge the ranks are spread over the NUMA nodes in order (as many per node as
+    fit evenly, the DGX layout on a 2-socket machine). The ranks of one node share its physical cores evenly, each
+    core with its hyperthread siblings (unless ``hyperthreads`` is off), and its memory (``membind``). More ranks
+    than cores: they share cores round-robin."""
+    if nproc_per_node < 1:
+        raise ValueError("nproc_per_node must be >= 1")
+    nodes = sorted(n for n, cpus in topo.numa_cpus.items() if cpus)
+    if not nodes:
+        raise ValueError("no online CPU found")
+    gpu = topo.gpu_numa[:nproc_per_node]
+    if len(gpu) == nproc_per_node and all(n is not None and n in topo.numa_cpus for n in gpu):
+        node_of = list(gpu)
+    else:
+        node_of = [nodes[i * len(nodes) // nproc_per_node] for i in range(nproc_per_node)]
+    plan: List[Binding] = []
+    for i, node in enumerate(node_of):
+        sharing = [r for r, n in enumerate(node_of) if n == node]
+        slot = sharing.index(i)
+        cores = topo.physical_cores(node)
+        per = len(cores) // len(sharing)
+        mine = cores[slot * per:(slot + 1) * per] if per >= 1 else [cores[slot % len(cores)]]
+        phys = [c[0] for c in mine]
+        cpus = sorted(cpu for c in mine for cpu in (c if hyperthreads else c[:1]))
+        plan.append(Binding(i, node, cpus, node if membind else None, phys))
+    return plan
+
+
 def plan_bindings(
     nproc_per_node: int,
     nsockets: int,
@@ -203,7 +341,8 @@ def plan_bindings(
     hyperthreads: bool = True,
     membind: bool = True,
 ) -> List[Binding]:
-    """NVIDIA's core/socket/memory plan, generalised to uneven shapes.
+    """NVIDIA's core/socket/memory plan (used when the socket and core counts are given), generalised to uneven
+    shapes.
 
     With P processes and S sockets, ``P/S`` processes share a socket (rounded up) and each gets
     ``cores_per_socket // (P/S)`` consecutive physical cores; hyperthread siblings are the same numbers
@@ -334,14 +473,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         args.master_addr = os.environ.get("MASTER_ADDR") or str(sl.get("master_addr", "127.0.0.1"))
     if args.master_port is None:
         args.master_port = int(os.environ.get("MASTER_PORT") or 29500)
-    args.topology = None
-    if args.nsockets_per_node is None or args.ncores_per_socket is None:
-        topo = detect_topology()
-        args.topology = topo
-        if args.nsockets_per_node is None:
-            args.nsockets_per_node = topo.nsockets
-        if args.ncores_per_socket is None:
-            args.ncores_per_socket = topo.ncores_per_socket
+    # Both counts given: NVIDIA's arithmetic plan (compatibility). Otherwise the machine's own topology decides.
+    args.topology = detect_topology()
+    args.explicit_shape = args.nsockets_per_node is not None and args.ncores_per_socket is not None
+    if args.nsockets_per_node is None:
+        args.nsockets_per_node = args.topology.nsockets
+    if args.ncores_per_socket is None:
+        args.ncores_per_socket = args.topology.ncores_per_socket
+    if not args.explicit_shape and args.topology.threads_per_core < 2:
+        args.no_hyperthreads = True  # detected: this machine has no hyperthread siblings to add
     if args.nproc_per_node < 1:
         p.error("--nproc_per_node must be >= 1")
     if args.nnodes < 1 or not 0 <= args.node_rank < args.nnodes:
@@ -439,6 +579,7 @@ def child_env(args: argparse.Namespace, local_rank: int) -> Dict[str, str]:
         LOCAL_WORLD_SIZE=str(args.nproc_per_node),
         NODE_RANK=str(args.node_rank),
     )
+    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA's device i is the plan's GPU i (PCI order)
     return env
 
 
@@ -465,13 +606,17 @@ def _exit_code(rc: int) -> int:
 
 def print_plan(args: argparse.Namespace, plan: List[Binding], out=sys.stdout) -> None:
     topo = args.topology
-    src = f" (detected from {topo.source})" if topo is not None else ""
     binder = args.binding
     if binder == "auto":
         binder = "numactl" if shutil.which("numactl") else "sched_setaffinity"
+    if args.explicit_shape:
+        shape = f"sockets={args.nsockets_per_node} cores_per_socket={args.ncores_per_socket} (given)"
+    else:
+        gpus = ",".join("?" if n is None else str(n) for n in topo.gpu_numa) or "none"
+        shape = (f"sockets={args.nsockets_per_node} cores_per_socket={args.ncores_per_socket} (detected from "
+                 f"{topo.source}) numa_nodes={cpu_list_str(topo.numa_cpus)} gpu_numa_nodes={gpus}")
     print(f"bind_launch plan: nnodes={args.nnodes} node_rank={args.node_rank} nproc_per_node={args.nproc_per_node} "
-          f"world_size={args.nnodes * args.nproc_per_node} master={args.master_addr}:{args.master_port} "
-          f"sockets={args.nsockets_per_node} cores_per_socket={args.ncores_per_socket}{src} "
+          f"world_size={args.nnodes * args.nproc_per_node} master={args.master_addr}:{args.master_port} {shape} "
           f"hyperthreads={'off' if args.no_hyperthreads else 'on'} membind={'off' if args.no_membind else 'on'} "
           f"binding={binder}", file=out)
     for b in plan:
@@ -559,12 +704,17 @@ class Launcher:
             time.sleep(0.1)
 
 
+def make_plan(args: argparse.Namespace) -> List[Binding]:
+    if args.explicit_shape:
+        return plan_bindings(args.nproc_per_node, args.nsockets_per_node, args.ncores_per_socket,
+                             hyperthreads=not args.no_hyperthreads, membind=not args.no_membind)
+    return plan_from_topology(args.nproc_per_node, args.topology, hyperthreads=not args.no_hyperthreads,
+                              membind=not args.no_membind)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    if args.topology is not None and args.topology.threads_per_core < 2:
-        args.no_hyperthreads = True  # detected: this machine has no hyperthread siblings to add
-    plan = plan_bindings(args.nproc_per_node, args.nsockets_per_node, args.ncores_per_socket,
-                         hyperthreads=not args.no_hyperthreads, membind=not args.no_membind)
+    plan = make_plan(args)
     warn_if_oversubscribed(plan, args.binding)
     if args.dry_run:
         print_plan(args, plan)

@@ -1,8 +1,6 @@
 #!/bin/bash
 # 4 nodes x 8 A100 x 4 images/GPU (the slurm/maskrcnn_4node.sbatch job): NVIDIA v0.7 closed recipe for GBS 128.
 # Source it (run_and_time.sh does when DGXSYSTEM=DGXA100_4x8x4); every value can be overridden from the environment.
-# On nodes with a different CPU layout (e.g. TARA's 2 x 20-core sockets) override DGXSOCKETCORES/DGXNSOCKET,
-# or unset them to let bind_launch detect the topology.
 
 ## DL params
 export EXTRA_PARAMS="${EXTRA_PARAMS:-}"
@@ -22,6 +20,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/slurm/time_budget.sh"  # TRIAL_MINUTES an
 
 ## System config params
 export DGXNGPU="${DGXNGPU:-8}"
-export DGXSOCKETCORES="${DGXSOCKETCORES:-64}"
-export DGXNSOCKET="${DGXNSOCKET:-2}"
-export DGXHT="${DGXHT:-2}"  # 2: hyperthreading on, 1: off
+# The CPU layout is read from the machine by bind_launch (sysfs: NUMA nodes, cores, each GPU's NUMA node); set
+# DGXNSOCKET and DGXSOCKETCORES (here 2 x 64) only to force NVIDIA's arithmetic plan, DGXHT=1 to leave out the
+# hyperthread siblings.
+export DGXSOCKETCORES="${DGXSOCKETCORES-}"
+export DGXNSOCKET="${DGXNSOCKET-}"
+export DGXHT="${DGXHT-}"

@@ -23,6 +23,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/slurm/time_budget.sh"  # TRIAL_MINUTES an
 
 ## System config params (DGX H100 and DGX H200: 2 x Intel Xeon Platinum 8480C, 56 cores each, HT on)
 export DGXNGPU="${DGXNGPU:-8}"
-export DGXSOCKETCORES="${DGXSOCKETCORES:-56}"
-export DGXNSOCKET="${DGXNSOCKET:-2}"
-export DGXHT="${DGXHT:-2}"  # 2: hyperthreading on, 1: off
+# The CPU layout is read from the machine by bind_launch (sysfs: NUMA nodes, cores, each GPU's NUMA node); set
+# DGXNSOCKET and DGXSOCKETCORES (here 2 x 56) only to force NVIDIA's arithmetic plan, DGXHT=1 to leave out the
+# hyperthread siblings.
+export DGXSOCKETCORES="${DGXSOCKETCORES-}"
+export DGXNSOCKET="${DGXNSOCKET-}"
+export DGXHT="${DGXHT-}"

@@ -69,28 +69,112 @@ def test_cpu_list_roundtrip():
 
 
 # ------------------------------------------------------------------------------------------------ topology
-def _fake_sysfs(root: Path, sockets: int, cores: int, threads: int) -> None:
-    cpu = 0
-    ncores = sockets * cores
+def _fake_sysfs(root: Path, cpus, gpus=()) -> None:
+    """A sysfs tree: ``cpus`` = [(cpu, package, core_id, numa node)], ``gpus`` = [(pci bus id, numa node)]."""
+    nodes = {}
+    for cpu, pkg, core, node in cpus:
+        d = root / "devices/system/cpu" / f"cpu{cpu}" / "topology"
+        d.mkdir(parents=True)
+        (d / "physical_package_id").write_text(f"{pkg}\n")
+        (d / "core_id").write_text(f"{core}\n")
+        nodes.setdefault(node, []).append(cpu)
+    (root / "devices/system/cpu/online").write_text(bl.cpu_list_str(c[0] for c in cpus) + "\n")
+    for node, members in nodes.items():
+        d = root / "devices/system/node" / f"node{node}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(bl.cpu_list_str(members) + "\n")
+    (root / "devices/system/node/online").write_text(bl.cpu_list_str(nodes) + "\n")
+    for bus, node in gpus:
+        dev = root / "bus/pci/devices" / bus
+        dev.mkdir(parents=True)
+        (dev / "numa_node").write_text(f"{node}\n")
+        drv = root / "bus/pci/drivers/nvidia"
+        drv.mkdir(parents=True, exist_ok=True)
+        (drv / bus).symlink_to(dev)
+
+
+def _dgx_cpus(sockets, cores, threads, nodes_per_socket=1):
+    """Linux's usual numbering: all first threads socket by socket, then all second threads."""
+    out = []
+    per_node = cores // nodes_per_socket
     for t in range(threads):
         for s in range(sockets):
             for c in range(cores):
-                d = root / "devices/system/cpu" / f"cpu{cpu}" / "topology"
-                d.mkdir(parents=True)
-                (d / "physical_package_id").write_text(f"{s}\n")
-                (d / "core_id").write_text(f"{c}\n")
-                (d / "thread_siblings_list").write_text(f"{s * cores + c},{s * cores + c + ncores}\n")
-                cpu += 1
-    node = root / "devices/system/node"
-    node.mkdir(parents=True)
-    (node / "online").write_text(f"0-{sockets - 1}\n")
+                out.append((t * sockets * cores + s * cores + c, s, c, s * nodes_per_socket + c // per_node))
+    return out
 
 
 def test_detect_topology_from_sysfs(tmp_path):
-    _fake_sysfs(tmp_path, sockets=2, cores=20, threads=2)
-    topo = bl.detect_topology(str(tmp_path))
+    _fake_sysfs(tmp_path, _dgx_cpus(2, 20, 2))
+    topo = bl.detect_topology(str(tmp_path), env={})
     assert (topo.nsockets, topo.ncores_per_socket, topo.threads_per_core, topo.source) == (2, 20, 2, "sysfs")
     assert bl.numa_nodes(str(tmp_path)) == [0, 1]
+    assert topo.gpu_numa == []
+    # no GPU placement: the DGX-1 layout, the same plan as NVIDIA's arithmetic
+    plan = bl.plan_from_topology(8, topo)
+    assert [fmt(b) for b in plan] == [fmt(b) for b in bl.plan_bindings(8, 2, 20)]
+
+
+def test_interleaved_cpu_numbering(tmp_path):
+    """CPU 0 on socket 0, CPU 1 on socket 1, ...: the arithmetic plan would put rank 0 on both sockets."""
+    cpus = [(2 * c + s, s, c, s) for s in range(2) for c in range(8)]
+    _fake_sysfs(tmp_path, cpus)
+    plan = bl.plan_from_topology(4, bl.detect_topology(str(tmp_path), env={}))
+    assert [fmt(b) for b in plan] == [("0,2,4,6", 0), ("8,10,12,14", 0), ("1,3,5,7", 1), ("9,11,13,15", 1)]
+    arithmetic = bl.plan_bindings(4, 2, 8, hyperthreads=False)
+    assert fmt(arithmetic[0]) == ("0-3", 0)  # CPUs 1 and 3 are on socket 1: what the topology plan avoids
+
+
+def test_amd_nps4_gpus_on_their_own_nodes(tmp_path):
+    """2 sockets x 64 cores, NPS4 (8 NUMA nodes of 16 cores, SMT2), 8 GPUs each behind another node, as on
+    AMD-based 8-GPU servers: every rank on its GPU's node, with that node's memory."""
+    cpus = _dgx_cpus(2, 64, 2, nodes_per_socket=4)
+    gpu_nodes = [3, 2, 1, 0, 7, 6, 5, 4]
+    gpus = [(f"0000:{bus:02x}:00.0", n) for bus, n in zip((0x07, 0x0f, 0x47, 0x4e, 0x87, 0x90, 0xb7, 0xbd),
+                                                          gpu_nodes)]
+    _fake_sysfs(tmp_path, cpus, gpus)
+    topo = bl.detect_topology(str(tmp_path), env={})
+    assert topo.gpu_numa == gpu_nodes and len(topo.numa_cpus) == 8
+    plan = bl.plan_from_topology(8, topo)
+    assert [b.mem_node for b in plan] == gpu_nodes
+    assert fmt(plan[0]) == ("48-63,176-191", 3)
+    assert fmt(plan[4]) == ("112-127,240-255", 7)
+    # two ranks per GPU node would split its 16 cores
+    topo.gpu_numa = [3, 3]
+    assert [fmt(b) for b in bl.plan_from_topology(2, topo)] == [("48-55,176-183", 3), ("56-63,184-191", 3)]
+
+
+def test_intel_sub_numa_clustering(tmp_path):
+    """2 sockets x 56 cores with SNC2 (4 NUMA nodes), HT siblings numbered + 112, 8 GPUs two per node."""
+    cpus = _dgx_cpus(2, 56, 2, nodes_per_socket=2)
+    gpus = [(f"0000:{0x18 + 16 * i:02x}:00.0", i // 2) for i in range(8)]
+    _fake_sysfs(tmp_path, cpus, gpus)
+    plan = bl.plan_from_topology(8, bl.detect_topology(str(tmp_path), env={}))
+    assert [fmt(b) for b in plan] == [
+        ("0-13,112-125", 0), ("14-27,126-139", 0), ("28-41,140-153", 1), ("42-55,154-167", 1),
+        ("56-69,168-181", 2), ("70-83,182-195", 2), ("84-97,196-209", 3), ("98-111,210-223", 3)]
+
+
+def test_cuda_visible_devices_selects_the_gpus(tmp_path):
+    """A Slurm job given GPUs 4-7 (CUDA_VISIBLE_DEVICES=4,5,6,7): its local ranks 0-3 go to socket 1."""
+    cpus = _dgx_cpus(2, 8, 1)
+    gpus = [(f"0000:{0x10 + i:02x}:00.0", i // 4) for i in range(8)]
+    _fake_sysfs(tmp_path, cpus, gpus)
+    topo = bl.detect_topology(str(tmp_path), env={"CUDA_VISIBLE_DEVICES": "4,5,6,7"})
+    assert topo.gpu_numa == [1, 1, 1, 1]
+    assert [fmt(b) for b in bl.plan_from_topology(4, topo)] == [("8-9", 1), ("10-11", 1), ("12-13", 1),
+                                                                 ("14-15", 1)]
+    # UUIDs cannot be placed without the driver: spread over the nodes instead
+    topo = bl.detect_topology(str(tmp_path), env={"CUDA_VISIBLE_DEVICES": "GPU-1234,GPU-5678"})
+    assert topo.gpu_numa == [] and [b.mem_node for b in bl.plan_from_topology(2, topo)] == [0, 1]
+
+
+def test_unknown_gpu_numa_node_falls_back_to_spreading(tmp_path):
+    cpus = _dgx_cpus(2, 4, 1)
+    _fake_sysfs(tmp_path, cpus, [("0000:01:00.0", -1), ("0000:02:00.0", -1)])
+    topo = bl.detect_topology(str(tmp_path), env={})
+    assert topo.gpu_numa == [None, None]
+    assert [fmt(b) for b in bl.plan_from_topology(2, topo)] == [("0-3", 0), ("4-7", 1)]
 
 
 def test_detect_topology_this_machine():
@@ -226,7 +310,7 @@ def _fake_numactl(bindir: Path, refuse: str) -> None:
 
 def _expected_affinity(nproc):
     topo = bl.detect_topology()
-    plan = bl.plan_bindings(nproc, topo.nsockets, topo.ncores_per_socket, hyperthreads=topo.threads_per_core > 1)
+    plan = bl.plan_from_topology(nproc, topo, hyperthreads=topo.threads_per_core > 1)
     allowed = os.sched_getaffinity(0)
     return [sorted(c for c in b.cpus if c in allowed) for b in plan]
 
