@@ -1,8 +1,9 @@
-"""The official MLPerf tools of mlperf-logging, run on a staged copy of a results folder.
+"""The official MLPerf tools of mlperf-logging, run on a submission folder or a staged copy of a results folder.
 
-This is the only module of the review that calls mlperf_logging. It stages the folder the way the package
-checker expects a submission (``<org>/results/<system>/maskrcnn/result_*.txt`` plus
-``<org>/systems/<system>.json``) and runs, through their public entry points:
+This is the only module of the package that calls mlperf_logging's checkers (the trainer's logger uses its
+``mllog``). It stages a results folder the way the package checker expects a submission
+(``<org>/results/<system>/maskrcnn/result_*.txt`` plus ``<org>/systems/<system>.json``), or takes a real one
+(:mod:`.submission`), and runs, through their public entry points:
 
 - the compliance checker on each log (``mlp_compliance.make_checker`` + ``mlp_compliance.main``),
 - the package checker (``package_checker.check_training_package``): file count, compliance of every file with at
@@ -10,6 +11,10 @@ checker expects a submission (``<org>/results/<system>/maskrcnn/result_*.txt`` p
   ``scaling.json`` when the score must be normalized,
 - the result summarizer (``result_summarizer.summarize_results``): the olympic score, multiplied by
   ``scaling.json``, as published.
+
+For a recipe before training (:mod:`.recipe`) it runs the compliance checker's rule file on the hyperparameter
+lines alone (``ComplianceChecker.configured_checks``) and looks the global batch up in the RCP checker's table
+(:class:`RCPTable`, the one place that calls the RCP checker's private lookup helpers).
 
 The package checker returns nothing; it reports through the root logger. Its verdict, and the details the review
 explains (RCP record, seed errors, file count), are read from those log records by their format strings, pinned
@@ -511,3 +516,74 @@ def olympic(scores: List[float], dropped: int, max_dropped: int = 1) -> Optional
     scores = sorted(scores)
     kept = scores[max_dropped: len(scores) - (max_dropped - dropped)]
     return sum(kept) / len(kept) if kept else None
+
+
+# ------------------------------------------------------------------------------------------------ recipe checks
+def recipe_rule_file(ruleset: str, division: str = "closed") -> str:
+    import mlperf_logging
+
+    path = os.path.join(os.path.dirname(mlperf_logging.__file__), "compliance_checker", f"training_{ruleset}",
+                        f"{division}_{rules.BENCHMARK}.yaml")
+    if not os.path.exists(path):
+        raise ValueError(f"mlperf-logging has no {division} {rules.BENCHMARK} rules for ruleset {ruleset} ({path})")
+    return path
+
+
+def failed_checks(log_text: str, ruleset: str, division: str = "closed") -> List[Tuple[str, Any, str]]:
+    """``(key, value, message)`` of every ``CHECK`` of the ruleset's rule file that the ``:::MLLOG`` lines in
+    ``log_text`` fail (the compliance checker's parser and ``ComplianceChecker.configured_checks``)."""
+    from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
+
+    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
+        f.write(log_text)
+    try:
+        loglines, errors = mlp_parser.parse_file(f.name, ruleset=ruleset)
+    finally:
+        os.unlink(f.name)
+    if errors:
+        raise ValueError(f"the recipe's log lines do not parse: {errors[0]}")
+    checker = mlp_compliance.ComplianceChecker(USAGE, ruleset, quiet=True, werror=False)
+    with captured():
+        checker.configured_checks(loglines, recipe_rule_file(ruleset, division))
+    logged = {ll.key: ll.value["value"] for ll in loglines}
+    return [(key, logged.get(key), message) for key, message in checker.overwritable.items()]
+
+
+@dataclass
+class RCPTable:
+    """The RCP checker's table for Mask R-CNN of one ruleset, searched with the checker's own lookups
+    (``RCP_Checker._find_rcp``, ``_find_top_min_rcp``, ``_find_bottom_max_rcp``, ``_find_min_rcp``: private, so
+    pinned by tests/review/test_official_pins.py)."""
+
+    ruleset: str
+    checker: Any
+
+    @property
+    def records(self) -> Dict[str, Dict[str, Any]]:
+        return self.checker.rcp_data
+
+    def batches(self) -> List[int]:
+        return sorted(r["BS"] for r in self.records.values())
+
+    def at(self, batch) -> Optional[Tuple[str, Dict[str, Any]]]:
+        """``(name, record)`` of the RCP at exactly this global batch, or None."""
+        record = self.checker._find_rcp(batch, "full_rcps")
+        if record is None:
+            return None
+        return next(k for k, r in self.records.items() if r is record), record
+
+    def around(self, batch) -> Tuple[Optional[Dict[str, Any]], Optional[Dict[str, Any]]]:
+        """The nearest RCPs below and above ``batch`` (what the checker interpolates between)."""
+        return self.checker._find_top_min_rcp(batch, "full_rcps"), self.checker._find_bottom_max_rcp(batch,
+                                                                                                       "full_rcps")
+
+    def smallest(self) -> Dict[str, Any]:
+        return self.checker._find_min_rcp("full_rcps")
+
+
+def rcp_table(ruleset: str) -> RCPTable:
+    from mlperf_logging.rcp_checker.rcp_checker import RCP_Checker
+
+    with captured():
+        checker = RCP_Checker(USAGE, ruleset, rules.BENCHMARK, verbose=False)
+    return RCPTable(ruleset, checker)

@@ -1,6 +1,6 @@
 """Is a training recipe acceptable, before the runs are spent? (``tools/check_recipe.py``)
 
-Two questions, both answered with mlperf-logging's own files and code, not with rules typed again here:
+Three questions, the first two answered with mlperf-logging's own files and code (through :mod:`.official`):
 
 * **Would the compliance checker accept the hyperparameters?** The ``:::MLLOG`` lines that the run will log
   (given by the caller) go through the checker's own parser and its rule file of the ruleset and division
@@ -13,18 +13,22 @@ Two questions, both answered with mlperf-logging's own files and code, not with 
   more slowly than that RCP. A recipe that differs from the RCP at its batch is a warning naming the RCP's
   values: it converges at your own risk.
 
-``allow_non_rcp`` turns refusals into warnings (research runs).
+* **Does it keep the closed division's fixed parts that the checker's rule file leaves out?** Image sizes 800/1333
+  (the file only checks ``>= 0``), the optimizer: :func:`.rules.closed_rule_warnings`, refused.
+
+``allow_non_rcp`` turns refusals into warnings: such a recipe is allowed for a research run, never a closed
+submission, and the verdict says so.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from .rules import BENCHMARK, RCP_MIN_RULESET, at_least
+from . import official
+from .rules import RCP_MIN_RULESET, at_least, closed_rule_warnings
 
 # RCP "Hyperparams" names -> the mllog keys the run logs. num_image_candidates is not compared: in the v0.7
 # semantics the package logs it is 1000 x images per GPU, and the RCPs record the reference's layout (6000).
@@ -44,23 +48,11 @@ class RecipeVerdict:
     refusals: List[str] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     rcp: Optional[str] = None  # the RCP record used, or "interpolated between A and B"
+    allowed: List[str] = field(default_factory=list)  # refusals that --allow-non-rcp turned into warnings
 
     @property
     def ok(self) -> bool:
         return not self.refusals
-
-
-def _package_dir():
-    import mlperf_logging
-
-    return os.path.dirname(mlperf_logging.__file__)
-
-
-def rule_file(ruleset: str, division: str = "closed") -> str:
-    path = os.path.join(_package_dir(), "compliance_checker", f"training_{ruleset}", f"{division}_{BENCHMARK}.yaml")
-    if not os.path.exists(path):
-        raise ValueError(f"mlperf-logging has no {division} {BENCHMARK} rules for ruleset {ruleset} ({path})")
-    return path
 
 
 def hparams_from_log(text: str) -> Dict[str, object]:
@@ -77,52 +69,45 @@ def hparams_from_log(text: str) -> Dict[str, object]:
 def compliance_refusals(log_text: str, ruleset: str, division: str = "closed") -> List[str]:
     """The checker's failed ``CHECK``s on these log lines, one line each: ``KEY VALUE: failed test: EXPR``. Keys
     the lines do not hold (run_start, eval_accuracy, ...) are not judged."""
-    from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
-
-    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
-        f.write(log_text)
-    try:
-        loglines, errors = mlp_parser.parse_file(f.name, ruleset=ruleset)
-    finally:
-        os.unlink(f.name)
-    if errors:
-        raise ValueError(f"the recipe's log lines do not parse: {errors[0]}")
-    checker = mlp_compliance.ComplianceChecker("training", ruleset, quiet=True, werror=False)
-    checker.configured_checks(loglines, rule_file(ruleset, division))
-    logged = {ll.key: ll.value["value"] for ll in loglines}
+    rule_file = os.path.basename(official.recipe_rule_file(ruleset, division))
     out = []
-    for key, message in checker.overwritable.items():
-        if key not in logged or "Required" in message:
+    for key, value, message in official.failed_checks(log_text, ruleset, division):
+        if value is None or "Required" in message:
             continue  # an occurrence rule about keys this excerpt of a log does not hold
         test = re.search(r"failed test: (.*)", message) or re.search(r"Failed executing CHECK code:\n(.*)", message)
         rule = test.group(1).strip() if test else message.splitlines()[0]
-        out.append(f"{key} {logged[key]!r}: failed test `{rule}` of {os.path.basename(rule_file(ruleset, division))}"
-                   f" (mlperf-logging, training {ruleset})")
+        out.append(f"{key} {value!r}: failed test `{rule}` of {rule_file} (mlperf-logging, training {ruleset})")
     return out
+
+
+def closed_rule_refusals(hparams: Dict[str, object], ruleset: str, already: List[str]) -> List[str]:
+    """The closed-division invariants the review knows (:func:`.rules.closed_rule_warnings`: image sizes 800/1333,
+    optimizer, ...) that the compliance checker's rule file does not check, each once."""
+    judged = {r.split(" ", 1)[0] for r in already}
+    return [f"{w} (MLPerf closed rules, training {ruleset})" for w in closed_rule_warnings(hparams, ruleset)
+            if w.split(" ", 1)[0] not in judged]
 
 
 def rcp_check(hparams: Dict[str, object], ruleset: str):
     """``(refusals, warnings, rcp description)`` of the global batch against the ruleset's RCPs."""
-    from mlperf_logging.rcp_checker.rcp_checker import RCP_Checker
-
-    checker = RCP_Checker("training", ruleset, BENCHMARK, verbose=False)
+    table = official.rcp_table(ruleset)
     bs = hparams.get("global_batch_size")
-    batches = sorted(r["BS"] for r in checker.rcp_data.values())
-    record = checker._find_rcp(bs, "full_rcps")
-    if record is None:
-        low, high = checker._find_top_min_rcp(bs, "full_rcps"), checker._find_bottom_max_rcp(bs, "full_rcps")
+    batches = table.batches()
+    found = table.at(bs)
+    if found is None:
+        low, high = table.around(bs)
         if low is not None and high is not None:
             return [], [f"global_batch_size {bs} has no RCP of its own (training {ruleset}: {batches}): the RCP "
                         f"checker interpolates between {low['BS']} and {high['BS']}; no RCP recipe to compare with, "
                         "it converges at your own risk"], f"interpolated between {low['BS']} and {high['BS']}"
         if low is None and high is not None:  # the checker compares with the smallest RCP (its own rule)
-            smallest = checker._find_min_rcp("full_rcps")
+            smallest = table.smallest()
             return [], [f"global_batch_size {bs} is below the smallest RCP of training {ruleset} "
                         f"({smallest['BS']}): the RCP checker passes it only if the runs converge more slowly than "
                         f"that RCP's {smallest['RCP Mean']:.2f} epochs"], f"below {smallest['BS']}"
         return [f"global_batch_size {bs} is outside the RCPs of training {ruleset} ({batches[0]}..{batches[-1]}): "
                 "the RCP checker cannot interpolate it and reports a missing RCP (rcps_maskrcnn.json)"], [], None
-    name = next(k for k, r in checker.rcp_data.items() if r is record)
+    name, record = found
     diffs = []
     for rcp_key, key in RCP_KEYS.items():
         want, got = record["Hyperparams"].get(rcp_key), hparams.get(key)
@@ -150,11 +135,15 @@ def check_recipe(log_text: str, ruleset: str = "3.1.0", division: str = "closed"
     hparams = hparams_from_log(log_text)
     verdict = RecipeVerdict(ruleset, division, hparams)
     verdict.refusals += compliance_refusals(log_text, ruleset, division)
+    if division == "closed":
+        verdict.refusals += closed_rule_refusals(hparams, ruleset, verdict.refusals)
     if division == "closed" and at_least(ruleset, RCP_MIN_RULESET):
         refusals, warnings, verdict.rcp = rcp_check(hparams, ruleset)
         verdict.refusals += refusals
         verdict.warnings += warnings
     if allow_non_rcp and verdict.refusals:
-        verdict.warnings += [f"allowed by --allow-non-rcp: {r}" for r in verdict.refusals]
+        verdict.warnings += [f"not an RCP recipe, allowed for a research run, not a closed submission: {r}"
+                             for r in verdict.refusals]
+        verdict.allowed = list(verdict.refusals)
         verdict.refusals = []
     return verdict

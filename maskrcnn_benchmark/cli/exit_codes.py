@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from ..engine.run import EvaluationFailed
 from ..engine.trainer import NonFiniteLossError
 from ..utils.comm import RankLost
-from ..utils.errors import UserError
+from ..utils.errors import (BatchNotDivisible, DatasetMissing, NoGPU, RecipeRefused, TooFewGPUs, UserError,
+                            WeightsMissing)
 from ..utils.logger import TRACEBACK_LOGGER
 from ..utils.signals import Stopped
 
@@ -49,7 +50,36 @@ INTERNAL = ExitCode(5, "internal error", "an unexpected exception (a bug, or a b
 STOPPED = ExitCode(128, "stopped (128 + signal)", "SIGTERM (Slurm time limit, scancel, a sibling rank died), "
                    "SIGINT or SIGHUP; run_stop logged as aborted", "rerun; --resume from the last checkpoint")
 
-EXIT_CODES = (SUCCESS, BAD_INPUT, DIVERGED, NOT_CONVERGED, RANK_LOST, INTERNAL, STOPPED)
+# Found before the run starts (engine/preflight.py, tools/check_recipe.py), by tools/preflight.py on the batch host
+# before any srun and again by every node before init_start.
+RECIPE_REFUSED = ExitCode(10, "recipe refused", "the hyperparameters break an MLPerf rule (compliance checker, RCP, "
+                          "image sizes); one line per rule", "fix the recipe, or ALLOW_NON_RCP=1 for a research run")
+DATASET_MISSING = ExitCode(11, "dataset missing", "an annotation file or image folder of DATASETS.TRAIN/TEST does "
+                           "not exist (the line names it)", "check DATADIR and the binds; tools/download_coco.py "
+                           "--verify-only --out DIR")
+WEIGHTS_MISSING = ExitCode(12, "weights missing", "MODEL.WEIGHT names a file that does not exist",
+                           "WEIGHTS_DIR / WEIGHTS; tools/download_coco.py --weights-dir DIR")
+BATCH_NOT_DIVISIBLE = ExitCode(13, "batch not divisible", "SOLVER.IMS_PER_BATCH or TEST.IMS_PER_BATCH is not a "
+                               "multiple of the number of processes", "another global batch or number of GPUs")
+TOO_FEW_GPUS = ExitCode(14, "too few GPUs", "fewer GPUs on a node than processes per node (DGXNGPU): two ranks "
+                        "would share a GPU", "DGXNGPU = the GPUs per node, or other nodes")
+NO_GPU = ExitCode(15, "no GPU", "a CUDA config and torch sees no GPU (no GPU requested, or a driver older than "
+                  "torch's CUDA, or a container without --nv)", "ask Slurm for GPUs; the line names the driver")
+# Found by the launch scripts (slurm/run_experiments.sh) before any srun; they know these numbers without the
+# package (a test keeps them equal).
+RUNTIME_MISSING = ExitCode(20, "container runtime missing", "CONTAINER_RUNTIME (singularity, apptainer, pyxis) is "
+                           "not installed on the batch host", "load its module, or CONTAINER=none")
+IMAGE_UNREADABLE = ExitCode(21, "image unreadable", "the container image CONTAINER does not exist or cannot be "
+                            "read", "build it (singularity/build.sh) or fix the path")
+BIND_SOURCE_MISSING = ExitCode(22, "bind source missing", "a folder to bind into the container (DATADIR, "
+                               "WEIGHTS_DIR, LOGDIR's parent, CONTAINER_MOUNTS) does not exist on the host",
+                               "create it or fix the path")
+
+EXIT_CODES = (SUCCESS, BAD_INPUT, DIVERGED, NOT_CONVERGED, RANK_LOST, INTERNAL, RECIPE_REFUSED, DATASET_MISSING,
+              WEIGHTS_MISSING, BATCH_NOT_DIVISIBLE, TOO_FEW_GPUS, NO_GPU, RUNTIME_MISSING, IMAGE_UNREADABLE,
+              BIND_SOURCE_MISSING, STOPPED)
+PREFLIGHT = {RecipeRefused: RECIPE_REFUSED, DatasetMissing: DATASET_MISSING, WeightsMissing: WEIGHTS_MISSING,
+             BatchNotDivisible: BATCH_NOT_DIVISIBLE, TooFewGPUs: TOO_FEW_GPUS, NoGPU: NO_GPU}
 
 # the user's to fix, each with a message that names what was wrong (an OSError names its file)
 USER_ERRORS = (UserError, OSError, EvaluationFailed)
@@ -118,6 +148,9 @@ def describe(exc):
         return DIVERGED.code, f"{exc}; aborting the run"
     if isinstance(exc, RankLost):
         return RANK_LOST.code, str(exc)
+    for kind, code in PREFLIGHT.items():
+        if isinstance(exc, kind):
+            return code.code, _one_line(exc)
     if isinstance(exc, USER_ERRORS):
         return BAD_INPUT.code, _one_line(exc)
     where = _where(exc)

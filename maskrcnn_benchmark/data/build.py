@@ -5,7 +5,7 @@ import logging
 import torch
 
 from ..utils import comm
-from ..utils.errors import ConfigError
+from ..utils.errors import BatchNotDivisible, ConfigError
 from ..utils.imports import load_catalog
 from ..utils.processes import die_with_parent, keep_freed_memory
 from . import datasets as D
@@ -38,6 +38,18 @@ def _catalog_entries(cfg, names, is_train):
             out.append((name, catalog.get(name, cfg.DATASETS.DATA_DIR)))
         except KeyError as e:  # the catalog's message names the dataset and the known ones
             raise D.DatasetError(f"{key}: {e.args[0] if e.args else e}") from None
+    return out
+
+
+def dataset_paths(cfg):
+    """``(key, name, image folder, annotation file)`` of every dataset of DATASETS.TRAIN and TEST, as the catalog
+    resolves them (nothing is opened). A factory whose arguments are not a COCO root/ann_file gives ``None``s."""
+    out = []
+    for is_train, names in ((True, cfg.DATASETS.TRAIN), (False, cfg.DATASETS.TEST)):
+        key = f"DATASETS.{'TRAIN' if is_train else 'TEST'}"
+        for name, entry in _catalog_entries(cfg, names, is_train):
+            args = entry.get("args", {})
+            out.append((key, name, args.get("root"), args.get("ann_file")))
     return out
 
 
@@ -170,7 +182,7 @@ def make_data_loader(cfg, is_train=True, is_distributed=False, start_iter=0, num
     ims = cfg.SOLVER.IMS_PER_BATCH if is_train else cfg.TEST.IMS_PER_BATCH
     if ims % num_replicas:
         key = "SOLVER.IMS_PER_BATCH" if is_train else "TEST.IMS_PER_BATCH"
-        raise ValueError(f"{key} ({ims}) must be divisible by the number of processes ({num_replicas})")
+        raise BatchNotDivisible(f"{key} ({ims}) must be divisible by the number of processes ({num_replicas})")
     per_gpu = ims // num_replicas
     if datasets is None:
         datasets = build_dataset(cfg, cfg.DATASETS.TRAIN if is_train else cfg.DATASETS.TEST, is_train)

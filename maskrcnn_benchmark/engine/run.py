@@ -24,7 +24,7 @@ from typing import List, Optional
 import numpy as np
 import torch
 
-from ..config import ConfigError, given_keys, ignored_settings
+from ..config import given_keys, ignored_settings
 from ..data import check_num_classes, make_data_loader, make_device_loader, num_classes_from_data, static_sizes
 from ..data.build import NUM_CLASSES_KEY
 from ..evaluation import BackgroundEvaluator, COCOEvaluator, COCOScorer, run_inference
@@ -39,6 +39,7 @@ from ..utils.rng import set_rng_state
 from ..utils.run_folder import claim_output_folder
 from .compile import CompiledForward, compile_enabled, compile_mode, make_static
 from .events import EpochScores
+from .preflight import check_before_init
 from .hooks import CheckpointHook, MetricsHook, ProfilerHook
 from .trainer import HookBase, Trainer, iterations_per_epoch
 
@@ -189,6 +190,8 @@ class MLPerfRun(HookBase):
 
     def _run(self):
         cfg, opts, ml = self.cfg, self.options, self.ml
+        world, per_node = comm.launch_sizes()
+        check_before_init(cfg, world, per_node)  # a bad path or batch ends the run here, not after compiling
         ml.start("init_start")
         rank, world, _, device = comm.init_distributed(opts.local_rank, cfg.MODEL.DEVICE,
                                                        opts.timeout or cfg.DISTRIBUTED_TIMEOUT)
@@ -198,9 +201,6 @@ class MLPerfRun(HookBase):
         ignored = ignored_settings(cfg)
         if ignored:
             logger.warning("these config values have no effect on this model and are ignored: %s", ", ".join(ignored))
-        if cfg.SOLVER.IMS_PER_BATCH % world:
-            raise ConfigError(f"SOLVER.IMS_PER_BATCH ({cfg.SOLVER.IMS_PER_BATCH}) must be divisible by the "
-                              f"number of processes ({world})")
 
         resolve_num_classes(cfg)
         static = compile_enabled(cfg, device)  # a compiled step: fixed shapes, fused SGD

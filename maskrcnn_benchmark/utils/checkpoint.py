@@ -183,6 +183,18 @@ class Checkpointer:
         return data
 
 
+def resolve_weights(cfg, path):
+    """The file behind ``MODEL.WEIGHT``: a path as given, or a ``catalog://`` name resolved by the config's paths
+    catalog (under ``DATASETS.DATA_DIR``)."""
+    if path.startswith("catalog://"):
+        catalog = load_catalog(cfg.PATHS_CATALOG)
+        try:
+            path = catalog.ModelCatalog.get(path[len("catalog://"):], cfg.DATASETS.DATA_DIR)
+        except KeyError as e:
+            raise WeightsError(f"MODEL.WEIGHT '{path}': {e.args[0] if e.args else e}") from None
+    return path
+
+
 class DetectronCheckpointer(Checkpointer):
     """``DetectronCheckpointer(cfg, model, ...)``: also reads Detectron ``.pkl`` weights (through the restricted
     unpickler) and ``catalog://`` names."""
@@ -193,13 +205,7 @@ class DetectronCheckpointer(Checkpointer):
         self.cfg = cfg
 
     def _resolve(self, path):
-        if path.startswith("catalog://"):
-            catalog = load_catalog(self.cfg.PATHS_CATALOG)
-            try:
-                path = catalog.ModelCatalog.get(path[len("catalog://"):], self.cfg.DATASETS.DATA_DIR)
-            except KeyError as e:
-                raise WeightsError(f"MODEL.WEIGHT '{path}': {e.args[0] if e.args else e}") from None
-        return path
+        return resolve_weights(self.cfg, path)
 
     def _load_file(self, f):
         f = self._resolve(f)

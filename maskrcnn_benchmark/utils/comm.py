@@ -18,6 +18,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from .errors import NoGPU
+
 logger = logging.getLogger(__name__)
 
 
@@ -113,15 +115,23 @@ def as_rank_lost(exc):
     return RankLost(f"{who}; a collective on rank {get_rank()} failed{limit}: {first}")
 
 
+def launch_sizes():
+    """``(world size, processes on this node)`` as the launcher set them (bind_launch: WORLD_SIZE and
+    LOCAL_WORLD_SIZE; srun: SLURM_NTASKS and SLURM_NTASKS_PER_NODE), before the process group exists."""
+    world = _env_int("WORLD_SIZE", "SLURM_NTASKS", default=1)
+    per_node = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]
+    return world, int(per_node) if per_node.strip().isdigit() else 1
+
+
 def init_distributed(local_rank=None, device="cuda", timeout_s=300):
     """Initialise torch.distributed from the environment; returns ``(rank, world_size, local_rank, device)``."""
     world = _env_int("WORLD_SIZE", "SLURM_NTASKS", default=1)
     rank = _env_int("RANK", "SLURM_PROCID", default=0)
     if local_rank is None or local_rank < 0:
         local_rank = _env_int("LOCAL_RANK", "SLURM_LOCALID", default=0)
-    use_cuda = device == "cuda" and torch.cuda.is_available()
-    if device == "cuda" and not use_cuda:
-        logger.warning("MODEL.DEVICE is cuda but no GPU is visible: running on CPU")
+    use_cuda = device == "cuda"
+    if use_cuda and not torch.cuda.is_available():
+        raise NoGPU("MODEL.DEVICE is cuda but no GPU is visible: set MODEL.DEVICE cpu for a CPU run")
     dev = torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1)) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(dev)

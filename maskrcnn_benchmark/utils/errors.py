@@ -16,3 +16,33 @@ class UserError(Exception):
 class ConfigError(UserError, ValueError):
     """A config file, key or value that cannot be used (``maskrcnn_benchmark.config.ConfigError``). The message
     names it, and the value to set when one is known."""
+
+
+# -- what can be known before a run starts (checked before init_start: engine/preflight.py) ---------------------
+class PreflightError(UserError):
+    """A cause that would end the run, found before it starts. Each kind has its own exit code
+    (:mod:`maskrcnn_benchmark.cli.exit_codes`), so that a batch script can name it without reading the line."""
+
+
+class RecipeRefused(PreflightError):
+    """The hyperparameters break an MLPerf rule that review would enforce."""
+
+
+class DatasetMissing(PreflightError):
+    """An annotation file or an image folder that the config names does not exist."""
+
+
+class WeightsMissing(PreflightError):
+    """``MODEL.WEIGHT`` names a file that does not exist."""
+
+
+class BatchNotDivisible(PreflightError, ConfigError):
+    """The global batch (train or test) does not split evenly over the processes."""
+
+
+class TooFewGPUs(PreflightError):
+    """This node has fewer usable GPUs than processes to start on it."""
+
+
+class NoGPU(PreflightError):
+    """The config runs on CUDA but torch sees no GPU."""

@@ -4,11 +4,13 @@
 
 * takes an exclusive ``flock`` on ``<path>/.run.lock`` (released by the kernel when the process ends, even by
   ``kill -9``, so a stale lock never blocks the next run); a second run on the same folder gets a
-  :class:`RunFolderError` naming the folder and the process that holds it;
+  :class:`RunFolderError` naming the folder and the process that holds it; a filesystem that cannot lock at all
+  (Lustre mounted ``noflock``: ENOSYS) is named as such;
 * moves an existing ``mlperf_log.txt`` and ``log.txt`` aside (``mlperf_log.<time>.txt``): a run's MLPerf log
   only ever holds that run (a failed attempt's ``init_start`` must not precede the good run's);
 * deletes the ``.tmp-*`` files a killed run left behind (half-written checkpoints, never complete ones).
 """
+import errno
 import fcntl
 import os
 import socket
@@ -35,7 +37,13 @@ def claim_output_folder(path):
     lock = os.fdopen(fd, "r+")
     try:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            lock.close()  # ENOSYS / EOPNOTSUPP / ENOLCK: the filesystem cannot lock, nobody holds it
+            raise RunFolderError(
+                f"output folder '{path}' is on a filesystem without file locks (flock: {e.strerror}; Lustre "
+                "mounted with noflock, some NFS setups): put OUTPUT_DIR on a filesystem that locks (a local "
+                "disk, Lustre with -o flock or localflock) or ask the admins to enable flock") from None
         holder = lock.read().strip() or "another process"
         lock.close()
         raise RunFolderError(f"output folder '{path}' is in use by another run ({holder}); wait for it or set "

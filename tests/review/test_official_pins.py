@@ -151,3 +151,23 @@ def test_captured_restores_logging():
         print("printed")
     assert (root.handlers, root.level) == before
     assert [r.getMessage() for r in cap.records] == ["inside"] and cap.stdout == "printed\n"
+
+
+def test_rcp_lookup_helpers_still_answer_as_the_rcp_file_says():
+    """official.RCPTable wraps RCP_Checker's private lookups (_find_rcp, _find_top_min_rcp, _find_bottom_max_rcp,
+    _find_min_rcp); the recipe check reads the RCPs only through it. Compared with the RCP json itself, so a
+    mlperf-logging that renames or changes them fails here, by name."""
+    import mlperf_logging
+
+    path = Path(mlperf_logging.__file__).parent / "rcp_checker" / "training_3.1.0" / "rcps_maskrcnn.json"
+    data = json.loads(path.read_text())
+    table = official.rcp_table("3.1.0")
+    assert table.batches() == sorted(r["BS"] for r in data.values()) == [8, 48, 64, 96, 128, 256, 272]
+    name, record = table.at(96)
+    assert name == "maskrcnn_ref_96" and record["Hyperparams"] == data["maskrcnn_ref_96"]["Hyperparams"]
+    assert table.at(100) is None
+    low, high = table.around(100)
+    assert (low["BS"], high["BS"]) == (96, 128)
+    assert table.smallest()["BS"] == 8
+    low, high = table.around(300)
+    assert high is None and low["BS"] == 272

@@ -1,0 +1,51 @@
+"""``tools/preflight.py``: everything that can end a run, checked before it starts, each with its own exit code.
+
+    python tools/preflight.py --world-size 32 [--nproc-per-node 8] [--allow-non-rcp] \
+        --config-file configs/e2e_mask_rcnn_R_50_FPN_1x.yaml KEY VALUE ...
+
+The training command line, and: the recipe against the MLPerf rules (as ``tools/check_recipe.py``), the global
+batches against the number of processes, the GPUs of this node against the processes per node (a CUDA config),
+the annotation files and image folders of the datasets, the weights file
+(:func:`~maskrcnn_benchmark.engine.preflight.check_before_init`). ``run_and_time.sh`` runs it before it starts
+bind_launch, and the Slurm job runs that on the batch host (in the container) before the first ``srun``; the trainer
+repeats the cheap checks before ``init_start``.
+
+Exit codes (maskrcnn_benchmark/cli/exit_codes.py): 0 ready; 10 recipe refused; 11 dataset missing; 12 weights
+missing; 13 batch not divisible; 14 too few GPUs; 15 no GPU; 1 a config that does not load.
+"""
+import os
+
+from .check_recipe import add_recipe_options, judge_recipe
+from .common import parse_with_overrides
+
+
+def build_parser():
+    from .train_mlperf import build_parser as train_parser
+
+    p = train_parser()
+    p.description = "Check what would end an MLPerf Mask R-CNN run before it starts"
+    add_recipe_options(p)
+    p.add_argument("--nproc-per-node", type=int, default=int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1),
+                   help="processes (GPUs) per node: this node must have as many GPUs (CUDA configs)")
+    return p
+
+
+def main(argv=None):
+    from .exit_codes import run_program
+
+    args, opts = parse_with_overrides(build_parser(), argv)
+
+    def body():
+        from ..config import load_config
+        from ..engine.preflight import check_before_init
+
+        if args.compile is not None:
+            opts.extend(["COMPILE", str(args.compile)])
+        cfg = load_config(args.config_file, opts, freeze=True)
+        judge_recipe(cfg, args.world_size, args.ruleset, args.division, args.allow_non_rcp)
+        check_before_init(cfg, args.world_size, args.nproc_per_node)
+        print(f"preflight: ready: {args.world_size} processes ({args.nproc_per_node} per node), device "
+              f"{cfg.MODEL.DEVICE}, data and weights found")
+        return 0
+
+    return run_program(body)

@@ -1,0 +1,116 @@
+"""What can be known before a run starts, checked before ``init_start``: each cause its own error and exit code.
+
+A bad data path found after the model is built (on a GPU: after compiling) costs minutes on every rank of every
+trial; found here it costs a second. :func:`check_before_init` is called by the trainer before it logs
+``init_start``, and by ``tools/preflight.py`` (which ``run_and_time.sh`` and the Slurm job run before any rank
+starts, on the batch host first). It reads no image and no annotation: it only looks whether the files the
+config names exist (the MLPerf rules start the clock before the dataset is touched).
+
+Each failure is a :class:`~maskrcnn_benchmark.utils.errors.PreflightError` whose message names the key, the path
+or the numbers, and what to do:
+
+=======================  =======================================================================================
+``BatchNotDivisible``    ``SOLVER.IMS_PER_BATCH`` or ``TEST.IMS_PER_BATCH`` not divisible by the processes
+``DatasetMissing``       an annotation file or image folder of ``DATASETS.TRAIN``/``TEST`` does not exist
+``WeightsMissing``       ``MODEL.WEIGHT`` names a file that does not exist
+``NoGPU``                ``MODEL.DEVICE`` is cuda and torch sees no GPU (the driver line says why, when known)
+``TooFewGPUs``           fewer GPUs on this node than processes to start on it
+=======================  =======================================================================================
+"""
+import os
+import shutil
+import subprocess
+
+from ..data.build import dataset_paths
+from ..utils.checkpoint import resolve_weights
+from ..utils.errors import BatchNotDivisible, DatasetMissing, NoGPU, TooFewGPUs, WeightsMissing
+
+__all__ = ["check_before_init", "check_batch", "check_data", "check_weights", "check_gpus"]
+
+
+def check_batch(cfg, world_size):
+    for key, value in (("SOLVER.IMS_PER_BATCH", cfg.SOLVER.IMS_PER_BATCH), ("TEST.IMS_PER_BATCH",
+                                                                          cfg.TEST.IMS_PER_BATCH)):
+        if value % world_size:
+            raise BatchNotDivisible(
+                f"{key} ({value}) is not divisible by the number of processes ({world_size}): every process "
+                f"takes the same number of images; use a multiple of {world_size} or another number of GPUs")
+
+
+def check_data(cfg):
+    for key, name, images, annotations in dataset_paths(cfg):
+        where = f" (DATASETS.DATA_DIR '{cfg.DATASETS.DATA_DIR}')" if cfg.DATASETS.DATA_DIR else ""
+        if annotations and not os.path.isfile(annotations):
+            raise DatasetMissing(f"the annotation file '{annotations}' of {key} '{name}' does not exist{where}; "
+                                 "check the data path (tools/download_coco.py --verify-only --out DIR)")
+        if images and not os.path.isdir(images):
+            raise DatasetMissing(f"the image folder '{images}' of {key} '{name}' does not exist{where}; "
+                                 "check the data path (tools/download_coco.py --verify-only --out DIR)")
+
+
+def check_weights(cfg):
+    if not cfg.MODEL.WEIGHT:
+        return
+    path = resolve_weights(cfg, cfg.MODEL.WEIGHT)
+    if not os.path.isfile(path):
+        shown = path if path == cfg.MODEL.WEIGHT else f"{path}' ('{cfg.MODEL.WEIGHT}"
+        raise WeightsMissing(f"the weights file MODEL.WEIGHT '{shown}' does not exist (R-50.pkl: "
+                             "tools/download_coco.py --weights-dir DIR)")
+
+
+def _nvidia_devices():
+    """NVIDIA GPUs the kernel shows (``/dev/nvidia<N>``), whether or not torch can use them."""
+    try:
+        return sorted(n for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit())
+    except OSError:
+        return []
+
+
+def _driver_version():
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        r = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    versions = r.stdout.split()
+    return versions[0] if r.returncode == 0 and versions else None
+
+
+def check_gpus(cfg, local_world_size, cuda=None):
+    """On a CUDA config, this node must show torch at least ``local_world_size`` GPUs. ``cuda`` (tests) stands in
+    for ``torch.cuda``."""
+    if not str(cfg.MODEL.DEVICE).startswith("cuda"):
+        return
+    if cuda is None:
+        import torch
+        cuda = torch.cuda
+    count = cuda.device_count() if cuda.is_available() else 0
+    if count == 0:
+        devices, driver = _nvidia_devices(), _driver_version()
+        if devices or driver:
+            raise NoGPU(f"MODEL.DEVICE is cuda and this node has NVIDIA GPUs ({len(devices)} device files"
+                        f"{f', driver {driver}' if driver else ''}), but torch cannot use them: torch "
+                        f"{_torch_cuda()} needs a newer driver, or the container was started without --nv")
+        raise NoGPU("MODEL.DEVICE is cuda but no GPU is visible on this node (CUDA_VISIBLE_DEVICES="
+                    f"'{os.environ.get('CUDA_VISIBLE_DEVICES', '')}'); set MODEL.DEVICE cpu for a CPU run, or "
+                    "ask Slurm for GPUs (--gpus-per-node)")
+    if count < local_world_size:
+        raise TooFewGPUs(f"{local_world_size} processes per node but torch sees {count} GPU(s) here: two ranks "
+                         f"would share a GPU; set DGXNGPU (--nproc_per_node) to {count} or run on nodes with "
+                         f"{local_world_size} GPUs")
+
+
+def _torch_cuda():
+    import torch
+    return f"{torch.__version__} (CUDA {torch.version.cuda})"
+
+
+def check_before_init(cfg, world_size, local_world_size=1, cuda=None):
+    """Every check above, cheapest first."""
+    check_batch(cfg, world_size)
+    check_gpus(cfg, local_world_size, cuda)
+    check_data(cfg)
+    check_weights(cfg)

@@ -1,0 +1,111 @@
+"""tools/preflight.py: every cause that would end a run, found before it starts, with its own line and exit code
+(in-process through the program's ``main``)."""
+import json
+import os
+
+import pytest
+import torch
+
+from helpers import R50_YAML
+from maskrcnn_benchmark.cli import exit_codes, preflight
+from maskrcnn_benchmark.engine import preflight as checks
+
+# The H100 recipe (RCP 96) at 8 processes: everything but the machine is right.
+RECIPE = ["SOLVER.BASE_LR", "0.12", "SOLVER.WARMUP_FACTOR", "0.000192", "SOLVER.WARMUP_ITERS", "625",
+          "SOLVER.WARMUP_METHOD", "mlperf_linear", "SOLVER.STEPS", "(12000,16000)", "SOLVER.IMS_PER_BATCH", "96",
+          "TEST.IMS_PER_BATCH", "8", "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", "12000"]
+
+
+@pytest.fixture
+def coco(tmp_path):
+    """A COCO 2017 layout with empty image folders and a weights file (nothing is read, only looked for)."""
+    for d in ("train2017", "val2017", "annotations", "models"):
+        (tmp_path / d).mkdir()
+    for split in ("train", "val"):
+        (tmp_path / "annotations" / f"instances_{split}2017.json").write_text(json.dumps({"images": []}))
+    (tmp_path / "models" / "R-50.pkl").write_bytes(b"")
+    return tmp_path
+
+
+class FakeCuda:
+    def __init__(self, n):
+        self.n = n
+
+    def is_available(self):
+        return self.n > 0
+
+    def device_count(self):
+        return self.n
+
+
+def run(coco, *extra, gpus=8, world=8, per_node=8, monkeypatch, capsys):
+    monkeypatch.setattr(torch, "cuda", FakeCuda(gpus))
+    code = preflight.main(["--world-size", str(world), "--nproc-per-node", str(per_node), "--config-file",
+                           R50_YAML, "DATASETS.DATA_DIR", str(coco), "MODEL.WEIGHT", str(coco / "models/R-50.pkl"),
+                           *RECIPE, *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, [ln for ln in err if ln.startswith("error:")]
+
+
+def test_ready(coco, monkeypatch, capsys):
+    assert run(coco, monkeypatch=monkeypatch, capsys=capsys) == (0, [])
+
+
+@pytest.mark.parametrize("change,code,words", [
+    (lambda c: os.remove(c / "annotations/instances_val2017.json"), exit_codes.DATASET_MISSING,
+     ["annotation file", "instances_val2017.json", "DATASETS.TEST", "--verify-only"]),
+    (lambda c: os.rmdir(c / "train2017"), exit_codes.DATASET_MISSING,
+     ["image folder", "train2017", "DATASETS.TRAIN"]),
+    (lambda c: os.remove(c / "models/R-50.pkl"), exit_codes.WEIGHTS_MISSING, ["MODEL.WEIGHT", "R-50.pkl"]),
+])
+def test_missing_files(coco, change, code, words, monkeypatch, capsys):
+    change(coco)
+    rc, errors = run(coco, monkeypatch=monkeypatch, capsys=capsys)
+    assert rc == code.code and len(errors) == 1, errors
+    assert all(w in errors[0] for w in words), errors[0]
+
+
+def test_global_batch_not_divisible(coco, monkeypatch, capsys):
+    rc, errors = run(coco, world=40, per_node=8, monkeypatch=monkeypatch, capsys=capsys)
+    assert rc == exit_codes.BATCH_NOT_DIVISIBLE.code
+    assert errors == ["error: SOLVER.IMS_PER_BATCH (96) is not divisible by the number of processes (40): every "
+                      "process takes the same number of images; use a multiple of 40 or another number of GPUs"]
+    # 3 nodes: the training batch splits (96 / 24), the test batch of 8 does not
+    rc, errors = run(coco, world=24, per_node=8, monkeypatch=monkeypatch, capsys=capsys)
+    assert rc == exit_codes.BATCH_NOT_DIVISIBLE.code and errors[0].startswith("error: TEST.IMS_PER_BATCH (8)")
+
+
+def test_fewer_gpus_than_processes_per_node(coco, monkeypatch, capsys):
+    rc, errors = run(coco, gpus=4, monkeypatch=monkeypatch, capsys=capsys)
+    assert rc == exit_codes.TOO_FEW_GPUS.code and "8 processes per node but torch sees 4 GPU(s)" in errors[0]
+
+
+def test_no_gpu_on_a_gpu_system(coco, monkeypatch, capsys):
+    monkeypatch.setattr(checks, "_nvidia_devices", lambda: [])
+    monkeypatch.setattr(checks, "_driver_version", lambda: None)
+    rc, errors = run(coco, gpus=0, monkeypatch=monkeypatch, capsys=capsys)
+    assert rc == exit_codes.NO_GPU.code and "no GPU is visible" in errors[0]
+
+
+def test_gpus_present_but_unusable_names_the_driver(coco, monkeypatch, capsys):
+    monkeypatch.setattr(checks, "_nvidia_devices", lambda: ["nvidia0", "nvidia1"])
+    monkeypatch.setattr(checks, "_driver_version", lambda: "535.104.05")
+    monkeypatch.setattr(checks, "_torch_cuda", lambda: "2.12.1 (CUDA 13.0)")
+    rc, errors = run(coco, gpus=0, monkeypatch=monkeypatch, capsys=capsys)
+    assert rc == exit_codes.NO_GPU.code
+    assert "driver 535.104.05" in errors[0] and "CUDA 13.0" in errors[0] and "--nv" in errors[0]
+
+
+def test_recipe_refused_before_anything_else(coco, monkeypatch, capsys):
+    rc, errors = run(coco, "INPUT.MIN_SIZE_TRAIN", "(640,)", monkeypatch=monkeypatch, capsys=capsys)
+    assert rc == exit_codes.RECIPE_REFUSED.code and "min_image_size 640 is not 800" in errors[-1]
+
+
+def test_a_cpu_config_needs_no_gpu(coco, monkeypatch, capsys):
+    assert run(coco, "MODEL.DEVICE", "cpu", gpus=0, monkeypatch=monkeypatch, capsys=capsys) == (0, [])
+
+
+def test_each_cause_has_its_own_code():
+    codes = [c.code for c in exit_codes.EXIT_CODES]
+    assert len(codes) == len(set(codes))
+    assert {exit_codes.PREFLIGHT[k].code for k in exit_codes.PREFLIGHT} == {10, 11, 12, 13, 14, 15}
