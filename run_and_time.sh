@@ -6,11 +6,16 @@
 # Sources config_${DGXSYSTEM}.sh (unless SKIP_CONFIG=1), then runs
 #   [profiler] python -m bind_launch ... ${TRAIN_SCRIPT} ${EXTRA_PARAMS} --config-file ... ${EXTRA_CONFIG} "$@"
 # Variables (docs/cluster.md): DGXSYSTEM CONFIG_FILE DTYPE PATHS_CATALOG WEIGHTS DATADIR TRAIN_SCRIPT PYTHON
-# NPROC_PER_NODE BIND_LAUNCH_ARGS EXTRA_PARAMS EXTRA_CONFIG LOGDIR PROFILE SUBMISSION_ORG ALLOW_NON_RCP.
-# Before training, tools/check_recipe.py judges the effective recipe with mlperf-logging's rules and RCPs: a recipe
-# that review would reject exits 1 here, naming the key and the rule (ALLOW_NON_RCP=1: a warning only).
-# Exit code: training's.
+# NPROC_PER_NODE BIND_LAUNCH_ARGS EXTRA_PARAMS EXTRA_CONFIG LOGDIR TRIAL_NAME OUTPUT_DIR PROFILE
+# MLPERF_SUBMISSION_ORG ALLOW_NON_RCP PREFLIGHT_ONLY PREFLIGHT_DONE.
+# Before training, tools/preflight.py checks what would end the run (the recipe against mlperf-logging's rules and
+# RCPs, the batch against the processes, the GPUs, the data and weights paths) and exits with its own code for
+# each cause (maskrcnn_benchmark/cli/exit_codes.py); PREFLIGHT_ONLY=1 stops after it (the Slurm job runs that on
+# the batch host before any srun, then sets PREFLIGHT_DONE=1 for its trials). Exit code: training's.
+# The run writes only under LOGDIR: its OUTPUT_DIR is LOGDIR/TRIAL_NAME (default LOGDIR/output), so the code may
+# live on a read-only filesystem (a container image).
 set -euo pipefail
+LOGDIR="$(realpath -m "${LOGDIR:-results}")"  # relative to where it was started
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 DGXSYSTEM="${DGXSYSTEM:-DGXA100}"
@@ -25,12 +30,11 @@ CONFIG_FILE="${CONFIG_FILE:-configs/e2e_mask_rcnn_R_50_FPN_1x.yaml}"
 DTYPE="${DTYPE-float16}"
 PATHS_CATALOG="${PATHS_CATALOG-maskrcnn_benchmark/config/paths_catalog_dbcluster.py}"
 WEIGHTS="${WEIGHTS-/coco/models/R-50.pkl}"
-LOGDIR="${LOGDIR:-results}"
-SUBMISSION_ORG="${SUBMISSION_ORG:-maskrcnn_benchmark}"
+OUTPUT_DIR="${OUTPUT_DIR:-${LOGDIR}/${TRIAL_NAME:-output}}"
 NODE_RANK="${SLURM_NODEID:-0}"
 mkdir -p "${LOGDIR}"
 
-train_args=(--config-file "${CONFIG_FILE}")
+train_args=(--config-file "${CONFIG_FILE}" OUTPUT_DIR "${OUTPUT_DIR}")
 if [[ -n "${DTYPE}" ]]; then train_args+=(DTYPE "${DTYPE}"); fi
 if [[ -n "${PATHS_CATALOG}" ]]; then train_args+=(PATHS_CATALOG "${PATHS_CATALOG}"); fi
 if [[ -n "${WEIGHTS}" ]]; then train_args+=(MODEL.WEIGHT "${WEIGHTS}"); fi
@@ -63,15 +67,17 @@ case "${PROFILE:-}" in
   *) echo "run_and_time: unknown PROFILE=${PROFILE} (nsys|ncu|torch|memory)" >&2; exit 2 ;;
 esac
 
-# Refuse a recipe that MLPerf review would reject before any GPU hour is spent (skipped when the Slurm script
-# checked it once for all trials: RECIPE_CHECKED=1).
-if [[ "${RECIPE_CHECKED:-0}" != 1 ]]; then
-  check=("${PYTHON}" tools/check_recipe.py
-         "--world-size=$(( ${NPROC_PER_NODE:-${DGXNGPU:-1}} * ${SLURM_JOB_NUM_NODES:-${DGXNNODES:-1}} ))")
+# Everything that would end the run, checked before any rank starts (tools/preflight.py; its exit code names the
+# cause). Skipped when the Slurm job checked it once for all trials (PREFLIGHT_DONE=1); the trainer still checks
+# the paths, the batch and the GPUs before init_start.
+nproc="${NPROC_PER_NODE:-${DGXNGPU:-1}}"
+if [[ "${PREFLIGHT_DONE:-0}" != 1 ]]; then
+  check=("${PYTHON}" tools/preflight.py "--world-size=$(( nproc * ${SLURM_JOB_NUM_NODES:-${DGXNNODES:-1}} ))"
+         "--nproc-per-node=${nproc}")
   if [[ "${ALLOW_NON_RCP:-0}" == 1 ]]; then check+=(--allow-non-rcp); fi
-  "${check[@]}" "${extra_params[@]}" "${train_args[@]}" "${extra_config[@]}" "$@" || exit 1
+  "${check[@]}" "${extra_params[@]}" "${train_args[@]}" "${extra_config[@]}" "$@"
 fi
-if [[ "${RECIPE_CHECK_ONLY:-0}" == 1 ]]; then exit 0; fi
+if [[ "${PREFLIGHT_ONLY:-0}" == 1 ]]; then exit 0; fi
 
 start=$(date +%s)
 start_fmt=$(date +'%Y-%m-%d %r')
@@ -86,5 +92,5 @@ if [[ "${ret}" -ne 0 ]]; then
   exit "${ret}"
 fi
 if [[ "${NODE_RANK}" == 0 ]]; then
-  echo "RESULT,OBJECT_DETECTION,,$((end - start)),${SUBMISSION_ORG},${start_fmt}"
+  echo "RESULT,OBJECT_DETECTION,,$((end - start)),${MLPERF_SUBMISSION_ORG:-reference-implementation},${start_fmt}"
 fi

@@ -1,4 +1,5 @@
-"""Command line: ``python -m mlperf_review RESULTS_DIR [--compare OTHER_DIR]``."""
+"""Command line: ``python -m mlperf_review RESULTS_DIR [--compare OTHER_DIR]`` (review a results folder) and
+``python -m mlperf_review submission RESULTS_DIR --out DIR`` (build the submission folder and check it)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", metavar="OTHER_DIR", default=None,
                    help="also review OTHER_DIR and print a side-by-side table (e.g. a published submission)")
     p.add_argument("--out", metavar="DIR", default=None,
-                   help="where to write mlperf_review.{md,json,png} (default: RESULTS_DIR)")
+                   help="where to write mlperf_review.{md,json,png} (default: RESULTS_DIR_review beside the folder, "
+                        "so that the results folder holds result files only)")
     p.add_argument("--no-plot", action="store_true", help="do not draw the PNG")
     p.add_argument("--no-write", action="store_true", help="print only; write no files")
     p.add_argument("--json", action="store_true", help="print the JSON review instead of the table")
@@ -42,7 +44,40 @@ def _fail(msg: str) -> int:
     return EXIT_BAD_INPUT
 
 
+def build_submission_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m mlperf_review submission",
+        description="Build the MLPerf submission folder (<org>/results/<system>/maskrcnn/result_*.txt, "
+                    "<org>/systems/<system>.json, <org>/benchmarks/maskrcnn/implementations/...) from a results "
+                    "folder and run mlperf-logging's package checker and result summarizer on it.")
+    p.add_argument("results_dir", help="folder with the 5 result files (result_*.txt) of one system")
+    p.add_argument("--out", required=True, metavar="DIR", help="the submission folder to create (never overwritten)")
+    p.add_argument("--org", default=None, help="submitter (default: MLPERF_SUBMISSION_ORG, else the logs')")
+    p.add_argument("--system", default=None, help="system name (default: the logs' submission_platform)")
+    p.add_argument("--system-json", default=None, metavar="FILE",
+                   help="your values for the system description fields (JSON), over the template")
+    p.add_argument("--ruleset", choices=rules.SUPPORTED_RULESETS, default="3.1.0")
+    p.add_argument("--no-implementation", action="store_true", help="do not copy the code")
+    return p
+
+
+def submission_main(argv: List[str]) -> int:
+    from .submission import SubmissionError, assemble, render
+
+    args = build_submission_parser().parse_args(argv)
+    try:
+        a = assemble(args.results_dir, args.out, org=args.org, system=args.system, system_json=args.system_json,
+                     ruleset=args.ruleset, copy_code=not args.no_implementation)
+    except SubmissionError as exc:
+        return _fail(str(exc))
+    print(render(a))
+    return EXIT_OK if a.passed else EXIT_PROBLEMS
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["submission"]:
+        return submission_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return _run(args)
@@ -68,7 +103,8 @@ def _run(args) -> int:
 
     write_error = None
     if not args.no_write:
-        out = Path(args.out) if args.out else Path(args.results_dir)
+        folder = Path(args.results_dir).resolve()
+        out = Path(args.out) if args.out else folder.parent / f"{folder.name}_review"
         try:
             report.write_review_outputs(review, out, plot=not args.no_plot, max_errors=args.max_errors)
             if other is not None:

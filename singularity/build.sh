@@ -5,8 +5,10 @@
 #   NGC_TAG=25.05-py3   NGC PyTorch tag (the MLPerf v0.7 seed used 20.06-py3)
 #   SINGULARITY=...     singularity or apptainer binary (default: whichever is installed)
 #   BUILD_ARGS="--fakeroot"   extra flags for `build` (no root: --fakeroot or --remote)
-# Stages a clean copy of the checkout (git-tracked + untracked-not-ignored files, so no .venv/results/datasets)
-# and renders the definition (tag filled in, %arguments dropped) so that Singularity 3.x builds it too.
+# Stages a clean copy of the checkout (git-tracked + untracked-not-ignored files, so no .venv/results/datasets,
+# and never an image: *.sif files are left out even when not ignored) and renders the definition (tag filled in,
+# %arguments dropped) so that Singularity 3.x builds it too. Build space: set SINGULARITY_TMPDIR/APPTAINER_TMPDIR
+# and SINGULARITY_CACHEDIR/APPTAINER_CACHEDIR to a large scratch folder (the NGC layers are ~10 GB).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "${here}")"
@@ -32,7 +34,7 @@ else
 fi
 mkdir -p "${ctx}/object_detection"
 if git -C "${repo}" rev-parse --git-dir > /dev/null 2>&1; then
-  git -C "${repo}" ls-files -z --cached --others --exclude-standard \
+  git -C "${repo}" ls-files -z --cached --others --exclude-standard | grep -zv '\.sif$' \
     | tar -C "${repo}" --null --ignore-failed-read -T - -cf - | tar -xf - -C "${ctx}/object_detection"
 else
   tar -C "${repo}" --exclude=.venv --exclude=.git --exclude=results --exclude=datasets --exclude='*.sif' -cf - . \

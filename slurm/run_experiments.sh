@@ -1,67 +1,200 @@
 #!/bin/bash
-# Body of the Slurm batch scripts (slurm/*.sbatch): NEXP timed runs back to back in the current allocation,
-# one log per run ($LOGDIR/result_<i>.txt), every node running run_and_time.sh once (srun, one task per node),
-# inside the Singularity image or, with CONTAINER=none, on the host. Variables: docs/cluster.md.
+# Body of the Slurm batch scripts (slurm/*.sbatch): NEXP timed runs back to back in the current allocation, one
+# log per run (LOGDIR/result_<k>.txt, never overwritten), every node running run_and_time.sh once per run (srun,
+# one task per node) in the container image (CONTAINER_RUNTIME singularity | apptainer | pyxis) or on the hosts
+# (CONTAINER=none). Variables and what each check means: docs/cluster.md.
+#
+# Order: the site file (SITE_CONFIG, default ./site.sh) and config_<DGXSYSTEM>.sh; checks on the batch host (the
+# runtime, the image, every bind source: exit 20, 21, 22); tools/preflight.py in the image on the batch host (recipe,
+# batch, GPUs, data and weights: exit 10-15); an all-reduce across the nodes (NCCL_CHECK, multi-node jobs); the
+# trials. A trial that fails counts; after the second failure no trial starts (MLPerf accepts one failed run of
+# five). PILOT=1: one trial with a generous limit, whose measured time the last line turns into DGXRUNMINUTES.
 set -euo pipefail
 
+# Exit codes of the launch layer (maskrcnn_benchmark/cli/exit_codes.py has the table; a test keeps them equal).
+readonly EXIT_BAD_INPUT=1 EXIT_RUNTIME_MISSING=20 EXIT_IMAGE_UNREADABLE=21 EXIT_BIND_SOURCE_MISSING=22
+
+fail() {  # code, message: one line, then exit
+  echo "error: $2" >&2
+  exit "$1"
+}
+
 REPO="${REPO:-${SLURM_SUBMIT_DIR:-$PWD}}"
-if [[ ! -x "${REPO}/run_and_time.sh" ]]; then
-  echo "run_experiments: ${REPO} is not the maskrcnn checkout (submit from it, or set REPO=)" >&2
-  exit 2
-fi
+[[ -x "${REPO}/run_and_time.sh" ]] ||
+  fail "${EXIT_BAD_INPUT}" "${REPO} is not the maskrcnn checkout (submit from it, or set REPO=)"
 cd "${REPO}"
-export DGXSYSTEM="${DGXSYSTEM:-DGXA100}"
+SITE_CONFIG="${SITE_CONFIG:-${REPO}/site.sh}"
+if [[ -f "${SITE_CONFIG}" ]]; then
+  # shellcheck source=/dev/null
+  source "${SITE_CONFIG}"
+fi
+export DGXSYSTEM="${DGXSYSTEM:-DGXH100_4x8x4}"
+if [[ -z "${DGXRUNMINUTES:-}" && -f "${GPU_CHECK_PROJECTION:=${REPO}/results/gpu-check/projection.json}" ]]; then
+  # make gpu-check's projected time to train for this many nodes, when one was measured here
+  DGXRUNMINUTES="$(python3 - "${GPU_CHECK_PROJECTION}" "${SLURM_JOB_NUM_NODES:-1}" << 'EOF' || true
+import json, math, sys
+nodes = json.load(open(sys.argv[1])).get("nodes", {})
+entry = nodes.get(sys.argv[2])
+if entry and entry.get("minutes"):
+    print(math.ceil(float(entry["minutes"])))
+EOF
+  )"
+  if [[ -n "${DGXRUNMINUTES}" ]]; then
+    export DGXRUNMINUTES
+    echo "run_experiments: DGXRUNMINUTES=${DGXRUNMINUTES} from make gpu-check's projection (${GPU_CHECK_PROJECTION})"
+  else
+    unset DGXRUNMINUTES
+  fi
+fi
+[[ -f "config_${DGXSYSTEM}.sh" ]] ||
+  fail "${EXIT_BAD_INPUT}" "no config_${DGXSYSTEM}.sh in ${REPO} (DGXSYSTEM=${DGXSYSTEM}; the configs are config_*.sh)"
 if [[ "${SKIP_CONFIG:-0}" != 1 ]]; then
   # shellcheck source=/dev/null
   source "./config_${DGXSYSTEM}.sh"  # NEXP and TRIAL_MINUTES (the per-trial time limit) come from it
 fi
 NEXP="${NEXP:-5}"
+if [[ "${PILOT:-0}" == 1 ]]; then
+  NEXP=1
+  TRIAL_MINUTES="${PILOT_MINUTES:-}"  # empty: the job's own limit
+fi
 NNODES="${SLURM_JOB_NUM_NODES:-1}"
 JOBID="${SLURM_JOB_ID:-0}"
 export LOGDIR="${LOGDIR:-${REPO}/results/${SLURM_JOB_NAME:-maskrcnn}-${JOBID}}"
 CONTAINER="${CONTAINER:-${REPO}/singularity/maskrcnn.sif}"
+if [[ "${CONTAINER}" == none ]]; then
+  CONTAINER_RUNTIME=none
+elif [[ -z "${CONTAINER_RUNTIME:-}" ]]; then
+  CONTAINER_RUNTIME=singularity
+  if ! command -v singularity > /dev/null && command -v apptainer > /dev/null; then CONTAINER_RUNTIME=apptainer; fi
+fi
+export CONTAINER CONTAINER_RUNTIME
 CLEAR_CACHES="${CLEAR_CACHES:-1}"
 DROP_CACHES_CMD="${DROP_CACHES_CMD:-sync && echo 3 > /proc/sys/vm/drop_caches}"
-mkdir -p "${LOGDIR}"
+if [[ -z "${MLPERF_SUBMISSION_ORG:-}" ]]; then
+  echo "run_experiments: WARNING: MLPERF_SUBMISSION_ORG is not set: the logs will name the submitter" \
+       "'reference-implementation' (set it in the site file)" >&2
+fi
 
-mapfile -t hosts < <(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname)}")
+# ------------------------------------------------------------------------------ checks on the batch host
+mkdir -p "${LOGDIR}" 2> /dev/null ||
+  fail "${EXIT_BIND_SOURCE_MISSING}" "cannot create LOGDIR ${LOGDIR} (its parent must exist and be writable)"
+binds=()
+if [[ "${CONTAINER_RUNTIME}" != none ]]; then
+  case "${CONTAINER_RUNTIME}" in
+    singularity | apptainer)
+      command -v "${CONTAINER_RUNTIME}" > /dev/null ||
+        fail "${EXIT_RUNTIME_MISSING}" "the container runtime '${CONTAINER_RUNTIME}' is not on the PATH of the batch host ($(hostname)): load its module, set CONTAINER_RUNTIME, or CONTAINER=none"
+      [[ -r "${CONTAINER}" ]] ||
+        fail "${EXIT_IMAGE_UNREADABLE}" "the container image '${CONTAINER}' does not exist or is not readable (build it with singularity/build.sh, or set CONTAINER)" ;;
+    pyxis)
+      srun --help 2> /dev/null | grep -q -- --container-image ||
+        fail "${EXIT_RUNTIME_MISSING}" "srun has no --container-image here: the pyxis plugin is not installed (CONTAINER_RUNTIME=pyxis)"
+      if [[ "${CONTAINER}" == /* || "${CONTAINER}" == ./* ]]; then
+        [[ -r "${CONTAINER}" ]] ||
+          fail "${EXIT_IMAGE_UNREADABLE}" "the container image '${CONTAINER}' does not exist or is not readable"
+      fi ;;
+    *) fail "${EXIT_BAD_INPUT}" "CONTAINER_RUNTIME=${CONTAINER_RUNTIME}: use singularity, apptainer, pyxis or CONTAINER=none" ;;
+  esac
+  # The image holds the software; the code that runs is this checkout, bound over the image's copy (read-only):
+  # config_<SITE>.sh files and fixes made here are what runs. Data and weights read-only; results read-write.
+  DATADIR="${DATADIR:-/data}"
+  WEIGHTS_DIR="${WEIGHTS_DIR:-/coco/models}"
+  binds=("${REPO}:/workspace/object_detection:ro" "${DATADIR}:/data:ro" "${LOGDIR}:/results")
+  if [[ -n "${WEIGHTS-/coco/models/R-50.pkl}" ]]; then binds+=("${WEIGHTS_DIR}:/coco/models:ro"); fi
+  if [[ -n "${CONTAINER_MOUNTS:-}" ]]; then IFS=, read -r -a extra_mounts <<< "${CONTAINER_MOUNTS}"; binds+=("${extra_mounts[@]}"); fi
+  for b in "${binds[@]}"; do
+    src="${b%%:*}"
+    [[ -e "${src}" ]] ||
+      fail "${EXIT_BIND_SOURCE_MISSING}" "the bind source '${src}' (for ${b#*:}) does not exist on $(hostname): check DATADIR, WEIGHTS_DIR, CONTAINER_MOUNTS"
+  done
+  CONTAINER_BINDS="$(IFS=,; echo "${binds[*]}")"
+  export CONTAINER_BINDS
+fi
+
+mapfile -t hosts < <(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname)}" 2> /dev/null || hostname)
 if [[ "${#hosts[@]}" -eq 0 ]]; then hosts=("$(hostname)"); fi
 export MASTER_ADDR="${MASTER_ADDR:-${hosts[0]}}"
 port0="${MASTER_PORT:-$((29500 + JOBID % 1000))}"
 read -r -a srun_extra <<< "${SRUN_ARGS:-}"
 srun_cmd=(srun "--nodes=${NNODES}" --ntasks-per-node=1 --kill-on-bad-exit=1 --cpu-bind=none "${srun_extra[@]}")
+
+# How one task runs a command (on the batch host, or on every node under srun).
+in_image=()
+case "${CONTAINER_RUNTIME}" in
+  none) ;;
+  singularity | apptainer) in_image=("${REPO}/slurm/in_container.sh") ;;
+  pyxis)
+    srun_cmd+=("--container-image=${CONTAINER}" "--container-mounts=${CONTAINER_BINDS}"
+               --container-workdir=/workspace/object_detection --no-container-mount-home) ;;
+esac
+run_cmd=("${in_image[@]}" ./run_and_time.sh)
+python=python  # the image's
+if [[ "${CONTAINER_RUNTIME}" == none ]]; then
+  run_cmd=("${REPO}/run_and_time.sh")
+  python="${PYTHON:-python3}"
+fi
+
+# ------------------------------------------------------------------------------ preflight (in the image)
+# The recipe, the batch against the processes, the GPUs, the data and the weights, judged once for all trials
+# before any node trains (tools/preflight.py through run_and_time.sh; its exit code names the cause).
+preflight_rc=0
+if [[ "${CONTAINER_RUNTIME}" == pyxis ]]; then
+  PREFLIGHT_ONLY=1 "${srun_cmd[@]/--nodes=${NNODES}/--nodes=1}" --ntasks=1 ./run_and_time.sh || preflight_rc=$?
+else
+  PREFLIGHT_ONLY=1 "${run_cmd[@]}" || preflight_rc=$?
+fi
+if [[ "${preflight_rc}" -ne 0 ]]; then
+  echo "run_experiments: the preflight on the batch host failed with exit code ${preflight_rc} (the line above says" \
+       "why; codes: python -m maskrcnn_benchmark.cli.exit_codes); no trial started" >&2
+  exit "${preflight_rc}"
+fi
+export PREFLIGHT_DONE=1
+
+# ------------------------------------------------------------------------------ interconnect (multi-node)
+if [[ "${NCCL_CHECK:-$([[ ${NNODES} -gt 1 ]] && echo 1 || echo 0)}" == 1 && "${NNODES}" -gt 1 ]]; then
+  check_nodes=$(( NNODES < 2 ? NNODES : 2 ))
+  echo "run_experiments: all-reduce across ${check_nodes} nodes before the first trial (NCCL_CHECK=0 skips it)"
+  nccl_srun=("${srun_cmd[@]/--nodes=${NNODES}/--nodes=${check_nodes}}")
+  nccl_rc=0
+  MASTER_PORT="$((port0 + 999))" "${nccl_srun[@]}" "${in_image[@]}" "${python}" -m bind_launch \
+    "--nproc_per_node=${NPROC_PER_NODE:-${DGXNGPU:-1}}" bench/allreduce.py --launched --mbytes "${NCCL_CHECK_MB:-64}" \
+    --iters 5 --min-busbw "${NCCL_MIN_BUSBW:-0}" || nccl_rc=$?
+  if [[ "${nccl_rc}" -ne 0 ]]; then
+    echo "error: the all-reduce across nodes failed (exit ${nccl_rc}): check NCCL_SOCKET_IFNAME, NCCL_IB_HCA and" \
+         "the fabric before spending the trials" >&2
+    exit "${nccl_rc}"
+  fi
+fi
+
+# ------------------------------------------------------------------------------ the trials
 # Each trial has its own time limit: Slurm sends SIGTERM (the trainer logs run_stop aborted and exits), then
 # SIGKILL after KillWait, and the next trial starts; one hung trial cannot eat the others' time.
 train_cmd=("${srun_cmd[@]}")
 if [[ -n "${TRIAL_MINUTES:-}" ]]; then train_cmd+=("--time=${TRIAL_MINUTES}"); fi
-
-if [[ "${CONTAINER}" == none ]]; then
-  run_cmd=("${REPO}/run_and_time.sh")
-else
-  SINGULARITY="${SINGULARITY:-$(command -v singularity || command -v apptainer || echo singularity)}"
-  DATADIR="${DATADIR:-/data}"
-  WEIGHTS_DIR="${WEIGHTS_DIR:-/coco/models}"
-  mounts=(-B "${DATADIR}:/data" -B "${LOGDIR}:/results" -B "${WEIGHTS_DIR}:/coco/models")
-  if [[ -n "${CONTAINER_MOUNTS:-}" ]]; then mounts+=(-B "${CONTAINER_MOUNTS}"); fi
-  run_cmd=("${SINGULARITY}" exec --nv "${mounts[@]}" --pwd "${CONTAINER_WORKDIR:-/workspace/object_detection}"
-           "${CONTAINER}" env DATADIR=/data LOGDIR=/results ./run_and_time.sh)
-fi
-
-# The recipe, judged once for all trials before any GPU hour is spent (run_and_time.sh -> tools/check_recipe.py,
-# in the image): a recipe that MLPerf review would reject ends the job here. ALLOW_NON_RCP=1 warns only.
-if ! RECIPE_CHECK_ONLY=1 "${run_cmd[@]}"; then
-  echo "run_experiments: the recipe of ${DGXSYSTEM} was refused (above); no trial started" >&2
-  exit 1
-fi
-export RECIPE_CHECKED=1
-
-echo "run_experiments: job ${JOBID} nodes=${NNODES} (${hosts[*]}) system=${DGXSYSTEM} nexp=${NEXP}"
-echo "run_experiments: master=${MASTER_ADDR} logdir=${LOGDIR} container=${CONTAINER} trial limit=${TRIAL_MINUTES:-none} min"
+next_index() {  # the first k >= $1 with no result_<k>.txt: a result file is never overwritten
+  local k="$1"
+  while [[ -e "${LOGDIR}/result_${k}.txt" ]]; do k=$((k + 1)); done
+  echo "${k}"
+}
+index="$(next_index "${FIRST_INDEX:-0}")"
+echo "run_experiments: job ${JOBID} nodes=${NNODES} (${hosts[*]}) system=${DGXSYSTEM} nexp=${NEXP}" \
+     "first result_${index}.txt"
+echo "run_experiments: master=${MASTER_ADDR} logdir=${LOGDIR} container=${CONTAINER} runtime=${CONTAINER_RUNTIME}" \
+     "trial limit=${TRIAL_MINUTES:-none} min"
+failures=0
 status=0
 for ((i = 0; i < NEXP; i++)); do
+  if [[ "${failures}" -ge 2 ]]; then
+    echo "run_experiments: ${failures} trials failed: the set cannot pass MLPerf review (one failure of five is" \
+         "allowed); no further trial started" >&2
+    break
+  fi
+  index="$(next_index "${index}")"
   export MASTER_PORT=$((port0 + i))
-  log="${LOGDIR}/result_${i}.txt"
+  export TRIAL_NAME="trial_${index}"
+  log="${LOGDIR}/result_${index}.txt"
   rc=0
+  t0=$(date +%s)
   {
     echo "Beginning trial $((i + 1)) of ${NEXP}"
     # The trainer logs cache_clear once, true only when the caches were really dropped on every node.
@@ -75,7 +208,33 @@ for ((i = 0; i < NEXP; i++)); do
     fi
     "${train_cmd[@]}" "${run_cmd[@]}"
   } 2>&1 | tee "${log}" || rc=$?
-  echo "run_experiments: trial $((i + 1)) exit code ${rc}, log ${log}"
-  if [[ "${rc}" -ne 0 ]]; then status="${rc}"; fi
+  echo "run_experiments: trial $((i + 1)) exit code ${rc} in $(( $(date +%s) - t0 )) s, log ${log}"
+  if [[ "${rc}" -ne 0 ]]; then
+    status="${rc}"
+    failures=$((failures + 1))
+  fi
+  index=$((index + 1))
 done
+
+if [[ "${PILOT:-0}" == 1 ]]; then
+  python3 - "${log}" << 'EOF' || true
+import json, math, sys
+times = {}
+for line in open(sys.argv[1], errors="replace"):
+    if ":::MLLOG" in line:
+        try:
+            rec = json.loads(line.split(":::MLLOG", 1)[1])
+        except ValueError:
+            continue
+        times.setdefault(rec["key"], rec["time_ms"])
+if "run_start" in times and "run_stop" in times:
+    run = (times["run_stop"] - times["run_start"]) / 60000
+    init = (times["run_start"] - times.get("init_start", times["run_start"])) / 60000
+    print(f"run_experiments: pilot: time to train {run:.1f} min, init {init:.1f} min: set DGXRUNMINUTES="
+          f"{math.ceil(run * 1.1)} DGXINITMINUTES={math.ceil(init * 1.2) + 1} (site file or environment) for the "
+          "timed runs")
+else:
+    print("run_experiments: pilot: the log has no run_start/run_stop: no time to train measured")
+EOF
+fi
 exit "${status}"

@@ -301,12 +301,14 @@ def test_cli_writes_outputs_and_compare(tmp_path, capsys):
     row = next(ln for ln in out.splitlines() if ln.startswith("score (min)"))
     assert row.split()[2:] == ["102.00", "52.00", "0.510"]
     assert "Package checker: PASS" in out
+    review = tmp_path / "a_review"  # beside the results: the results folder keeps only its result files
     for name in (report.MD_NAME, report.JSON_NAME, report.PNG_NAME, report.COMPARE_MD_NAME,
                  report.COMPARE_JSON_NAME):
-        assert (a / name).stat().st_size > 0
-    data = json.loads((a / report.COMPARE_JSON_NAME).read_text())
+        assert (review / name).stat().st_size > 0
+    assert sorted(p.name for p in a.iterdir()) == [f"result_{i}.txt" for i in range(5)]
+    data = json.loads((review / report.COMPARE_JSON_NAME).read_text())
     assert data["a"]["score_min"] == pytest.approx(102.0) and data["b"]["global_batch_size"] == 64
-    assert json.loads((a / report.JSON_NAME).read_text())["verdict"] == "PASS"
+    assert json.loads((review / report.JSON_NAME).read_text())["verdict"] == "PASS"
 
 
 def test_cli_json(tmp_path, capsys):

@@ -1,0 +1,256 @@
+"""The MLPerf submission folder, built from a results folder and checked with the official tools on that folder.
+
+    python -m mlperf_review submission RESULTS_DIR --out SUBMISSION_DIR [--org ORG] [--system NAME]
+        [--system-json FILE] [--ruleset 3.1.0]
+
+builds what mlcommons' training_results repositories hold for one submitter (and what mlperf-logging's package
+checker reads)::
+
+    SUBMISSION_DIR/<org>/results/<system>/maskrcnn/result_0.txt ... result_4.txt   the five runs, renumbered
+    SUBMISSION_DIR/<org>/systems/<system>.json                                    the system description
+    SUBMISSION_DIR/<org>/benchmarks/maskrcnn/implementations/<implementation>/    the code that ran (git files)
+
+then runs the package checker (compliance of each run, the system description, seeds, RCPs) and the result
+summarizer (the olympic score) on ``SUBMISSION_DIR/<org>`` itself, and writes the review (Markdown, JSON, PNG)
+to ``SUBMISSION_DIR/review/``, outside the submitter's folder so that it holds nothing the checker does not know.
+
+The system description starts from :data:`TEMPLATE` (every field the system-description checker requires), with
+what the run knows filled in (submitter, division, status, system name, nodes, accelerators per node from the
+platform name), then the fields of ``--system-json`` (the site's own file: processors, memory, interconnect, ...).
+Fields still holding :data:`TO_FILL` are listed at the end: the checker accepts the file, a reviewer will not.
+
+The submitter is ``--org``, else ``MLPERF_SUBMISSION_ORG`` (the variable the trainer logs as ``submission_org``
+and the RESULT line prints); every run must have logged that same submitter and platform.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from . import official, rules
+from .parse import find_result_files, parse_log
+from .summary import summarize
+
+TO_FILL = "TO FILL"
+IMPLEMENTATION = "pytorch-maskrcnn_benchmark"
+
+# The fields of mlperf-logging's system_desc_checker (training), in its order, with what a DGX H100 node would
+# hold where the value is a property of the run, and TO_FILL where only the site knows it.
+TEMPLATE: Dict[str, str] = {
+    "submitter": TO_FILL,
+    "division": "closed",
+    "status": "onprem",
+    "system_name": TO_FILL,
+    "number_of_nodes": TO_FILL,
+    "host_processors_per_node": TO_FILL,
+    "host_processor_model_name": TO_FILL,
+    "host_processor_core_count": TO_FILL,
+    "host_processor_vcpu_count": TO_FILL,
+    "host_processor_frequency": TO_FILL,
+    "host_processor_caches": TO_FILL,
+    "host_processor_interconnect": TO_FILL,
+    "host_memory_capacity": TO_FILL,
+    "host_storage_type": TO_FILL,
+    "host_storage_capacity": TO_FILL,
+    "host_networking": TO_FILL,
+    "host_networking_topology": TO_FILL,
+    "host_memory_configuration": TO_FILL,
+    "accelerators_per_node": TO_FILL,
+    "accelerator_model_name": TO_FILL,
+    "accelerator_host_interconnect": TO_FILL,
+    "accelerator_frequency": TO_FILL,
+    "accelerator_on-chip_memories": TO_FILL,
+    "accelerator_memory_configuration": TO_FILL,
+    "accelerator_memory_capacity": TO_FILL,
+    "accelerator_interconnect": TO_FILL,
+    "accelerator_interconnect_topology": TO_FILL,
+    "cooling": TO_FILL,
+    "hw_notes": "",
+    "framework": TO_FILL,
+    "other_software_stack": TO_FILL,
+    "operating_system": TO_FILL,
+    "sw_notes": "",
+}
+
+
+class SubmissionError(Exception):
+    """Bad input for the assembly; the message names the file, run or value."""
+
+
+@dataclass
+class Assembly:
+    org_dir: Path
+    system: str
+    results: List[Path]
+    system_json: Path
+    implementation: Path
+    to_fill: List[str]
+    package: official.PackageCheck
+    summarizer: official.SummarizerResult
+    review_dir: Optional[Path] = None
+    warnings: List[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.package.passed is True
+
+
+def _known_from_platform(platform: str) -> Dict[str, str]:
+    """What a platform name says: ``4xDGXH100`` -> 4 nodes; a DGX (NVIDIA's names) has 2 CPU sockets and 8 GPUs."""
+    m = re.match(r"\s*(\d+)\s*x\s*(.*)", platform or "")
+    known = {"number_of_nodes": m.group(1)} if m else {}
+    if (m.group(2) if m else platform or "").upper().startswith("DGX"):
+        known.update(host_processors_per_node="2", accelerators_per_node="8")
+    return known
+
+
+def _repo_root() -> Optional[Path]:
+    root = Path(__file__).resolve().parents[1]
+    return root if (root / "run_and_time.sh").exists() else None
+
+
+def copy_implementation(dest: Path, repo: Optional[Path] = None) -> Path:
+    """The code that produced the runs: the checkout's git-tracked files (else its package folders)."""
+    repo = repo or _repo_root()
+    if repo is None:
+        raise SubmissionError("cannot find the checkout to copy as the implementation (use --no-implementation)")
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        files = subprocess.run(["git", "-C", str(repo), "ls-files", "-z"], capture_output=True, check=True,
+                               timeout=60).stdout.decode().split("\0")
+    except (OSError, subprocess.SubprocessError):
+        files = [str(p.relative_to(repo)) for d in ("maskrcnn_benchmark", "mlperf_review", "tools", "slurm",
+                                                    "singularity", "configs") for p in (repo / d).rglob("*")
+                 if p.is_file() and "__pycache__" not in p.parts]
+        files += [p.name for p in repo.iterdir() if p.is_file() and p.suffix in (".py", ".sh", ".md", ".txt",
+                                                                                  ".toml")]
+    for rel in filter(None, files):
+        src = repo / rel
+        if src.is_file() and not rel.endswith(".sif"):
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
+def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] = None,
+             system_json: Optional[str] = None, ruleset: str = "3.1.0", implementation: str = IMPLEMENTATION,
+             copy_code: bool = True, write_review: bool = True) -> Assembly:
+    results_dir, out = Path(results_dir), Path(out)
+    if not results_dir.is_dir():
+        raise SubmissionError(f"results folder not found: {results_dir}")
+    if ruleset not in rules.SUPPORTED_RULESETS:
+        raise SubmissionError(f"ruleset {ruleset} is not a Mask R-CNN ruleset ({', '.join(rules.SUPPORTED_RULESETS)})")
+    files, _ = find_result_files(results_dir)
+    if not files:
+        raise SubmissionError(f"no result_*.txt in {results_dir}")
+    runs = [summarize(parse_log(p)) for p in files]
+    org = org or os.environ.get("MLPERF_SUBMISSION_ORG", "").strip()
+    logged_orgs = {r.org for r in runs}
+    if not org:
+        if len(logged_orgs) != 1 or None in logged_orgs:
+            raise SubmissionError("no submitter: pass --org or set MLPERF_SUBMISSION_ORG")
+        org = next(iter(logged_orgs))
+    wrong = [f"{r.name} says '{r.org}'" for r in runs if r.org != org]
+    if wrong:
+        raise SubmissionError(f"the runs were not logged by submitter '{org}' ({'; '.join(wrong)}): set "
+                              "MLPERF_SUBMISSION_ORG for the runs, or --org to what they logged")
+    platforms = {r.platform for r in runs}
+    if len(platforms) != 1 or None in platforms:
+        raise SubmissionError("the runs log different (or no) submission_platform: " +
+                              ", ".join(f"{r.name}={r.platform}" for r in runs))
+    platform = next(iter(platforms))
+    system = official.safe_name(system or platform, "unknown_system")
+    org_name = official.safe_name(org, "unknown_org")
+    org_dir = out / org_name
+    bench = org_dir / "results" / system / rules.BENCHMARK
+    if bench.exists() and any(bench.iterdir()):
+        raise SubmissionError(f"{bench} already holds files: a submission folder is never overwritten (another "
+                              "--out, or remove it)")
+    bench.mkdir(parents=True, exist_ok=True)
+    staged = []
+    for i, src in enumerate(files):
+        dest = bench / f"result_{i}.txt"
+        if src.name.endswith(".gz"):
+            import gzip
+            with gzip.open(src, "rb") as fin, open(dest, "wb") as fout:
+                shutil.copyfileobj(fin, fout)
+        else:
+            shutil.copy2(src, dest)
+        staged.append(dest)
+
+    desc = dict(TEMPLATE)
+    division = {r.division for r in runs if r.division} or {"closed"}
+    status = {r.submission_status for r in runs if r.submission_status} or {"onprem"}
+    desc.update(submitter=org, division=sorted(division)[0], status=sorted(status)[0], system_name=system)
+    desc.update(_known_from_platform(platform))
+    desc["framework"] = _framework()
+    if system_json:
+        try:
+            site = json.loads(Path(system_json).read_text())
+        except (OSError, ValueError) as e:
+            raise SubmissionError(f"cannot read the system description '{system_json}': {e}") from None
+        desc.update({k: str(v) for k, v in site.items()})
+    (org_dir / "systems").mkdir(parents=True, exist_ok=True)
+    desc_path = org_dir / "systems" / f"{system}.json"
+    desc_path.write_text(json.dumps(desc, indent=4) + "\n")
+    impl = org_dir / "benchmarks" / rules.BENCHMARK / "implementations" / implementation
+    if copy_code:
+        copy_implementation(impl)
+
+    pkg = official.Package(root=out, org_dir=org_dir, system=system, benchmark_dir=bench)
+    package = official.run_package_checker(pkg, ruleset)
+    summarizer = official.run_result_summarizer(pkg, ruleset)
+    to_fill = [k for k, v in desc.items() if v == TO_FILL]
+    assembly = Assembly(org_dir=org_dir, system=system, results=staged, system_json=desc_path, implementation=impl,
+                        to_fill=to_fill, package=package, summarizer=summarizer)
+    if len(files) != 5:
+        assembly.warnings.append(f"{len(files)} result files: a Mask R-CNN submission has exactly 5")
+    if write_review:
+        from .core import review_folder
+        from .report import write_review_outputs
+
+        assembly.review_dir = out / "review"
+        review = review_folder(bench, ruleset=ruleset)
+        write_review_outputs(review, assembly.review_dir)
+    return assembly
+
+
+def _framework() -> str:
+    """The framework as the trainer ran it, when this Python has it (the image's); else to fill."""
+    try:
+        from importlib.metadata import version
+        return f"PyTorch {version('torch')}"
+    except Exception:  # noqa: BLE001 - not installed here (the reviewer needs no torch)
+        return TO_FILL
+
+
+def render(a: Assembly) -> str:
+    lines = [f"submission folder: {a.org_dir}",
+             f"  results:        {a.results[0].parent} ({len(a.results)} runs)",
+             f"  system:         {a.system_json}",
+             f"  implementation: {a.implementation}"]
+    verdict = "PASS" if a.passed else "FAIL"
+    lines.append(f"package checker ({a.package.ruleset}, on this folder): {verdict}")
+    for e in a.package.errors[:10]:
+        lines.append(f"  - {e.strip()}")
+    if a.summarizer.crash:
+        lines.append(f"result summarizer: no score ({a.summarizer.crash}): it reads number_of_nodes, "
+                     "host_processors_per_node and accelerators_per_node as numbers (--system-json)")
+    if a.summarizer.score_min is not None:
+        lines.append(f"result summarizer score: {a.summarizer.score_min:.2f} min"
+                     + (f" (RCP scaling {a.summarizer.scaling_factor:g})" if a.summarizer.scaling_factor else ""))
+    for w in a.warnings:
+        lines.append(f"warning: {w}")
+    if a.to_fill:
+        lines.append(f"system description: {len(a.to_fill)} field(s) still '{TO_FILL}' (the checker accepts them, "
+                     f"a reviewer does not): {', '.join(a.to_fill)}; pass --system-json with your values")
+    if a.review_dir:
+        lines.append(f"review: {a.review_dir}")
+    return "\n".join(lines)

@@ -1,0 +1,30 @@
+#!/bin/bash
+# Run a command in the job's image (Singularity or Apptainer) the way every trial runs it:
+#   CONTAINER=IMAGE CONTAINER_BINDS=src:dst[:ro],... slurm/in_container.sh ./run_and_time.sh
+# --cleanenv: nothing of the host's environment leaks in (PYTHONPATH, a ~/.local site, a host venv) except the
+# variables the job means to pass: Slurm's, the system config's (DGX*, EXTRA_*, ...), MLPerf's, NCCL's/UCX's, the
+# run's (MASTER_*, TRIAL_NAME, PREFLIGHT_*, ...) and CONTAINER_ENV_EXTRA (names). Inside: PYTHONNOUSERSITE=1,
+# DATADIR=/data, LOGDIR=/results, the working directory /workspace/object_detection (the checkout bound over the
+# image's copy). --nv exposes the GPUs.
+set -euo pipefail
+runtime="${CONTAINER_RUNTIME:-singularity}"
+image="${CONTAINER:?CONTAINER (the image) is not set}"
+names=(MASTER_ADDR MASTER_PORT TRIAL_NAME OUTPUT_DIR PREFLIGHT_ONLY PREFLIGHT_DONE MLPERF_CACHE_CLEARED NEXP
+       EXTRA_PARAMS EXTRA_CONFIG CONFIG_FILE DTYPE PATHS_CATALOG WEIGHTS TRAIN_SCRIPT NPROC_PER_NODE BIND_LAUNCH_ARGS
+       SKIP_CONFIG ALLOW_NON_RCP PROFILE NCU_SKIP NCU_COUNT OMP_NUM_THREADS CUDA_VISIBLE_DEVICES
+       TORCHINDUCTOR_CACHE_DIR DISTRIBUTED_TIMEOUT)
+read -r -a extra_names <<< "${CONTAINER_ENV_EXTRA:-}"
+pass=()
+while IFS= read -r -d '' item; do
+  name="${item%%=*}"
+  case "${name}" in
+    SLURM_* | DGX* | MLPERF_* | NCCL_* | UCX_* | MASKRCNN_*) pass+=("${item}") ;;
+    *) for n in "${names[@]}" "${extra_names[@]}"; do
+         if [[ "${name}" == "${n}" ]]; then pass+=("${item}"); break; fi
+       done ;;
+  esac
+done < <(env -0)
+binds=()
+if [[ -n "${CONTAINER_BINDS:-}" ]]; then binds=(-B "${CONTAINER_BINDS}"); fi
+exec "${runtime}" exec --cleanenv --nv "${binds[@]}" --pwd /workspace/object_detection "${image}" \
+  env "${pass[@]}" PYTHONNOUSERSITE=1 DATADIR=/data LOGDIR=/results "$@"

@@ -1,0 +1,37 @@
+#!/bin/bash
+# The one file a site edits: copy it to site.sh in the checkout (or point SITE_CONFIG at it). slurm/submit.sh,
+# slurm/run_experiments.sh (the batch scripts' body) and make gpu-check read it; every value can still be
+# overridden from the environment. Empty values keep the defaults in the comments.
+
+## Who submits (one variable names the submitter everywhere: the MLPerf logs, the RESULT lines, the submission
+## folder) and on what (the MLPerf log's submission_platform and the name of systems/<system>.json).
+export MLPERF_SUBMISSION_ORG="${MLPERF_SUBMISSION_ORG:-}"            # e.g. MyHPCCenter
+export MLPERF_SUBMISSION_PLATFORM="${MLPERF_SUBMISSION_PLATFORM:-}"  # default: <nodes>x<DGXSYSTEM>
+export MLPERF_SUBMISSION_STATUS="${MLPERF_SUBMISSION_STATUS:-onprem}"
+
+## Slurm: where the jobs go. sbatch reads these itself; slurm/submit.sh passes GPU_REQUEST in place of the batch
+## scripts' --gpus-per-node=8.
+export SBATCH_PARTITION="${SBATCH_PARTITION:-}"
+export SBATCH_ACCOUNT="${SBATCH_ACCOUNT:-}"
+export SBATCH_QOS="${SBATCH_QOS:-}"
+GPU_REQUEST="${GPU_REQUEST:---gpus-per-node=8}"   # or --gres=gpu:h100:8, or "" where nodes come with their GPUs
+
+## Container: singularity | apptainer | pyxis (srun --container-image, as on NVIDIA's SuperPODs), or CONTAINER=none
+## to run on the hosts' own Python.
+CONTAINER_RUNTIME="${CONTAINER_RUNTIME:-singularity}"
+CONTAINER="${CONTAINER:-}"                        # default: singularity/maskrcnn.sif in the checkout
+DATADIR="${DATADIR:-}"                            # COCO 2017 (train2017/ val2017/ annotations/), bound at /data
+WEIGHTS_DIR="${WEIGHTS_DIR:-}"                    # holds R-50.pkl, bound at /coco/models
+CONTAINER_MOUNTS="${CONTAINER_MOUNTS:-}"          # more binds, src:dst[:ro],...
+# Where Singularity/Apptainer keep their cache and build files (the home folder is often too small):
+# export SINGULARITY_CACHEDIR=/scratch/$USER/singularity-cache SINGULARITY_TMPDIR=/scratch/$USER/tmp
+# export APPTAINER_CACHEDIR=/scratch/$USER/apptainer-cache APPTAINER_TMPDIR=/scratch/$USER/tmp
+
+## Network: the interface and InfiniBand adapters NCCL uses between nodes (nvidia-smi topo -m, ibstat).
+# export NCCL_SOCKET_IFNAME=ib0                   # or the Ethernet interface of the compute network
+# export NCCL_IB_HCA=mlx5_0,mlx5_1,mlx5_2,mlx5_3
+NCCL_CHECK="${NCCL_CHECK:-}"                      # 1 (default on multi-node jobs): all-reduce across nodes first
+NCCL_MIN_BUSBW="${NCCL_MIN_BUSBW:-}"              # GB/s floor for that check (0: report only)
+
+## Time: measured by a pilot (PILOT=1 sbatch ...), or projected by make gpu-check; the config's figure otherwise.
+# export DGXRUNMINUTES=25 DGXINITMINUTES=8

@@ -1,0 +1,96 @@
+"""python -m mlperf_review submission: the submission folder, checked by mlperf-logging on that folder."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from review_loggen import write_log
+
+from mlperf_review import submission
+from mlperf_review.cli import main
+
+RCP96 = dict(ruleset="3.1.0", gbs=96, lr=0.12, warmup_steps=625, warmup_factor=0.000192,
+             decay_steps=(12000, 16000), num_image_candidates=6000, platform="4xDGXH100", org="TESTORG")
+
+
+def five_runs(folder, epochs=(14, 15, 14, 14, 15), **kw):
+    for i, e in enumerate(epochs):
+        write_log(folder / f"result_{i}.txt", epochs=e, ttt_min=20.0 + i, seed=4000 + i, **{**RCP96, **kw})
+    return folder
+
+
+@pytest.mark.slow  # copies the implementation with git ls-files
+def test_assembled_folder_is_what_the_package_checker_accepts(tmp_path, capsys):
+    results = five_runs(tmp_path / "results")
+    (results / "trial_0").mkdir()  # what a job leaves beside its result files (the trainer's OUTPUT_DIRs)
+    site = tmp_path / "site.json"
+    site.write_text(json.dumps({"host_processor_model_name": "Intel Xeon Platinum 8480C", "cooling": "air"}))
+    out = tmp_path / "submission"
+    rc = main(["submission", str(results), "--out", str(out), "--system-json", str(site)])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    org = out / "TESTORG"
+    bench = org / "results" / "4xDGXH100" / "maskrcnn"
+    # the RCP check writes scaling.json when the runs converge more slowly than the RCP (the summarizer reads it)
+    assert sorted(p.name for p in bench.iterdir() if p.name != "scaling.json") == [f"result_{i}.txt"
+                                                                                  for i in range(5)]
+    desc = json.loads((org / "systems" / "4xDGXH100.json").read_text())
+    from mlperf_logging.system_desc_checker import system_desc_checker
+
+    valid, name, _, _ = system_desc_checker.check_system_desc(str(org / "systems" / "4xDGXH100.json"),
+                                                              "training", "3.1.0")
+    assert valid and name == "4xDGXH100"
+    assert (desc["submitter"], desc["number_of_nodes"], desc["accelerators_per_node"], desc["cooling"]) == \
+        ("TESTORG", "4", "8", "air")
+    assert desc["host_processor_model_name"] == "Intel Xeon Platinum 8480C"
+    impl = org / "benchmarks" / "maskrcnn" / "implementations" / submission.IMPLEMENTATION
+    assert (impl / "run_and_time.sh").is_file() and (impl / "maskrcnn_benchmark" / "engine" / "run.py").is_file()
+    assert "package checker (3.1.0, on this folder): PASS" in text and "result summarizer score:" in text
+    assert "still 'TO FILL'" in text and "host_memory_capacity" in text
+    assert (out / "review" / "mlperf_review.md").is_file() and not list((org / "results").rglob("mlperf_review*"))
+
+
+@pytest.mark.slow
+def test_official_package_checker_command_agrees(tmp_path):
+    """Differential: mlperf-logging's own command line on the assembled folder says SUCCESS too; a folder with a
+    run removed fails in both."""
+    out = tmp_path / "submission"
+    a = submission.assemble(five_runs(tmp_path / "results"), out, copy_code=False, write_review=False)
+    r = subprocess.run([sys.executable, "-m", "mlperf_logging.package_checker", str(out / "TESTORG"), "training",
+                        "3.1.0", "--log_output", str(tmp_path / "pc.log")], capture_output=True, text=True,
+                       timeout=300)
+    assert a.passed and "PACKAGE CHECKER FOUND NO ERRORS, SUCCESS" in r.stdout + r.stderr
+    (a.results[4]).unlink()
+    r = subprocess.run([sys.executable, "-m", "mlperf_logging.package_checker", str(out / "TESTORG"), "training",
+                        "3.1.0", "--log_output", str(tmp_path / "pc2.log")], capture_output=True, text=True,
+                       timeout=300)
+    assert "PACKAGE CHECKER FOUND ERRORS" in r.stdout + r.stderr
+
+
+def test_runs_of_another_submitter_are_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("MLPERF_SUBMISSION_ORG", raising=False)
+    results = five_runs(tmp_path / "results")
+    rc = main(["submission", str(results), "--out", str(tmp_path / "s"), "--org", "OtherOrg", "--no-implementation"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "not logged by submitter 'OtherOrg'" in err and "result_0 says 'TESTORG'" in err
+
+
+def test_an_existing_submission_is_never_overwritten(tmp_path, capsys):
+    results = five_runs(tmp_path / "results")
+    out = tmp_path / "s"
+    assert main(["submission", str(results), "--out", str(out), "--no-implementation"]) == 0
+    capsys.readouterr()
+    assert main(["submission", str(results), "--out", str(out), "--no-implementation"]) == 2
+    assert "never overwritten" in capsys.readouterr().err
+
+
+def test_the_verdict_follows_the_official_checker(tmp_path, capsys):
+    """Two non-converged runs sink the set: the checker on the real folder says so."""
+    results = five_runs(tmp_path / "results")
+    for i in (1, 3):
+        write_log(results / f"result_{i}.txt", epochs=14, ttt_min=30.0, seed=4100 + i, final_bbox=0.30,
+                  status="aborted", **RCP96)
+    rc = main(["submission", str(results), "--out", str(tmp_path / "s"), "--no-implementation"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "package checker (3.1.0, on this folder): FAIL" in out
