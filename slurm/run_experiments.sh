@@ -216,25 +216,7 @@ for ((i = 0; i < NEXP; i++)); do
   index=$((index + 1))
 done
 
-if [[ "${PILOT:-0}" == 1 ]]; then
-  python3 - "${log}" << 'EOF' || true
-import json, math, sys
-times = {}
-for line in open(sys.argv[1], errors="replace"):
-    if ":::MLLOG" in line:
-        try:
-            rec = json.loads(line.split(":::MLLOG", 1)[1])
-        except ValueError:
-            continue
-        times.setdefault(rec["key"], rec["time_ms"])
-if "run_start" in times and "run_stop" in times:
-    run = (times["run_stop"] - times["run_start"]) / 60000
-    init = (times["run_start"] - times.get("init_start", times["run_start"])) / 60000
-    print(f"run_experiments: pilot: time to train {run:.1f} min, init {init:.1f} min: set DGXRUNMINUTES="
-          f"{math.ceil(run * 1.1)} DGXINITMINUTES={math.ceil(init * 1.2) + 1} (site file or environment) for the "
-          "timed runs")
-else:
-    print("run_experiments: pilot: the log has no run_start/run_stop: no time to train measured")
-EOF
+if [[ "${PILOT:-0}" == 1 ]]; then  # the measured times, as the DGXRUNMINUTES/DGXINITMINUTES to set
+  PYTHONPATH="${REPO}" python3 -m mlperf_review.pilot "${log}" || true
 fi
 exit "${status}"

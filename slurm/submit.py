@@ -5,14 +5,19 @@
         --data /scratch/coco --weights-dir /scratch/models --nexp 5 --results results/4node
 
 Each run is one Slurm job of ``--nodes`` nodes, one task per node, exclusive, ``--gpus-per-node`` GPUs; every
-node runs ``run_and_time.sh`` (in ``singularity exec --nv`` with /data, /results, /coco/models bound, or on the
-host with ``--image none``), so ``bind_launch`` starts one process per GPU with node rank and master address
-from Slurm.  Runs are chained (``afterany``) so they go back to back like slurm/maskrcnn_4node.sbatch.  Nodes,
-GPUs and time default to the system config (config_<system>.sh: DGXNNODES, DGXNGPU, WALLTIME).
+node runs ``run_and_time.sh`` in the image the way the batch scripts run it (``slurm/in_container.sh``: clean
+environment, the checkout bound over the image's copy, /data and /coco/models read-only, /results), or on the
+host with ``--image none``, so ``bind_launch`` starts one process per GPU with node rank and master address from
+Slurm.  Runs are chained (``afterany``) so they go back to back like slurm/maskrcnn_4node.sbatch; once two runs
+have failed, the runs not yet started are cancelled (MLPerf accepts one failed run of five).  Nodes, GPUs and
+time default to the system config (config_<system>.sh: DGXNNODES, DGXNGPU, TRIAL_MINUTES).  Before anything is
+submitted, tools/preflight.py judges the recipe, the batch, the data and the weights (``run_and_time.sh`` with
+PREFLIGHT_ONLY=1, in the image when the runtime is installed here).
 
-Afterwards ``<results>/result_<i>.txt`` holds run i's log (node 0's output: the MLPerf log of rank 0 plus the
-RESULT line) and ``<results>/run_<i>/node<k>.log`` every node's output; then the review
-(``python -m mlperf_review <results>``: compliance, score) is printed.  ``--cluster local`` runs a 1-node job on
+Afterwards ``<results>/result_<k>.txt`` holds run k's log (node 0's output: the MLPerf log of rank 0 plus the
+RESULT line; an existing result file is never overwritten: k continues after the last one) and
+``<results>/run_<k>/node<n>.log`` every node's output; then the review (``python -m mlperf_review <results>``:
+compliance, score) is printed.  ``--cluster local`` runs a 1-node job on
 this machine (no Slurm), ``--cluster debug`` in this process.  Exit code: 0 when every run succeeded.
 """
 
@@ -59,7 +64,7 @@ class NodeTask:
     """Runs on every node of the job (one Slurm task per node): run_and_time.sh, output teed to a log."""
 
     def __init__(self, run_index, results, image, env, data, weights_dir, clear_caches, drop_caches_cmd,
-                 container_workdir="/workspace/object_detection", singularity=None):
+                 runtime=None):
         self.run_index = run_index
         self.results = str(results)
         self.image = image
@@ -68,18 +73,24 @@ class NodeTask:
         self.weights_dir = weights_dir
         self.clear_caches = clear_caches
         self.drop_caches_cmd = drop_caches_cmd
-        self.container_workdir = container_workdir
-        self.singularity = singularity
+        self.runtime = runtime
 
     def command(self):
         if self.image in (None, "", "none"):
             return [str(ROOT / "run_and_time.sh")]
-        sing = self.singularity or shutil.which("singularity") or shutil.which("apptainer") or "singularity"
-        binds = ["-B", f"{self.data or '/data'}:/data", "-B", f"{self.results}:/results"]
+        return [str(ROOT / "slurm" / "in_container.sh"), "./run_and_time.sh"]
+
+    def container_env(self):
+        """What slurm/in_container.sh reads: the image, the runtime and the binds (as run_experiments.sh)."""
+        if self.image in (None, "", "none"):
+            return {}
+        binds = [f"{ROOT}:/workspace/object_detection:ro", f"{self.data or '/data'}:/data:ro",
+                 f"{self.results}:/results"]
         if self.weights_dir:
-            binds += ["-B", f"{self.weights_dir}:/coco/models"]
-        return ([sing, "exec", "--nv", *binds, "--pwd", self.container_workdir, self.image,
-                 "env", "DATADIR=/data", "LOGDIR=/results", "./run_and_time.sh"])
+            binds.append(f"{self.weights_dir}:/coco/models:ro")
+        runtime = self.runtime or ("singularity" if shutil.which("singularity") or not shutil.which("apptainer")
+                                   else "apptainer")
+        return {"CONTAINER": self.image, "CONTAINER_RUNTIME": runtime, "CONTAINER_BINDS": ",".join(binds)}
 
     def __call__(self):
         import submitit
@@ -91,7 +102,9 @@ class NodeTask:
             node, hosts, job_id = 0, ["127.0.0.1"], "debug"
         env = dict(os.environ)
         env.update(self.env)
+        env.update(self.container_env())
         env.setdefault("LOGDIR", self.results)
+        env["TRIAL_NAME"] = f"trial_{self.run_index}"
         if len(hosts) > 1:
             env["MASTER_ADDR"] = hosts[0]
         digits = re.sub(r"\D", "", job_id)
@@ -123,16 +136,22 @@ class NodeTask:
         return {"node": node, "rc": rc, "host": hosts[node] if node < len(hosts) else "?"}
 
 
-def check_recipe(system, nodes, gpus_per_node, env, python, allow_non_rcp=False):
-    """run_and_time.sh up to its recipe check (tools/check_recipe.py: mlperf-logging's compliance rules and RCPs),
-    here, before anything is submitted; returns its exit code (0: acceptable)."""
-    env = dict(env, DGXSYSTEM=system, PYTHON=python, RECIPE_CHECK_ONLY="1", SLURM_JOB_NUM_NODES=str(nodes))
-    env.pop("RECIPE_CHECKED", None)
+def preflight(system, nodes, gpus_per_node, env, python, task, allow_non_rcp=False):
+    """run_and_time.sh up to its preflight (tools/preflight.py: recipe, batch, data, weights), here, before anything
+    is submitted, in the image when its runtime is installed here; returns its exit code (0: ready)."""
+    env = dict(env, DGXSYSTEM=system, PYTHON=python, PREFLIGHT_ONLY="1", SLURM_JOB_NUM_NODES=str(nodes))
+    env.pop("PREFLIGHT_DONE", None)
+    env.update(task.container_env())
     if gpus_per_node:
         env["NPROC_PER_NODE"] = str(gpus_per_node)
     if allow_non_rcp:
         env["ALLOW_NON_RCP"] = "1"
-    return subprocess.run([str(ROOT / "run_and_time.sh")], env=env, cwd=str(ROOT)).returncode
+    cmd = task.command()
+    if "CONTAINER_RUNTIME" in env and not shutil.which(env["CONTAINER_RUNTIME"]):
+        print(f"submit: {env['CONTAINER_RUNTIME']} is not installed here: the preflight runs on the job's nodes "
+              "instead", file=sys.stderr)
+        return 0
+    return subprocess.run(cmd, env=env, cwd=str(ROOT)).returncode
 
 
 def make_executor(args, folder, cfg):
@@ -170,13 +189,30 @@ def squeue_has(job_id):
     return bool(r.stdout.strip())
 
 
-def wait_all(jobs, cluster, poll=2.0, grace=30.0):
+def _failed(job):
+    try:
+        return job.done() and job.exception() is not None
+    except Exception:  # noqa: BLE001 - a job whose result cannot be read failed
+        return True
+
+
+def wait_all(jobs, cluster, poll=2.0, grace=30.0, max_failures=2):
     """Wait for every job; on Slurm also stop waiting for a job that left the queue without a result
-    (submitit alone would wait forever on clusters without accounting/sacct)."""
+    (submitit alone would wait forever on clusters without accounting/sacct). Once ``max_failures`` runs have
+    failed, the runs not yet done are cancelled: the set cannot pass review any more."""
     gone_since = {}
     while True:
         pending = [j for j in jobs if not j.done()]
         if not pending:
+            return
+        if sum(_failed(j) for j in jobs) >= max_failures:
+            print(f"submit: {max_failures} runs failed: the set cannot pass MLPerf review (one failure of five is "
+                  f"allowed); cancelling the {len(pending)} run(s) not done", file=sys.stderr, flush=True)
+            for j in pending:
+                try:
+                    j.cancel(check=False)
+                except Exception:  # noqa: BLE001 - best effort
+                    pass
             return
         if cluster == "slurm":
             for j in pending:
@@ -232,15 +268,21 @@ def main(argv=None):
         args.gpus_per_node = int(cfg.get("DGXNGPU") or 0)
     # one Slurm job per run: each gets the config's per-trial limit (TRIAL_MINUTES), not the NEXP-run WALLTIME
     args.time_min = walltime_minutes(args.time or cfg.get("TRIAL_MINUTES") or "01:00:00")
-    if check_recipe(args.system, args.nodes, args.gpus_per_node, cfg_env, args.python, args.allow_non_rcp):
-        print("submit: recipe refused (above); nothing submitted", file=sys.stderr)
-        return 1
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     results = Path(args.results or ROOT / "results" / f"submit-{stamp}").resolve()
     results.mkdir(parents=True, exist_ok=True)
     folder = results / "submitit"
+    if args.cluster != "slurm" and args.nodes != 1:
+        raise SystemExit(f"submit: --cluster {args.cluster} runs one node only (got --nodes {args.nodes})")
+    probe = NodeTask(0, results, args.image, {}, args.data, args.weights_dir, False, "true")
+    host_env = dict(cfg_env, DATADIR=args.data) if args.image in ("", "none") and args.data else cfg_env
+    rc = preflight(args.system, args.nodes, args.gpus_per_node, host_env, args.python, probe, args.allow_non_rcp)
+    if rc:
+        print(f"submit: the preflight failed with exit code {rc} (the line above says why); nothing submitted",
+              file=sys.stderr)
+        return rc
 
-    run_env = dict(extra_env, DGXSYSTEM=args.system, PYTHON=args.python, RECIPE_CHECKED="1")
+    run_env = dict(extra_env, DGXSYSTEM=args.system, PYTHON=args.python, PREFLIGHT_DONE="1")
     if args.allow_non_rcp:
         run_env["ALLOW_NON_RCP"] = "1"
     if args.image in ("", "none") and args.data:
@@ -249,7 +291,11 @@ def main(argv=None):
         run_env["TRAIN_SCRIPT"] = args.train_script
     ex = make_executor(args, folder, cfg)
     jobs = []
-    for i in range(args.nexp):
+    first = 0
+    while (results / f"result_{first}.txt").exists() or (results / f"run_{first}").exists():
+        first += 1  # an existing result is never overwritten
+    indices = list(range(first, first + args.nexp))
+    for i in indices:
         if args.cluster == "slurm" and jobs and not args.parallel:
             ex.update_parameters(dependency=f"afterany:{jobs[-1].job_id}")
         task = NodeTask(i, results, args.image, run_env, args.data, args.weights_dir, args.clear_caches,
@@ -264,7 +310,7 @@ def main(argv=None):
 
     wait_all(jobs, args.cluster)
     failed = 0
-    for i, job in enumerate(jobs):
+    for i, job in zip(indices, jobs):
         node0 = results / f"run_{i}" / "node0.log"
         status = "ok"
         try:

@@ -53,8 +53,8 @@ def check_weights(cfg):
         return
     path = resolve_weights(cfg, cfg.MODEL.WEIGHT)
     if not os.path.isfile(path):
-        shown = path if path == cfg.MODEL.WEIGHT else f"{path}' ('{cfg.MODEL.WEIGHT}"
-        raise WeightsMissing(f"the weights file MODEL.WEIGHT '{shown}' does not exist (R-50.pkl: "
+        given = "" if path == cfg.MODEL.WEIGHT else f" (MODEL.WEIGHT '{cfg.MODEL.WEIGHT}')"
+        raise WeightsMissing(f"the weights file MODEL.WEIGHT '{path}'{given} does not exist (R-50.pkl: "
                              "tools/download_coco.py --weights-dir DIR)")
 
 

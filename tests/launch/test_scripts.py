@@ -161,8 +161,11 @@ def test_sbatch_headers_match_configs(script, config):
 def test_run_experiments_uses_srun_per_node_and_container():
     text = (ROOT / "slurm/run_experiments.sh").read_text()
     assert "--ntasks-per-node=1" in text and "--kill-on-bad-exit=1" in text
-    assert 'exec --nv' in text and '"${DATADIR}:/data"' in text and '"${LOGDIR}:/results"' in text
-    assert 'result_${i}.txt' in text and 'NEXP="${NEXP:-5}"' in text and "MLPERF_CACHE_CLEARED=1" in text
+    assert '"${DATADIR}:/data:ro"' in text and '"${LOGDIR}:/results"' in text
+    assert '"${REPO}:/workspace/object_detection:ro"' in text  # the checkout over the image's copy
+    assert 'result_${index}.txt' in text and 'NEXP="${NEXP:-5}"' in text and "MLPERF_CACHE_CLEARED=1" in text
+    wrapper = (ROOT / "slurm/in_container.sh").read_text()
+    assert 'exec --cleanenv --nv' in wrapper and "PYTHONNOUSERSITE=1" in wrapper
     assert ":::MLLOG" not in text  # cache_clear is logged once, by the trainer, not hand-written here
     assert '"--time=${TRIAL_MINUTES}"' in text
     assert '"${CONTAINER}" == none' in text
@@ -170,8 +173,10 @@ def test_run_experiments_uses_srun_per_node_and_container():
 
 # ------------------------------------------------------------------------------------------------ run_and_time.sh
 def run_and_time(tmp_path, *args, **env):
+    """run_and_time.sh with the stand-in trainer; its preflight is skipped (PREFLIGHT_DONE=1: no dataset here)
+    unless a test passes PREFLIGHT_DONE=0."""
     base = dict(DGXSYSTEM="CPU", PYTHON=sys.executable, TRAIN_SCRIPT=FAKE, LOGDIR=tmp_path / "results",
-                NPROC_PER_NODE=1)
+                NPROC_PER_NODE=1, PREFLIGHT_DONE=1)
     base.update(env)
     return subprocess.run([str(ROOT / "run_and_time.sh"), *args], cwd=tmp_path, env=clean_env(**base),
                           capture_output=True, text=True, timeout=180)
@@ -179,15 +184,17 @@ def run_and_time(tmp_path, *args, **env):
 
 @pytest.mark.slow
 def test_run_and_time_success_prints_result(tmp_path):
-    r = run_and_time(tmp_path, "SOLVER.MAX_ITER", "10", SUBMISSION_ORG="ThaiSC")
+    r = run_and_time(tmp_path, "SOLVER.MAX_ITER", "10", MLPERF_SUBMISSION_ORG="ThaiSC")
     assert r.returncode == 0, r.stderr
     assert re.search(r"^STARTING TIMING RUN AT \d{4}-\d\d-\d\d ", r.stdout, re.M)
     m = re.search(r"^RESULT,OBJECT_DETECTION,,(\d+),ThaiSC,(\d{4}-\d\d-\d\d .+)$", r.stdout, re.M)
     assert m, r.stdout[-2000:]
     assert ":::MLLOG" in r.stdout and '"key": "run_stop"' in r.stdout
     # config_CPU.sh overrides: fp32, no weights, no paths catalog; user overrides last
-    assert ("overrides=DTYPE float32 DATASETS.DATA_DIR datasets/synthetic DISABLE_REDUCED_LOGGING True "
-            "SOLVER.MAX_ITER 10") in r.stderr
+    assert (f"overrides=OUTPUT_DIR {tmp_path / 'results' / 'output'} DTYPE float32 DATASETS.DATA_DIR "
+            "datasets/synthetic DISABLE_REDUCED_LOGGING True SOLVER.MAX_ITER 10") in r.stderr
+    # the run writes under LOGDIR only (its OUTPUT_DIR), as inside a read-only image
+    assert (tmp_path / "results" / "output" / "mlperf_log.txt").is_file()
     assert "config=configs/e2e_mask_rcnn_synthetic_cpu.yaml" in r.stderr
 
 
@@ -201,7 +208,8 @@ def test_run_and_time_passes_nvidia_fixed_args(tmp_path):
     assert r.returncode == 0, r.stderr
     argv = [(tmp_path / f"argv{i}").read_text() for i in range(2)]
     assert argv[0].startswith("ARGV --local_rank=")
-    want = ("--config-file configs/e2e_mask_rcnn_R_50_FPN_1x.yaml DTYPE float16 PATHS_CATALOG "
+    want = (f"--config-file configs/e2e_mask_rcnn_R_50_FPN_1x.yaml OUTPUT_DIR {tmp_path / 'results' / 'output'} "
+            "DTYPE float16 PATHS_CATALOG "
             "maskrcnn_benchmark/config/paths_catalog_dbcluster.py MODEL.WEIGHT /coco/models/R-50.pkl "
             "DISABLE_REDUCED_LOGGING True SOLVER.BASE_LR 0.06")
     assert want in argv[0]
@@ -224,7 +232,7 @@ def test_profile_memory_writes_csv(tmp_path):
     assert r.returncode == 0, r.stderr
     for rank in (0, 1):
         rows = list(csv.DictReader(open(tmp_path / "results" / f"memory_rank{rank}.csv")))
-        assert len(rows) == 8 and rows[0]["iteration"] == "1"
+        assert len(rows) == 4 * 14 and rows[0]["iteration"] == "1"  # 4 steps in each of 14 epochs
         assert int(rows[-1]["host_rss_bytes"]) > 10_000_000
         assert rows[0]["device"] in ("cpu",) or rows[0]["device"].startswith("cuda")
 
@@ -302,38 +310,71 @@ def _h100_config_with(**changes):
     return " ".join(f"{k} {v}" for k, v in o.items())
 
 
+def _touch(path):
+    path.write_bytes(b"")
+    return path
+
+
+def _coco_layout(root):
+    for d in ("train2017", "val2017", "annotations"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    for split in ("train", "val"):
+        (root / "annotations" / f"instances_{split}2017.json").write_text("{}")
+    return root
+
+
 @pytest.mark.slow
 def test_run_and_time_refuses_a_noncompliant_recipe_before_training(tmp_path):
     """A non-compliant EXTRA_CONFIG on the shipped DGX H100 config: refused with one line naming the key and the
-    rule, and the training script never starts; ALLOW_NON_RCP=1 lets the research run go on."""
+    rule (exit 10), and the training script never starts; ALLOW_NON_RCP=1 lets the research run go on."""
     bad = _h100_config_with(**{"SOLVER.BASE_LR": "0.13"})
     r = run_and_time(tmp_path, DGXSYSTEM="DGXH100", TRAIN_SCRIPT=_marker_stub(tmp_path), STUB_OUT=tmp_path,
-                     EXTRA_CONFIG=bad)
-    assert r.returncode == 1, r.stdout + r.stderr
+                     EXTRA_CONFIG=bad, PREFLIGHT_DONE=0)
+    assert r.returncode == 10, r.stdout + r.stderr
     refused = [line for line in r.stderr.splitlines() if line.startswith("error: recipe refused")]
     assert len(refused) == 1 and "opt_base_learning_rate 0.13" in refused[0] and "0.02" in refused[0], r.stderr
     assert not (tmp_path / "trained").exists() and "STARTING TIMING RUN" not in r.stdout
+    # a CPU research run of that recipe, with its data there: allowed, and it trains
     r = run_and_time(tmp_path, DGXSYSTEM="DGXH100", TRAIN_SCRIPT=_marker_stub(tmp_path), STUB_OUT=tmp_path,
-                     EXTRA_CONFIG=bad, ALLOW_NON_RCP=1)
+                     EXTRA_CONFIG=bad + " MODEL.DEVICE cpu", ALLOW_NON_RCP=1, PREFLIGHT_DONE=0,
+                     WEIGHTS=_touch(tmp_path / "R-50.pkl"),
+                     DATADIR=_coco_layout(tmp_path / "coco"))
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "trained").exists() and "allowed by --allow-non-rcp" in r.stderr
+    assert (tmp_path / "trained").exists()
+    assert "not an RCP recipe, allowed for a research run, not a closed submission" in r.stderr
+
+
+@pytest.mark.slow
+def test_run_and_time_names_a_missing_dataset_before_training(tmp_path):
+    r = run_and_time(tmp_path, TRAIN_SCRIPT=_marker_stub(tmp_path), STUB_OUT=tmp_path, PREFLIGHT_DONE=0,
+                     DATADIR=tmp_path / "nowhere")
+    assert r.returncode == 11, r.stdout + r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith(
+        f"error: the annotation file '{tmp_path / 'nowhere'}/annotations/instances_train2017.json' of DATASETS.TRAIN")
+    assert not (tmp_path / "trained").exists()
+
+
+def _srun_recorder(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "srun").write_text(f"#!/bin/bash\necho \"$@\" >> {tmp_path}/srun_calls\n")
+    (bindir / "srun").chmod(0o755)
+    return bindir
 
 
 @pytest.mark.slow
 def test_slurm_job_refuses_the_recipe_before_the_first_trial(tmp_path):
     """slurm/run_experiments.sh (the body of the sbatch scripts) checks once, before any srun of a trial."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "srun").write_text(f"#!/bin/bash\necho \"$@\" >> {tmp_path}/srun_calls\n")
-    (bindir / "srun").chmod(0o755)
+    bindir = _srun_recorder(tmp_path)
     bad = _h100_config_with(**{"SOLVER.IMS_PER_BATCH": "512", "SOLVER.BASE_LR": "0.32"})
     r = subprocess.run([str(ROOT / "slurm/run_experiments.sh")], cwd=tmp_path, capture_output=True, text=True,
                        timeout=120, env=clean_env(DGXSYSTEM="DGXH100", CONTAINER="none", NEXP=1, PYTHON=sys.executable,
                                                   LOGDIR=tmp_path / "logs", EXTRA_CONFIG=bad, REPO=ROOT,
                                                   PATH=f"{bindir}:{os.environ['PATH']}"))
-    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.returncode == 10, r.stdout + r.stderr
     assert "error: recipe refused: global_batch_size 512 is outside the RCPs" in r.stderr
-    assert "no trial started" in r.stderr and not (tmp_path / "srun_calls").exists()
+    assert "preflight on the batch host failed with exit code 10" in r.stderr and "no trial started" in r.stderr
+    assert not (tmp_path / "srun_calls").exists()
 
 
 @pytest.mark.slow
@@ -342,6 +383,6 @@ def test_submit_refuses_the_recipe_before_submitting(tmp_path):
     r = subprocess.run([sys.executable, "tools/submit.py", "--system", "DGXH100", "--cluster", "debug",
                         "--image", "none", "--results", str(tmp_path / "res"), "--env", f"EXTRA_CONFIG={bad}"],
                        cwd=ROOT, capture_output=True, text=True, timeout=120, env=clean_env())
-    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.returncode == 10, r.stdout + r.stderr
     assert "error: recipe refused: opt_learning_rate_decay_factor 0.2" in r.stderr
-    assert "nothing submitted" in r.stderr and not (tmp_path / "res").exists()
+    assert "nothing submitted" in r.stderr and not list((tmp_path / "res").glob("result_*"))

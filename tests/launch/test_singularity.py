@@ -49,26 +49,36 @@ def test_def_environment_and_post():
     _, sec = parse_def(DEF.read_text())
     env = dict(re.findall(r"export (\w+)=(\S+)", sec["environment"]))
     assert env["OMP_NUM_THREADS"] == "1" and env["OPENCV_FOR_THREADS_NUM"] == "1"
-    assert env["DATADIR"] == "/data" and env["LOGDIR"] == "/results"
+    assert env["DATADIR"] == "/data" and env["LOGDIR"] == "/results" and env["PYTHONNOUSERSITE"] == "1"
     post = sec["post"]
     assert "pip install --no-cache-dir --no-deps --no-build-isolation -e ." in post
-    # the NGC torch must not be replaced: torch/torchvision are filtered out of requirements.txt
-    assert "torch|torchvision" in post and "requirements.txt" in post
+    # pinned, without dependencies: the NGC torch (and numpy, pandas, ...) are never replaced
+    assert "pip install --no-cache-dir --no-deps -r singularity/requirements.txt" in post
     assert not re.search(r"pip install[^\n]*\btorch\b", post)
     assert "/workspace/object_detection/run_and_time.sh" in sec["runscript"]
     for mount in ("/data", "/results", "/coco/models"):
         assert mount in sec["help"]
 
 
-@pytest.mark.slow
-def test_requirements_filter_keeps_non_torch_deps(tmp_path):
-    _, sec = parse_def(DEF.read_text())
-    m = re.search(r"grep -viE '([^']+)'", sec["post"])
-    reqs = (ROOT / "requirements.txt").read_text()
-    r = subprocess.run(["grep", "-viE", m.group(1)], input=reqs, capture_output=True, text=True)
-    kept = {ln.split("=")[0].strip().lower() for ln in r.stdout.splitlines() if ln.strip() and not ln.startswith("#")}
-    assert not kept & {"torch", "torchvision", "numpy", "triton"}
-    assert {"yacs", "mlperf-logging"} <= kept
+def test_image_requirements_are_pinned():
+    reqs = [ln.split("#")[0].strip() for ln in (ROOT / "singularity" / "requirements.txt").read_text().splitlines()]
+    reqs = [r for r in reqs if r]
+    assert reqs and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][A-Za-z0-9.]*", r) for r in reqs), reqs
+    names = {r.split("==")[0].lower() for r in reqs}
+    assert not names & {"torch", "torchvision", "numpy", "triton"}
+    assert {"yacs", "mlperf-logging", "pycocotools"} <= names
+    # the same versions as the project's own environment (requirements.txt), where it pins them
+    ours = dict(ln.split("==") for ln in (ROOT / "requirements.txt").read_text().split("\n")
+                if "==" in ln and not ln.startswith("#"))
+    for r in reqs:
+        name, version = r.split("==")
+        if name in ours:
+            assert ours[name].split()[0] == version, name
+
+
+def test_images_are_never_staged_or_tracked():
+    assert "*.sif" in (ROOT / ".gitignore").read_text().split()
+    assert "grep -zv '\\.sif$'" in (ROOT / "singularity" / "build.sh").read_text()
 
 
 @pytest.mark.slow

@@ -29,10 +29,20 @@ def test_read_config_defaults_and_overrides():
     assert cfg["DGXNGPU"] == "4"
 
 
+def coco_layout(root):
+    """What the preflight looks for (nothing is read: the stand-in trainer trains on nothing)."""
+    for d in ("train2017", "val2017", "annotations"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    for split in ("train", "val"):
+        (root / "annotations" / f"instances_{split}2017.json").write_text("{}")
+    return root
+
+
 def run_submit(tmp_path, *extra):
     cmd = [sys.executable, str(ROOT / "tools" / "submit.py"), "--cluster", "local", "--system", "CPU",
            "--image", "none", "--train-script", "tests/cluster/fake_train.py", "--results", str(tmp_path / "res"),
-           "--drop-caches-cmd", "true", "--env", "DGXNGPU=2", "--env", "SUBMISSION_ORG=ci", *extra]
+           "--data", str(coco_layout(tmp_path / "coco")), "--drop-caches-cmd", "true", "--env", "DGXNGPU=2",
+           "--env", "MLPERF_SUBMISSION_ORG=ci", *extra]
     return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
 
 

@@ -1,0 +1,143 @@
+"""slurm/run_experiments.sh (the body of the batch scripts) on one machine, with an ``srun`` that runs the command
+here: the checks on the batch host with their own exit codes, the 5-run rule, result files never overwritten, the
+pilot, the time budget from make gpu-check's projection. The same script on a real Slurm cluster, through the
+container stand-in: tests/cluster/test_slurm_cluster.py."""
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from maskrcnn_benchmark.cli import exit_codes
+
+from .test_scripts import ROOT, clean_env
+
+pytestmark = pytest.mark.slow
+FAKE = "tests/cluster/fake_train.py"
+STANDIN = ROOT / "tests" / "cluster" / "container" / "singularity"
+
+
+def coco_layout(root):
+    for d in ("train2017", "val2017", "annotations"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    for split in ("train", "val"):
+        (root / "annotations" / f"instances_{split}2017.json").write_text("{}")
+    return root
+
+
+def local_srun(tmp_path):
+    """``srun`` that drops its options and runs the command on this machine (one node)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    (bindir / "srun").write_text('#!/bin/bash\nwhile [[ "${1:-}" == -* ]]; do shift; done\nexec "$@"\n')
+    (bindir / "srun").chmod(0o755)
+    return bindir
+
+
+def run_job(tmp_path, path_dirs=(), **env):
+    import subprocess
+
+    bindir = local_srun(tmp_path)
+    base = dict(DGXSYSTEM="CPU", CONTAINER="none", NEXP=1, PYTHON=sys.executable, LOGDIR=tmp_path / "logs",
+                REPO=ROOT, TRAIN_SCRIPT=FAKE, DATADIR=coco_layout(tmp_path / "coco"), DROP_CACHES_CMD="true",
+                FAKE_TRAIN_EPOCHS=2, MLPERF_SUBMISSION_ORG="ci", SITE_CONFIG=tmp_path / "no-site.sh",
+                PATH=":".join([*map(str, path_dirs), str(bindir), os.environ["PATH"]]))
+    base.update(env)
+    return subprocess.run([str(ROOT / "slurm/run_experiments.sh")], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env=clean_env(**base))
+
+
+def errors(r):
+    return [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+
+
+def test_launch_exit_codes_are_the_tables():
+    text = (ROOT / "slurm/run_experiments.sh").read_text()
+    codes = dict(re.findall(r"(EXIT_\w+)=(\d+)", text.split("readonly", 1)[1].splitlines()[0]))
+    assert codes == {"EXIT_BAD_INPUT": str(exit_codes.BAD_INPUT.code),
+                     "EXIT_RUNTIME_MISSING": str(exit_codes.RUNTIME_MISSING.code),
+                     "EXIT_IMAGE_UNREADABLE": str(exit_codes.IMAGE_UNREADABLE.code),
+                     "EXIT_BIND_SOURCE_MISSING": str(exit_codes.BIND_SOURCE_MISSING.code)}
+
+
+def test_runtime_missing(tmp_path):
+    r = run_job(tmp_path, CONTAINER=tmp_path / "img.sif", CONTAINER_RUNTIME="apptainer",
+                PATH=f"{local_srun(tmp_path)}:/usr/bin:/bin")
+    assert r.returncode == exit_codes.RUNTIME_MISSING.code, r.stderr
+    assert errors(r) == [f"error: the container runtime 'apptainer' is not on the PATH of the batch host "
+                         f"({os.uname().nodename}): load its module, set CONTAINER_RUNTIME, or CONTAINER=none"]
+
+
+def test_image_unreadable(tmp_path):
+    bindir = tmp_path / "rt"
+    bindir.mkdir()
+    (bindir / "singularity").symlink_to(STANDIN)
+    r = run_job(tmp_path, [bindir], CONTAINER=tmp_path / "missing.sif", CONTAINER_RUNTIME="singularity")
+    assert r.returncode == exit_codes.IMAGE_UNREADABLE.code, r.stderr
+    assert len(errors(r)) == 1 and "container image" in errors(r)[0] and "missing.sif" in errors(r)[0]
+
+
+def test_bind_source_missing(tmp_path):
+    bindir = tmp_path / "rt"
+    bindir.mkdir()
+    (bindir / "singularity").symlink_to(STANDIN)
+    image = tmp_path / "img.sif"
+    image.mkdir()
+    r = run_job(tmp_path, [bindir], CONTAINER=image, CONTAINER_RUNTIME="singularity", DATADIR=tmp_path / "nope")
+    assert r.returncode == exit_codes.BIND_SOURCE_MISSING.code, r.stderr
+    assert errors(r) == [f"error: the bind source '{tmp_path / 'nope'}' (for /data:ro) does not exist on "
+                         f"{os.uname().nodename}: check DATADIR, WEIGHTS_DIR, CONTAINER_MOUNTS"]
+
+
+def test_a_missing_config_is_named(tmp_path):
+    r = run_job(tmp_path, DGXSYSTEM="MYSITE")
+    assert r.returncode == 1 and errors(r) == [f"error: no config_MYSITE.sh in {ROOT} (DGXSYSTEM=MYSITE; the "
+                                               "configs are config_*.sh)"]
+
+
+def test_a_missing_dataset_stops_the_job_before_any_trial(tmp_path):
+    r = run_job(tmp_path, DATADIR=tmp_path / "empty")
+    assert r.returncode == exit_codes.DATASET_MISSING.code, r.stderr
+    assert "preflight on the batch host failed with exit code 11" in r.stderr
+    assert not list((tmp_path / "logs").glob("result_*"))
+
+
+def test_no_trial_starts_after_the_second_failure(tmp_path):
+    r = run_job(tmp_path, NEXP=5, FAKE_TRAIN_EXIT=7)
+    assert r.returncode == 7
+    assert sorted(p.name for p in (tmp_path / "logs").glob("result_*")) == ["result_0.txt", "result_1.txt"]
+    assert "2 trials failed: the set cannot pass MLPerf review" in r.stderr and "no further trial started" in r.stderr
+
+
+def test_result_files_are_never_overwritten(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "result_0.txt").write_text("an earlier trial\n")
+    r = run_job(tmp_path, NEXP=1)
+    assert r.returncode == 0, r.stderr
+    assert (logs / "result_0.txt").read_text() == "an earlier trial\n"
+    text = (logs / "result_1.txt").read_text()
+    assert '"key": "run_stop"' in text and "first result_1.txt" in r.stdout
+    # the trainer's own folder is per trial, under LOGDIR
+    assert (logs / "trial_1" / "mlperf_log.txt").is_file()
+
+
+def test_pilot_measures_the_time_budget(tmp_path):
+    r = run_job(tmp_path, PILOT=1, NEXP=5)
+    assert r.returncode == 0, r.stderr
+    assert list((tmp_path / "logs").glob("result_*")) == [tmp_path / "logs" / "result_0.txt"]
+    assert "trial limit=none min" in r.stdout
+    m = re.search(r"pilot: time to train [\d.]+ min, init [\d.]+ min: set DGXRUNMINUTES=(\d+) DGXINITMINUTES=(\d+)",
+                  r.stdout)
+    assert m and int(m.group(1)) >= 1, r.stdout
+
+
+def test_the_trial_limit_follows_the_gpu_check_projection(tmp_path):
+    projection = tmp_path / "projection.json"
+    projection.write_text(json.dumps({"nodes": {"1": {"minutes": 7.2}, "4": {"minutes": 3.0}}}))
+    r = run_job(tmp_path, GPU_CHECK_PROJECTION=projection)
+    assert r.returncode == 0, r.stderr
+    assert f"DGXRUNMINUTES=8 from make gpu-check's projection ({projection})" in r.stdout
+    assert "trial limit=16 min" in r.stdout  # (8 + 5 init) x 1.25
