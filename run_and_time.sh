@@ -7,7 +7,7 @@
 #   [profiler] python -m bind_launch ... ${TRAIN_SCRIPT} ${EXTRA_PARAMS} --config-file ... ${EXTRA_CONFIG} "$@"
 # Variables (docs/cluster.md): DGXSYSTEM CONFIG_FILE DTYPE PATHS_CATALOG WEIGHTS DATADIR TRAIN_SCRIPT PYTHON
 # NPROC_PER_NODE BIND_LAUNCH_ARGS EXTRA_PARAMS EXTRA_CONFIG LOGDIR TRIAL_NAME OUTPUT_DIR PROFILE
-# MLPERF_SUBMISSION_ORG ALLOW_NON_RCP PREFLIGHT_ONLY PREFLIGHT_DONE.
+# MLPERF_SUBMISSION_ORG ALLOW_NON_RCP PREFLIGHT_ONLY PREFLIGHT_DONE NOT_CONVERGED_EXIT_CODE.
 # Before training, tools/preflight.py checks what would end the run (the recipe against mlperf-logging's rules and
 # RCPs, the batch against the processes, the GPUs, the data and weights paths) and exits with its own code for
 # each cause (maskrcnn_benchmark/cli/exit_codes.py); PREFLIGHT_ONLY=1 stops after it (the Slurm job runs that on
@@ -87,6 +87,13 @@ ret=0
   "${extra_config[@]}" "$@" || ret=$?
 end=$(date +%s)
 echo "ENDING TIMING RUN AT $(date +'%Y-%m-%d %r')"
+if [[ "${ret}" -eq 3 ]]; then
+  # Not converged (SOLVER.MAX_ITER reached): an outcome every rank reaches at the same iteration, not a crash.
+  # Under srun --kill-on-bad-exit the first node to exit 3 would kill the others mid-exit, so the Slurm job asks
+  # for NOT_CONVERGED_EXIT_CODE=0 and reads the outcome from this line.
+  echo "run_and_time: not converged: training ended without reaching its quality target (exit code 3)" >&2
+  exit "${NOT_CONVERGED_EXIT_CODE:-3}"
+fi
 if [[ "${ret}" -ne 0 ]]; then
   echo "run_and_time: training exited with code ${ret}" >&2
   exit "${ret}"

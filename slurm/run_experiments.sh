@@ -59,7 +59,8 @@ if [[ "${PILOT:-0}" == 1 ]]; then
 fi
 NNODES="${SLURM_JOB_NUM_NODES:-1}"
 JOBID="${SLURM_JOB_ID:-0}"
-export LOGDIR="${LOGDIR:-${REPO}/results/${SLURM_JOB_NAME:-maskrcnn}-${JOBID}}"
+LOGDIR="$(realpath -m "${LOGDIR:-${RESULTS_ROOT:-${REPO}/results}/${SLURM_JOB_NAME:-maskrcnn}-${JOBID}}")"
+export LOGDIR
 CONTAINER="${CONTAINER:-${REPO}/singularity/maskrcnn.sif}"
 if [[ "${CONTAINER}" == none ]]; then
   CONTAINER_RUNTIME=none
@@ -67,7 +68,7 @@ elif [[ -z "${CONTAINER_RUNTIME:-}" ]]; then
   CONTAINER_RUNTIME=singularity
   if ! command -v singularity > /dev/null && command -v apptainer > /dev/null; then CONTAINER_RUNTIME=apptainer; fi
 fi
-export CONTAINER CONTAINER_RUNTIME
+export CONTAINER CONTAINER_RUNTIME CONTAINER_ENV_EXTRA="${CONTAINER_ENV_EXTRA:-}"
 CLEAR_CACHES="${CLEAR_CACHES:-1}"
 DROP_CACHES_CMD="${DROP_CACHES_CMD:-sync && echo 3 > /proc/sys/vm/drop_caches}"
 if [[ -z "${MLPERF_SUBMISSION_ORG:-}" ]]; then
@@ -116,7 +117,12 @@ if [[ "${#hosts[@]}" -eq 0 ]]; then hosts=("$(hostname)"); fi
 export MASTER_ADDR="${MASTER_ADDR:-${hosts[0]}}"
 port0="${MASTER_PORT:-$((29500 + JOBID % 1000))}"
 read -r -a srun_extra <<< "${SRUN_ARGS:-}"
-srun_cmd=(srun "--nodes=${NNODES}" --ntasks-per-node=1 --kill-on-bad-exit=1 --cpu-bind=none "${srun_extra[@]}")
+# One task per node: --ntasks too, since the job's SLURM_NTASKS would otherwise spread its count over fewer nodes.
+srun_on() {  # the srun command line for one task on each of the first $1 nodes (sets the array srun_cmd)
+  srun_cmd=(srun "--nodes=$1" "--ntasks=$1" --ntasks-per-node=1 --kill-on-bad-exit=1 --cpu-bind=none
+            "${srun_extra[@]}" "${container_opts[@]}")
+}
+container_opts=()
 
 # How one task runs a command (on the batch host, or on every node under srun).
 in_image=()
@@ -124,8 +130,8 @@ case "${CONTAINER_RUNTIME}" in
   none) ;;
   singularity | apptainer) in_image=("${REPO}/slurm/in_container.sh") ;;
   pyxis)
-    srun_cmd+=("--container-image=${CONTAINER}" "--container-mounts=${CONTAINER_BINDS}"
-               --container-workdir=/workspace/object_detection --no-container-mount-home) ;;
+    container_opts=("--container-image=${CONTAINER}" "--container-mounts=${CONTAINER_BINDS}"
+                    --container-workdir=/workspace/object_detection --no-container-mount-home) ;;
 esac
 run_cmd=("${in_image[@]}" ./run_and_time.sh)
 python=python  # the image's
@@ -134,12 +140,24 @@ if [[ "${CONTAINER_RUNTIME}" == none ]]; then
   python="${PYTHON:-python3}"
 fi
 
+# ------------------------------------------------------------------------------ make gpu-check (GPU_CHECK=1)
+if [[ "${GPU_CHECK:-0}" == 1 ]]; then  # slurm/gpu_check.sbatch: the node's stages in the image, into LOGDIR
+  gpu_check_rc=0
+  srun_on 1
+  "${srun_cmd[@]}" "${in_image[@]}" "${python}" tools/gpu_check.py \
+    --out "$([[ "${CONTAINER_RUNTIME}" == none ]] && echo "${LOGDIR}" || echo /results)/gpu-check" ||
+    gpu_check_rc=$?
+  echo "run_experiments: make gpu-check exit code ${gpu_check_rc} (report under ${LOGDIR}/gpu-check)"
+  if [[ "${gpu_check_rc}" -ne 0 ]]; then exit "${gpu_check_rc}"; fi
+fi
+
 # ------------------------------------------------------------------------------ preflight (in the image)
 # The recipe, the batch against the processes, the GPUs, the data and the weights, judged once for all trials
 # before any node trains (tools/preflight.py through run_and_time.sh; its exit code names the cause).
 preflight_rc=0
 if [[ "${CONTAINER_RUNTIME}" == pyxis ]]; then
-  PREFLIGHT_ONLY=1 "${srun_cmd[@]/--nodes=${NNODES}/--nodes=1}" --ntasks=1 ./run_and_time.sh || preflight_rc=$?
+  srun_on 1
+  PREFLIGHT_ONLY=1 "${srun_cmd[@]}" ./run_and_time.sh || preflight_rc=$?
 else
   PREFLIGHT_ONLY=1 "${run_cmd[@]}" || preflight_rc=$?
 fi
@@ -154,9 +172,9 @@ export PREFLIGHT_DONE=1
 if [[ "${NCCL_CHECK:-$([[ ${NNODES} -gt 1 ]] && echo 1 || echo 0)}" == 1 && "${NNODES}" -gt 1 ]]; then
   check_nodes=$(( NNODES < 2 ? NNODES : 2 ))
   echo "run_experiments: all-reduce across ${check_nodes} nodes before the first trial (NCCL_CHECK=0 skips it)"
-  nccl_srun=("${srun_cmd[@]/--nodes=${NNODES}/--nodes=${check_nodes}}")
+  srun_on "${check_nodes}"
   nccl_rc=0
-  MASTER_PORT="$((port0 + 999))" "${nccl_srun[@]}" "${in_image[@]}" "${python}" -m bind_launch \
+  MASTER_PORT="$((port0 + 999))" "${srun_cmd[@]}" "${in_image[@]}" "${python}" -m bind_launch \
     "--nproc_per_node=${NPROC_PER_NODE:-${DGXNGPU:-1}}" bench/allreduce.py --launched --mbytes "${NCCL_CHECK_MB:-64}" \
     --iters 5 --min-busbw "${NCCL_MIN_BUSBW:-0}" || nccl_rc=$?
   if [[ "${nccl_rc}" -ne 0 ]]; then
@@ -169,6 +187,12 @@ fi
 # ------------------------------------------------------------------------------ the trials
 # Each trial has its own time limit: Slurm sends SIGTERM (the trainer logs run_stop aborted and exits), then
 # SIGKILL after KillWait, and the next trial starts; one hung trial cannot eat the others' time.
+container_opts=()  # caches are dropped on the hosts, never in the container
+srun_on "${NNODES}"
+cache_cmd=("${srun_cmd[@]}" bash -c "${DROP_CACHES_CMD}")
+[[ "${CONTAINER_RUNTIME}" != pyxis ]] || container_opts=("--container-image=${CONTAINER}"
+  "--container-mounts=${CONTAINER_BINDS}" --container-workdir=/workspace/object_detection --no-container-mount-home)
+srun_on "${NNODES}"
 train_cmd=("${srun_cmd[@]}")
 if [[ -n "${TRIAL_MINUTES:-}" ]]; then train_cmd+=("--time=${TRIAL_MINUTES}"); fi
 next_index() {  # the first k >= $1 with no result_<k>.txt: a result file is never overwritten
@@ -190,7 +214,7 @@ for ((i = 0; i < NEXP; i++)); do
     break
   fi
   index="$(next_index "${index}")"
-  export MASTER_PORT=$((port0 + i))
+  export MASTER_PORT=$((port0 + i)) NOT_CONVERGED_EXIT_CODE=0
   export TRIAL_NAME="trial_${index}"
   log="${LOGDIR}/result_${index}.txt"
   rc=0
@@ -200,7 +224,7 @@ for ((i = 0; i < NEXP; i++)); do
     # The trainer logs cache_clear once, true only when the caches were really dropped on every node.
     export MLPERF_CACHE_CLEARED=0
     if [[ "${CLEAR_CACHES}" == 1 ]]; then
-      if "${srun_cmd[@]}" bash -c "${DROP_CACHES_CMD}"; then
+      if "${cache_cmd[@]}"; then
         export MLPERF_CACHE_CLEARED=1
       else
         echo "run_experiments: WARNING: cache clearing failed" >&2
@@ -208,6 +232,9 @@ for ((i = 0; i < NEXP; i++)); do
     fi
     "${train_cmd[@]}" "${run_cmd[@]}"
   } 2>&1 | tee "${log}" || rc=$?
+  # Not converged is an outcome of every node together: the nodes exit 0 for it (NOT_CONVERGED_EXIT_CODE, so that
+  # srun's --kill-on-bad-exit does not kill the others mid-exit) and say so in the log.
+  if [[ "${rc}" -eq 0 ]] && grep -q "^run_and_time: not converged" "${log}"; then rc=3; fi
   echo "run_experiments: trial $((i + 1)) exit code ${rc} in $(( $(date +%s) - t0 )) s, log ${log}"
   if [[ "${rc}" -ne 0 ]]; then
     status="${rc}"

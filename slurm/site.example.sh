@@ -33,5 +33,10 @@ CONTAINER_MOUNTS="${CONTAINER_MOUNTS:-}"          # more binds, src:dst[:ro],...
 NCCL_CHECK="${NCCL_CHECK:-}"                      # 1 (default on multi-node jobs): all-reduce across nodes first
 NCCL_MIN_BUSBW="${NCCL_MIN_BUSBW:-}"              # GB/s floor for that check (0: report only)
 
+## The system description of the submission folder (python -m mlperf_review submission --system-json): your
+## values for the fields mlperf-logging's system-description checker requires (processors, memory, network, ...).
+SYSTEM_JSON="${SYSTEM_JSON:-}"
+RESULTS_ROOT="${RESULTS_ROOT:-results}"           # where jobs write <job name>-<job id>/
+
 ## Time: measured by a pilot (PILOT=1 sbatch ...), or projected by make gpu-check; the config's figure otherwise.
 # export DGXRUNMINUTES=25 DGXINITMINUTES=8

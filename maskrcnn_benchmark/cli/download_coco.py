@@ -10,13 +10,20 @@ Result (``--out DIR``)::
     DIR/annotations/instances_train2017.json, instances_val2017.json, ...
 
 Zips are kept in ``--zips-dir`` (default ``DIR/zips``) unless ``--remove-zips``; a zip already there with the
-right md5 is not downloaded again, and a part already unpacked (marker ``DIR/.unpacked-<zip>``) is skipped.
+right md5 is not downloaded again, and a part already unpacked (marker ``DIR/.unpacked-<zip>``, or its files all
+there: a COCO copied from elsewhere, without its zips) is skipped.
+
+    python tools/download_coco.py --out /data --verify-only [--weights-dir /coco/models]
+
+checks an existing dataset without downloading anything: both annotation files parse, every image they list is
+in its folder, and R-50.pkl is there; exit 1 with what is missing.
 ``--base-url`` may be ``file:///some/dir`` (offline mirrors, tests); ``--checksums FILE`` (md5sum format)
 replaces the built-in md5s.  Exit code 0 on success, 1 on a checksum mismatch or a download error.
 """
 
 import argparse
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -80,6 +87,65 @@ def safe_extract(zpath, out):
         z.extractall(out)
 
 
+SPLITS = {"train": ("train2017", "annotations/instances_train2017.json"),
+          "val": ("val2017", "annotations/instances_val2017.json")}
+
+
+def _image_files(ann_path):
+    with open(ann_path) as f:
+        return [im["file_name"] for im in json.load(f).get("images", [])]
+
+
+def verify_part(name, out):
+    """Problems of an unpacked part (an empty list when it is complete). Nothing is downloaded."""
+    if name == "annotations":
+        problems = []
+        for _, ann in SPLITS.values():
+            path = os.path.join(out, ann)
+            try:
+                _image_files(path)
+            except FileNotFoundError:
+                problems.append(f"{path} is missing")
+            except (OSError, ValueError) as e:
+                problems.append(f"{path} does not parse: {e}")
+        return problems
+    folder, ann = SPLITS[name]
+    images, ann_path = os.path.join(out, folder), os.path.join(out, ann)
+    if not os.path.isdir(images):
+        return [f"{images}/ is missing"]
+    try:
+        listed = _image_files(ann_path)
+    except (OSError, ValueError):
+        return [f"{ann_path} is missing or does not parse: cannot tell which images {folder}/ must hold"]
+    present = set(os.listdir(images))
+    missing = [f for f in listed if f not in present]
+    return [f"{images}/: {len(missing)} of {len(listed)} images listed in {ann} are missing (e.g. {missing[0]})"] \
+        if missing else []
+
+
+def verify_only(args):
+    problems = []
+    for name in ("annotations", "train", "val"):
+        found = verify_part(name, args.out)
+        problems += found
+        if not found and name != "annotations":
+            print(f"{name}: {len(_image_files(os.path.join(args.out, SPLITS[name][1])))} images, all present")
+    if args.weights_dir:
+        dest = os.path.join(args.weights_dir, "R-50.pkl")
+        if not os.path.isfile(dest) or os.path.getsize(dest) == 0:
+            problems.append(f"{dest} is missing or empty")
+        else:
+            print(f"weights: {dest} ({os.path.getsize(dest) / 1e6:.0f} MB)")
+    for p in problems:
+        print(f"error: {p}", file=sys.stderr)
+    if problems:
+        print(f"verify: {args.out} is incomplete (rerun without --verify-only to fetch what is missing)",
+              file=sys.stderr)
+        return 1
+    print(f"verified: {args.out}")
+    return 0
+
+
 def fetch_part(name, args, sums):
     rel, md5 = PARTS[name]
     fname = os.path.basename(rel)
@@ -87,6 +153,10 @@ def fetch_part(name, args, sums):
     marker = os.path.join(args.out, f".unpacked-{fname}")
     if os.path.exists(marker):
         print(f"{name}: already unpacked ({marker})")
+        return True
+    if not verify_part(name, args.out):  # unpacked without a marker (copied from elsewhere): not fetched again
+        print(f"{name}: already there, complete (no zip needed)")
+        open(marker, "w").close()
         return True
     zpath = os.path.join(args.zips_dir, fname)
     if os.path.exists(zpath) and (args.no_verify or md5sum(zpath) == md5):
@@ -130,7 +200,11 @@ def main(argv=None):
     p.add_argument("--weights-dir", default=None, help="also fetch R-50.pkl (ImageNet ResNet-50) here")
     p.add_argument("--weights-url", default=WEIGHTS_URL)
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--verify-only", action="store_true",
+                   help="check the dataset (and weights) that is there; download nothing")
     args = p.parse_args(argv)
+    if args.verify_only:
+        return verify_only(args)
 
     args.zips_dir = args.zips_dir or os.path.join(args.out, "zips")
     os.makedirs(args.out, exist_ok=True)

@@ -106,3 +106,49 @@ def test_present_zip_is_reused_and_unsafe_zip_rejected(tmp_path, mirror):
 def test_download_error_is_reported(tmp_path):
     r = run("--out", tmp_path / "d", "--base-url", (tmp_path / "missing").as_uri(), "--parts", "annotations")
     assert r.returncode == 1 and "download failed" in r.stderr
+
+
+def _copied_coco(root: Path, images=("a.jpg", "b.jpg")):
+    """A COCO layout copied from elsewhere: images and annotations, no zips, no markers."""
+    (root / "annotations").mkdir(parents=True)
+    for split, folder in (("train", "train2017"), ("val", "val2017")):
+        (root / folder).mkdir()
+        for name in images:
+            (root / folder / name).write_bytes(b"jpg")
+        (root / "annotations" / f"instances_{split}2017.json").write_text(
+            json.dumps({"images": [{"id": i, "file_name": n} for i, n in enumerate(images)], "annotations": []}))
+    return root
+
+
+def test_verify_only_on_a_complete_copy(tmp_path, capsys):
+    from maskrcnn_benchmark.cli import download_coco
+
+    data = _copied_coco(tmp_path / "coco")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "R-50.pkl").write_bytes(b"x" * 10)
+    assert download_coco.main(["--out", str(data), "--verify-only", "--weights-dir", str(tmp_path / "models")]) == 0
+    out = capsys.readouterr().out
+    assert "train: 2 images, all present" in out and f"verified: {data}" in out
+    assert not (data / "zips").exists()  # verifying creates nothing
+
+
+def test_verify_only_names_what_is_missing(tmp_path, capsys):
+    from maskrcnn_benchmark.cli import download_coco
+
+    data = _copied_coco(tmp_path / "coco")
+    (data / "val2017" / "b.jpg").unlink()
+    assert download_coco.main(["--out", str(data), "--verify-only", "--weights-dir", str(tmp_path / "w")]) == 1
+    err = capsys.readouterr().err
+    assert f"error: {data / 'val2017'}/: 1 of 2 images listed in annotations/instances_val2017.json are missing " \
+           "(e.g. b.jpg)" in err
+    assert f"error: {tmp_path / 'w' / 'R-50.pkl'} is missing or empty" in err
+
+
+def test_a_copied_coco_is_not_downloaded_again(tmp_path, capsys):
+    """No zips and no markers, but every file there: nothing is fetched (the mirror does not even exist)."""
+    from maskrcnn_benchmark.cli import download_coco
+
+    data = _copied_coco(tmp_path / "coco")
+    assert download_coco.main(["--out", str(data), "--base-url", f"file://{tmp_path}/no-mirror", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("already there, complete (no zip needed)") == 3 and "downloading" not in out
