@@ -61,9 +61,9 @@ def precompute_anchors(model, sizes, device):
 
 
 def _mark_polygon_buffers_dynamic(targets):
-    if getattr(targets, "has_polygons", False):  # a TargetBatch
-        for t in (targets.vertices, targets.part_lengths, targets.part_instance):
-            torch._dynamo.mark_dynamic(t, 0)
+    if getattr(targets, "has_polygons", False):  # a TargetBatch: V vertices and P parts per slot vary
+        for t in (targets.poly_vertices, targets.poly_next, targets.poly_part, targets.poly_parts):
+            torch._dynamo.mark_dynamic(t, 1)
 
 
 class CompiledForward:

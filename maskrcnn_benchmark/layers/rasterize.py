@@ -12,17 +12,25 @@ follows (cocoapi ``common/maskApi.c``):
    pixel column ``n`` (``x = 5 n + 2``), at row ``ceil(clamp((min(y) + .5) / 5 - .5, 0, h))``;
 4. the boundary points, as column-major indices ``n * h + row``, toggle the mask on and off (the RLE runs).
 
-Here steps 2-3 are done per (edge, pixel column) instead of per walk point: along the major axis the pair of
-walk points around column ``n`` is known in closed form; along the minor axis the walk step where x crosses
-``5 n + 2 -> 5 n + 3`` is found by a vectorized binary search over the (monotone) walk. Every number is computed
-with the same IEEE double operations in the same order as the C code, so the result is identical, while the
-work is bounded by ``edges x columns`` whatever the magnification (a 0.1 px wide ROI scales its polygon by
-280 and the C walk by as many points). Step 4 is a scatter-add of toggles and a cumulative sum; parts of one
-instance are then unioned, as ``merge(..., intersect=False)`` does.
+Here steps 2-3 are done per (edge, pixel column) instead of per walk point, for every pair at once on a fixed
+grid (no data-dependent shape, no host sync: what a compiled step needs): along the major axis the pair of walk
+points around column ``n`` is known in closed form; along the minor axis the walk step where x crosses
+``5 n + 2 -> 5 n + 3`` is found from the line's equation and confirmed with the C code's own rounding on the
+steps around it (the walk is monotone). Every number is computed with the same IEEE double operations in the same
+order as the C code, so the result is identical, while the work is bounded by ``edges x columns`` whatever the
+magnification (a 0.1 px wide ROI scales its polygon by 280 and the C walk by as many points). Step 4 is a
+scatter-add of toggles and a cumulative sum; parts of one instance are then unioned, as
+``merge(..., intersect=False)`` does.
+
+Polygons come padded per mask (:func:`pad_polygons`): ``vertices (K, V, 2)``, for each vertex the index of the next
+one along its part (the edge it starts) and its part (``-1``: no edge: padding, or a part of fewer than 3
+vertices), and a part count ``P`` as a shape. The sizes ``V`` and ``P`` are known where the polygons are read (the
+data loader), never read back from the device.
 """
 import torch
 
 _UPSAMPLE = 5  # pycocotools' ``scale``
+_SEARCH = 2    # steps checked on each side of the line's crossing (the C code's rounding moves it by one at most)
 
 
 def _walk_round(start, slope, t):
@@ -30,8 +38,44 @@ def _walk_round(start, slope, t):
     return torch.trunc(start + slope * t + 0.5)
 
 
+def pad_polygons(part_lengths, part_mask, num_masks, min_vertices=16, min_parts=4):
+    """The padded layout of flat polygons: parts of ``part_lengths`` (vertices, part after part) belonging to
+    masks ``part_mask``. Returns ``(vertex_slot (V_total,) the slot of each flat vertex as mask * V + position,
+    next (num_masks, V), part (num_masks, V), num_parts P)``, ``V`` and ``P`` the largest counts of a mask rounded
+    up to powers of two (at least ``min_vertices``/``min_parts``). Host side (it reads the counts)."""
+    lengths = [int(v) for v in part_lengths.tolist()]
+    owners = [int(v) for v in part_mask.tolist()]
+    per_mask_vertices = [0] * num_masks
+    per_mask_parts = [0] * num_masks
+    for n, owner in zip(lengths, owners):
+        per_mask_vertices[owner] += n
+        per_mask_parts[owner] += 1
+    v = _bucket(max(per_mask_vertices, default=0), min_vertices)
+    p = _bucket(max(per_mask_parts, default=0), min_parts)
+    nxt = torch.zeros((num_masks, v), dtype=torch.int64)
+    part = torch.full((num_masks, v), -1, dtype=torch.int64)
+    slots = []
+    used = [0] * num_masks
+    parts_used = [0] * num_masks
+    for n, owner in zip(lengths, owners):
+        start = used[owner]
+        positions = torch.arange(start, start + n)
+        slots.append(owner * v + positions)
+        if n >= 3:
+            nxt[owner, start:start + n] = torch.roll(positions, -1)
+            part[owner, start:start + n] = parts_used[owner]
+        used[owner] += n
+        parts_used[owner] += 1
+    slot = torch.cat(slots) if slots else torch.zeros((0,), dtype=torch.int64)
+    return slot, nxt, part, p
+
+
+def _bucket(n, minimum):
+    return max(int(minimum), 1 << max(int(n) - 1, 0).bit_length())
+
+
 def rasterize_polygons(vertices, part_lengths, part_to_mask, num_masks, height, width):
-    """Rasterize polygon parts exactly as pycocotools does and union the parts of each mask.
+    """Rasterize flat polygon parts exactly as pycocotools does and union the parts of each mask.
 
     Args:
         vertices: ``(V, 2)`` float tensor, the ``(x, y)`` vertices of all parts, part after part, in the
@@ -41,31 +85,37 @@ def rasterize_polygons(vertices, part_lengths, part_to_mask, num_masks, height, 
         part_to_mask: ``(P,)`` int tensor, the output mask each part belongs to.
         num_masks: number of output masks.
 
-    Returns ``(num_masks, height, width)`` bool.
+    Returns ``(num_masks, height, width)`` bool. Pads the polygons on the host (:func:`pad_polygons`), then
+    :func:`rasterize_padded`.
+    """
+    device = vertices.device
+    slot, nxt, part, p = pad_polygons(part_lengths.cpu(), part_to_mask.cpu(), num_masks)
+    v = nxt.shape[1]
+    padded = torch.zeros((num_masks * v, 2), dtype=vertices.dtype, device=device)
+    padded[slot.to(device)] = vertices
+    return rasterize_padded(padded.view(num_masks, v, 2), nxt.to(device), part.to(device), p, height, width)
+
+
+def rasterize_padded(vertices, next_index, part, num_parts, height, width):
+    """Rasterize padded polygons exactly as pycocotools does, one mask per row, the parts of a row unioned.
+
+    ``vertices (K, V, 2)`` in output-grid coordinates; ``next_index (K, V)`` the vertex each vertex's edge goes to
+    (within the row); ``part (K, V)`` the part of that edge (``-1``: no edge); ``num_parts`` bounds ``part``.
+    Returns ``(K, height, width)`` bool. Fixed shapes throughout, no host sync.
     """
     device = vertices.device
     h, w = int(height), int(width)
-    out = torch.zeros((num_masks, h, w), dtype=torch.bool, device=device)
-    num_parts = part_lengths.numel()
-    if num_parts == 0 or vertices.shape[0] == 0:
-        return out
-    part_lengths = part_lengths.to(device=device, dtype=torch.int64)
-    part_to_mask = part_to_mask.to(device=device, dtype=torch.int64)
-    valid_part = part_lengths >= 3
+    k, v = next_index.shape
+    num_parts = max(int(num_parts), 1)
+    if k == 0 or v == 0:
+        return torch.zeros((k, h, w), dtype=torch.bool, device=device)
 
     # Step 1: upsampled integer vertices. (C casts the float32 coordinate to double first.)
     xy = torch.trunc(vertices.to(torch.float64) * _UPSAMPLE + 0.5)
-    starts = torch.cumsum(part_lengths, 0) - part_lengths
-    vertex_part = torch.repeat_interleave(torch.arange(num_parts, device=device), part_lengths)
-    index = torch.arange(vertices.shape[0], device=device)
-    last = (index - starts[vertex_part]) == part_lengths[vertex_part] - 1
-    nxt = torch.where(last, starts[vertex_part], index + 1)  # closing edge back to the part's first vertex
-    keep = valid_part[vertex_part]
-    a, b = xy[keep], xy[nxt[keep]]
-    edge_part = vertex_part[keep]
-    if a.shape[0] == 0:
-        return out
-    xa, ya, xb, yb = a[:, 0], a[:, 1], b[:, 0], b[:, 1]
+    a = xy
+    b = xy.gather(1, next_index[..., None].expand(-1, -1, 2))
+    edge = part >= 0
+    xa, ya, xb, yb = a[..., 0], a[..., 1], b[..., 0], b[..., 1]
     dx, dy = (xb - xa).abs(), (yb - ya).abs()
     major_x = dx >= dy
 
@@ -82,33 +132,37 @@ def rasterize_polygons(vertices, part_lengths, part_to_mask, num_masks, height, 
     u1 = torch.where(major_x, xe, _walk_round(xs, slope, dy))
     rising = u1 > u0
     lo_u, hi_u = torch.minimum(u0, u1), torch.maximum(u0, u1)
-    # Candidate (edge, column n) pairs: the walk passes x = 5 n + 2 and 5 n + 3 (pixel column n), the only
-    # consecutive x pair that emits a boundary point for column n.
-    c = torch.arange(w, device=device, dtype=torch.float64)[None, :] * _UPSAMPLE + 2
-    e_idx, n_idx = ((lo_u[:, None] <= c) & (c + 1 <= hi_u[:, None])).nonzero(as_tuple=True)
-    c = n_idx.to(torch.float64) * _UPSAMPLE + 2
-    xs, ys, slope, dy, rising, major_x = xs[e_idx], ys[e_idx], slope[e_idx], dy[e_idx], rising[e_idx], major_x[e_idx]
+    # Every (edge, column n) pair: the walk passes x = 5 n + 2 and 5 n + 3 (pixel column n) for the candidates,
+    # the only consecutive x pair that emits a boundary point for column n. (K, V, W)
+    c = torch.arange(w, device=device, dtype=torch.float64) * _UPSAMPLE + 2
+    candidate = (lo_u[..., None] <= c) & (c + 1 <= hi_u[..., None]) & edge[..., None]
+    xs, ys, slope, dy = xs[..., None], ys[..., None], slope[..., None], dy[..., None]
+    rising, major_x = rising[..., None], major_x[..., None]
 
     # Major axis x: the walk visits every x in [xs, xe]; y is the smaller of the two walk points.
     y_major = torch.minimum(_walk_round(ys, slope, c - xs), _walk_round(ys, slope, c + 1 - xs))
-    # Major axis y: x(t) = round(xs + slope t) is monotone in t = 0..dy; binary search for the first t whose
-    # x is past the column (c + 1 when rising, c when falling); the pair is (t - 1, t), its smaller y ys + t - 1.
-    lo, hi = torch.zeros_like(dy), dy.clone()  # invariant: not past at lo, past at hi
-    minor = ~major_x
-    steps = int(dy[minor].max().item()).bit_length() if bool(minor.any()) else 0
-    for _ in range(steps):
-        mid = torch.floor((lo + hi) / 2)
-        u = _walk_round(xs, slope, mid)
+    # Major axis y: x(t) = round(xs + slope t) is monotone in t = 0..dy; the first t whose x is past the column
+    # (c + 1 when rising, c when falling) is near the line's crossing t* = (c + .5 - xs) / slope; the C code's
+    # rounding is checked on the steps around it. The pair is (t - 1, t), its smaller y ys + t - 1.
+    safe = torch.where(slope != 0, slope, torch.ones_like(slope))
+    guess = torch.ceil(((c + 0.5 - xs) / safe).clamp(min=-1.0, max=2.0 ** 52))
+    first = torch.full_like(guess, float("inf"))
+    for offset in range(_SEARCH, -_SEARCH - 1, -1):  # from the far side: the smallest past t wins
+        t = (guess + offset).clamp(min=0).minimum(dy)
+        u = _walk_round(xs, slope, t)
         past = torch.where(rising, u >= c + 1, u <= c)
-        active = hi - lo > 1
-        hi = torch.where(active & past, mid, hi)
-        lo = torch.where(active & ~past, mid, lo)
-    y_raw = torch.where(major_x, y_major, ys + hi - 1)
+        first = torch.where(past, torch.minimum(first, t), first)
+    y_minor = ys + first - 1
+    y_raw = torch.where(major_x, y_major, y_minor)
     row = torch.ceil(((y_raw + 0.5) / _UPSAMPLE - 0.5).clamp(0, h))
-    linear = n_idx * h + row.long()  # column-major; may equal h * w (a toggle past the end: no effect)
-    toggles = torch.zeros((num_parts, h * w + 1), dtype=torch.int32, device=device)
-    toggles.index_put_((edge_part[e_idx], linear), torch.ones_like(linear, dtype=torch.int32), accumulate=True)
-    parts = (torch.cumsum(toggles, dim=1)[:, : h * w] % 2).bool().view(num_parts, w, h).transpose(1, 2)
-    union = torch.zeros((num_masks, h * w), dtype=torch.int32, device=device)
-    union.index_add_(0, part_to_mask, parts.reshape(num_parts, h * w).to(torch.int32))
-    return union.view(num_masks, h, w) > 0
+    row = torch.where(candidate, row, torch.zeros_like(row))
+    column = torch.arange(w, device=device)
+    # column-major position; h * w (past the end: no effect) for the non-candidates and for row == h
+    linear = torch.where(candidate, column * h + row.long(), h * w)
+    slot = (torch.arange(k, device=device)[:, None, None] * num_parts + part.clamp(min=0)[..., None]) * (h * w + 1)
+    toggles = torch.zeros((k * num_parts * (h * w + 1),), dtype=torch.int32, device=device)
+    toggles.index_put_(((slot + linear).reshape(-1),), torch.ones(linear.numel(), dtype=torch.int32, device=device),
+                       accumulate=True)
+    toggles = toggles.view(k, num_parts, h * w + 1)
+    parts = (torch.cumsum(toggles, dim=2)[..., : h * w] % 2).view(k, num_parts, w, h).transpose(2, 3)
+    return parts.any(dim=1)

@@ -1,12 +1,14 @@
 """The ground truth of a batch in fixed-shape tensors: what the training step computes on.
 
 A list of per-image :class:`~maskrcnn_benchmark.structures.bounding_box.BoxList` targets holds as many boxes as
-each image has; :class:`TargetBatch` pads them to ``G`` slots per image with a validity mask, and packs every
-polygon part of the batch into three flat tensors (padded too). With ``G`` and the polygon buffers of fixed
-sizes, a compiled training step sees the same shapes at every iteration.
+each image has; :class:`TargetBatch` pads them to ``G`` slots per image with a validity mask, and lays out the
+polygons of every slot padded to ``V`` vertices and ``P`` parts (:func:`~maskrcnn_benchmark.layers.rasterize.
+pad_polygons`: the counts are read here, on the host, and travel as shapes), so the mask targets are computed on
+the device with no size read back. With ``G`` fixed, a compiled training step sees the same box shapes at every
+iteration; ``V`` and ``P`` (powers of two) only feed the mask-target op and are marked dynamic.
 
 Padding never changes a result: padded boxes are invalid (no anchor or proposal matches them), padded polygon
-parts have no vertices. ``G`` is ``max_gt`` (``DATALOADER.MAX_ANNOTATIONS_PER_IMAGE``, NVIDIA's name and COCO
+vertices start no edge. ``G`` is ``max_gt`` (``DATALOADER.MAX_ANNOTATIONS_PER_IMAGE``, NVIDIA's name and COCO
 value 96) unless an image has more: then the batch takes the next multiple of 32, one more shape for a compiled
 step, and the count is logged once.
 """
@@ -15,25 +17,24 @@ import math
 
 import torch
 
+from ..layers.rasterize import pad_polygons
+
 logger = logging.getLogger(__name__)
 _warned = set()
 
 
-def _bucket(n, minimum):
-    """The buffer size for ``n`` items: the next power of two, at least ``minimum``."""
-    return max(int(minimum), 1 << max(int(n) - 1, 0).bit_length())
-
-
 class TargetBatch:
-    """``boxes (N, G, 4)`` xyxy, ``labels (N, G)``, ``valid (N, G)``; polygons packed over the batch:
-    ``vertices (V, 2)``, ``part_lengths (P,)`` (0 for padding), ``part_instance (P,)`` (global instance
-    ``n * G + g``); ``image_wh (N, 2)`` the targets' image sizes. ``bitmaps (N, G, H, W)`` instead of polygons for
-    datasets annotated with RLE masks."""
+    """``boxes (N, G, 4)`` xyxy, ``labels (N, G)``, ``valid (N, G)``, ``image_wh (N, 2)`` the targets' image sizes;
+    the polygons of slot ``n * G + g``: ``poly_vertices (N*G, V, 2)``, ``poly_next (N*G, V)`` (the vertex each
+    vertex's edge goes to), ``poly_part (N*G, V)`` (the edge's part, -1: none) and ``poly_parts (N*G, P)`` (True
+    for the parts that exist: the part count travels as this shape). ``bitmaps (N, G, H, W)`` instead of polygons
+    for datasets annotated with RLE masks."""
 
-    def __init__(self, boxes, labels, valid, image_wh, vertices=None, part_lengths=None, part_instance=None,
-                 bitmaps=None):
+    def __init__(self, boxes, labels, valid, image_wh, poly_vertices=None, poly_next=None, poly_part=None,
+                 poly_parts=None, bitmaps=None):
         self.boxes, self.labels, self.valid, self.image_wh = boxes, labels, valid, image_wh
-        self.vertices, self.part_lengths, self.part_instance = vertices, part_lengths, part_instance
+        self.poly_vertices, self.poly_next, self.poly_part, self.poly_parts = (poly_vertices, poly_next, poly_part,
+                                                                                poly_parts)
         self.bitmaps = bitmaps
 
     @property
@@ -42,10 +43,10 @@ class TargetBatch:
 
     @property
     def has_polygons(self):
-        return self.vertices is not None
+        return self.poly_vertices is not None
 
     @classmethod
-    def from_boxlists(cls, targets, max_gt=0, device=None, min_vertices=1024, min_parts=128):
+    def from_boxlists(cls, targets, max_gt=0, device=None):
         """Pad ``targets`` (BoxLists with ``labels`` and, optionally, ``masks``). ``max_gt`` 0: the batch's
         largest count (no fixed shape: what an eager step needs)."""
         device = device or targets[0].bbox.device
@@ -77,16 +78,15 @@ class TargetBatch:
             return cls(boxes, labels, valid, image_wh)
         if all(m.mode == "poly" for m in masks):
             packed = [m.packed_polygons() for m in masks]
-            vertices = torch.cat([p[0].to(device) for p in packed]) if packed else torch.zeros((0, 2))
-            lengths = torch.cat([p[1].to(device) for p in packed])
-            instance = torch.cat([p[2].to(device) + i * g for i, p in enumerate(packed)])
-            if max_gt:  # fixed buffers: pad with parts of no vertex
-                nv, np_ = _bucket(vertices.shape[0], min_vertices), _bucket(lengths.shape[0], min_parts)
-                vertices = torch.cat((vertices, vertices.new_zeros((nv - vertices.shape[0], 2))))
-                lengths = torch.cat((lengths, lengths.new_zeros(np_ - lengths.shape[0])))
-                # padding parts belong to instance n * g, after every real one: an instance's parts stay contiguous
-                instance = torch.cat((instance, instance.new_full((np_ - instance.shape[0],), n * g)))
-            return cls(boxes, labels, valid, image_wh, vertices, lengths, instance)
+            vertices = torch.cat([p[0].cpu() for p in packed]).float().reshape(-1, 2)
+            lengths = torch.cat([p[1].cpu() for p in packed])
+            instance = torch.cat([p[2].cpu() + i * g for i, p in enumerate(packed)])
+            slot, nxt, part, num_parts = pad_polygons(lengths, instance, n * g)
+            padded = torch.zeros((n * g * nxt.shape[1], 2), dtype=torch.float32)
+            padded[slot] = vertices
+            parts = torch.arange(num_parts)[None, :] < torch.bincount(instance, minlength=n * g)[:, None]
+            return cls(boxes, labels, valid, image_wh, padded.view(n * g, -1, 2).to(device), nxt.to(device),
+                       part.to(device), parts.to(device))
         h = max(m.size[1] for m in masks)
         w = max(m.size[0] for m in masks)
         bitmaps = torch.zeros((n, g, h, w), dtype=torch.uint8, device=device)
@@ -96,8 +96,8 @@ class TargetBatch:
         return cls(boxes, labels, valid, image_wh, bitmaps=bitmaps)
 
     def _fields(self):
-        return (self.boxes, self.labels, self.valid, self.image_wh, self.vertices, self.part_lengths,
-                self.part_instance, self.bitmaps)
+        return (self.boxes, self.labels, self.valid, self.image_wh, self.poly_vertices, self.poly_next,
+                self.poly_part, self.poly_parts, self.bitmaps)
 
     def tensors(self):
         return [t for t in self._fields() if t is not None]

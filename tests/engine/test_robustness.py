@@ -154,7 +154,8 @@ def test_killed_trainer_leaves_no_scorer_behind(tiny_data, tmp_path):
 def test_next_run_starts_a_fresh_log_and_removes_temporary_files(tiny_data, tmp_path):
     out = str(tmp_path)
     r = run_train(tiny_data, out, "SOLVER.MAX_ITER", 4, "MODEL.WEIGHT", "/nonexistent/R-50.pkl")
-    assert r.returncode == 1  # a failed attempt: init_start and the submission lines are in its log
+    assert r.returncode == 12  # a failed attempt (weights missing, found before init_start): its log has the
+    #                           submission lines
     (tmp_path / ".tmp-abcd1234.pth").write_bytes(b"half a checkpoint")
     r = run_train(tiny_data, out, "SOLVER.MAX_ITER", 4, "SOLVER.IMS_PER_BATCH", 4, "PER_EPOCH_EVAL", False,
                   *NEVER, extra_args=("--sync-eval",))

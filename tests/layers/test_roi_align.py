@@ -4,8 +4,13 @@ import math
 import pytest
 import torch
 
+import importlib
+
 from maskrcnn_benchmark.layers import ROIAlign, roi_align
+from maskrcnn_benchmark.layers.roi_align import multilevel_roi_align
 from maskrcnn_benchmark.modeling.poolers import LevelMapper, Pooler
+
+roi_align_module = importlib.import_module("maskrcnn_benchmark.layers.roi_align")
 
 
 def _bilinear(feat, y, x):
@@ -113,3 +118,56 @@ def test_pooler_pools_each_roi_from_its_level():
     for i, lvl in enumerate(levels.tolist()):
         expected = roi_align(feats[lvl], rois[i:i + 1], 7, scales[lvl], 2)
         torch.testing.assert_close(out[i:i + 1], expected)
+
+
+def _levels_case(k=300, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    shapes = [(2, 8, 40, 60), (2, 8, 20, 30), (2, 8, 10, 15), (2, 8, 5, 8)]
+    feats = [torch.randn(s, generator=gen, requires_grad=True) for s in shapes]
+    b = torch.rand(k, 4, generator=gen) * torch.tensor([240.0, 160, 240, 160]) - 20  # some partly outside
+    b[:, 2:] = b[:, :2] + torch.rand(k, 2, generator=gen) * 120 - 10                   # some inverted, tiny
+    rois = torch.cat([torch.randint(0, 2, (k, 1), generator=gen).float(), b], 1)
+    levels = torch.randint(-1, 4, (k,), generator=gen)  # -1: no level (the reference pools nothing)
+    return feats, rois, levels, (0.25, 0.125, 0.0625, 0.03125)
+
+
+def _per_level_oracle(feats, rois, levels, scales, size, sampling_ratio):
+    """Today's grouping: torchvision's kernel on the ROIs of each level (their count read on the host)."""
+    out = torch.zeros((rois.shape[0], feats[0].shape[1], size, size))
+    for lvl, (f, s) in enumerate(zip(feats, scales)):
+        idx = (levels == lvl).nonzero().flatten()
+        if idx.numel():
+            out[idx] = roi_align(f, rois[idx], size, s, sampling_ratio)
+    return out
+
+
+@pytest.mark.parametrize("size", [7, 14])
+def test_multilevel_roi_align_in_one_op_is_bitwise_torchvision(size):
+    """The static step's multi-level ROIAlign (one op, each ROI's level given, no size read back) equals
+    torchvision's kernel applied per level, bit for bit, forward and backward, in float32 on the CPU (ROIs
+    partly outside, inverted, tiny, without a level)."""
+    feats, rois, levels, scales = _levels_case()
+    want = _per_level_oracle(feats, rois, levels, scales, size, 2)
+    grad = torch.randn_like(want)
+    want_grads = torch.autograd.grad(want, feats, grad)
+    got = multilevel_roi_align(feats, rois, levels, size, list(scales), 2)
+    got_grads = torch.autograd.grad(got, feats, grad)
+    assert torch.equal(got, want)
+    assert all(torch.equal(a, b) for a, b in zip(got_grads, want_grads))
+    # the CUDA form (every level on every ROI, each ROI's own selected) is exact too
+    masked = roi_align_module._roi_align_masked(feats, rois, levels, size, list(scales), 2)
+    assert torch.equal(masked, want)
+    masked_grads = roi_align_module._roi_align_backward_masked(grad, rois, levels, [f.shape for f in feats],
+                                                               list(scales), 2)
+    # the same values; torchvision's backward adds +0.0 for the other levels' ROIs, which may turn a -0.0 into +0.0
+    assert all(torch.equal(a, b) for a, b in zip(masked_grads, want_grads))
+
+
+def test_multilevel_roi_align_reads_nothing_back():
+    from maskrcnn_benchmark.utils.host_syncs import HostSyncCounter
+
+    feats, rois, levels, scales = _levels_case(64)
+    with HostSyncCounter() as counter:
+        out = multilevel_roi_align(feats, rois, levels, 7, list(scales), 2)
+        out.sum().backward()
+    assert counter.total == 0, counter.report()

@@ -2,7 +2,10 @@
 import torch
 
 from maskrcnn_benchmark.layers import nms, roi_align
-from maskrcnn_benchmark.modeling.roi_heads.mask_head.loss import CURRENT, LEGACY_2018, polygon_mask_targets
+from maskrcnn_benchmark.layers.nms import nms_keep_padded
+from maskrcnn_benchmark.layers.rasterize import pad_polygons
+from maskrcnn_benchmark.modeling.roi_heads.mask_head.loss import (CURRENT, LEGACY_2018, padded_mask_targets,
+                                                                  polygon_mask_targets)
 
 
 def _pack(polygons):
@@ -14,16 +17,33 @@ def _pack(polygons):
     return vertices, lengths, owner
 
 
+def _padded(packed, k, device):
+    """The layout the training step reads (TargetBatch's): polygons padded per instance on the host."""
+    vertices, lengths, owner = packed
+    slot, nxt, part, num_parts = pad_polygons(lengths, owner, k)
+    padded = torch.zeros((k * nxt.shape[1], 2))
+    padded[slot] = vertices
+    parts = torch.zeros((k, num_parts), dtype=torch.bool)
+    return tuple(t.to(device) for t in (padded.view(k, -1, 2), nxt, part, parts))
+
+
 def test_mask_targets_identical_on_all_200_instances(golden, device, mode):
     g = golden("mask_targets")
-    packed = tuple(t.to(device) for t in _pack(g["polygons"]))
+    packed = _pack(g["polygons"])
     k = len(g["polygons"])
+    assert k == 200, "the golden file holds 200 instances"
     boxes, sizes = g["boxes_xyxy"].to(device), g["image_size_wh"].to(device)
+    roi = torch.arange(k, device=device)
+    # The static step's op on the padded layout (mode: eager, or under torch.compile), and the reference's
+    # interface on packed polygons (eager).
     # MLPerf semantics (NVIDIA v0.7: 2018 crop, pycocotools rasterization, parts unioned): exact.
-    legacy = mode(polygon_mask_targets)(packed, torch.arange(k, device=device), boxes, g["resolution"], sizes, LEGACY_2018)
+    legacy = mode(padded_mask_targets)(*_padded(packed, k, device), roi, boxes, g["resolution"], sizes, LEGACY_2018)
     assert torch.equal(legacy.cpu(), g["targets_legacy_2018"].bool())
+    reference_api = polygon_mask_targets(tuple(t.to(device) for t in packed), roi, boxes, g["resolution"], sizes,
+                                         LEGACY_2018)
+    assert torch.equal(reference_api.cpu(), g["targets_legacy_2018"].bool())
     # maskrcnn-benchmark HEAD's crop (clamped corner, raw size): exact too, including sub-pixel and outside boxes.
-    current = mode(polygon_mask_targets)(packed, torch.arange(k, device=device), boxes, g["resolution"], sizes, CURRENT)
+    current = mode(padded_mask_targets)(*_padded(packed, k, device), roi, boxes, g["resolution"], sizes, CURRENT)
     assert torch.equal(current.cpu(), g["targets"].bool())
 
 
@@ -69,6 +89,11 @@ def test_nms_keep_sets_with_gpu_semantics(golden, device, mode):
             continue
         ranks = torch.arange(len(order), 0, -1, dtype=torch.float32)  # strictly decreasing = sort_order
         keep = order[mode(nms)(boxes[order].to(device), ranks.to(device), thr).cpu()]
+        # the training step's NMS (on the device, a keep mask over padded rows: one row here) keeps the same set
+        sorted_boxes = boxes[order][None].to(device)
+        mask = mode(nms_keep_padded)(sorted_boxes, ranks[None].to(device), torch.ones_like(ranks, dtype=torch.bool)
+                                     [None].to(device), thr)[0].cpu()
+        assert set(order[mask].tolist()) == set(keep.tolist()), case["name"]
         assert torch.equal(keep, order[torch.isin(order, keep)]), case["name"]  # score (processing) order
         ours, ref = set(keep.tolist()), set(case["keep"].tolist())
         assert ref <= ours, case["name"]

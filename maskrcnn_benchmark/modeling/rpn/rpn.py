@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...layers.nms import batched_nms_keep
+from ...layers.nms import nms_keep_padded
 from ...structures.bounding_box import TO_REMOVE, BoxList
 from ...structures.target_batch import TargetBatch
 from ..balanced_positive_negative_sampler import BalancedPositiveNegativeSampler
@@ -104,8 +104,8 @@ class RPNPostProcessor:
     probability. In training the ground-truth boxes are appended with objectness 1 (``add_gt_proposals``).
 
     :meth:`select` computes on fixed shapes with no host sync (what a compiled step needs): the candidates of all
-    images and levels stay in one ``(N, K)`` layout, the data-dependent steps are masks (NMS is one opaque op
-    returning a keep mask), and the survivors are compacted to the front of ``P`` slots per image.
+    images and levels stay in one ``(N, K)`` layout, the data-dependent steps are masks (NMS is one op returning a
+    keep mask, computed on the device), and the survivors are compacted to the front of ``P`` slots per image.
     ``__call__`` returns the reference's per-image BoxLists.
     """
 
@@ -140,14 +140,10 @@ class RPNPostProcessor:
         boxes = torch.cat(boxes, dim=1)
         scores = torch.cat(scores, dim=1)
         kk = scores.shape[1]
-        levels = torch.cat([torch.full((k,), lvl, dtype=torch.int64, device=device)
-                            for lvl, k in enumerate(level_ks)])
         ws = boxes[..., 2] - boxes[..., 0] + TO_REMOVE
         hs = boxes[..., 3] - boxes[..., 1] + TO_REMOVE
         large = (ws >= self.min_size) & (hs >= self.min_size)
-        groups = torch.arange(n, device=device)[:, None] * len(level_ks) + levels[None, :]
-        keep = batched_nms_keep(boxes.reshape(-1, 4), scores.masked_fill(~large, float("-inf")).reshape(-1),
-                                groups.reshape(-1), self.nms_thresh).view(n, kk) & large
+        keep = self._nms_per_level(boxes, scores, large, level_ks)
         # post_nms_top_n per image and level: the candidates of a level are in decreasing probability, so a
         # survivor's rank is the number of survivors before it in its level
         rank = torch.cat([torch.cumsum(part.to(torch.int64), 1) - 1 for part in keep.split(level_ks, 1)], 1)
@@ -181,6 +177,24 @@ class RPNPostProcessor:
             out_scores = _compact(out_scores, both, capacity)
             out_valid = _compact(both, both, capacity, fill=False)
         return Proposals(out_boxes, out_scores, out_valid)
+
+    def _nms_per_level(self, boxes, scores, large, level_ks):
+        """Keep mask ``(N, K)`` of NMS within each image and level (each level's candidates a group, padded to
+        the largest level's count): :func:`~maskrcnn_benchmark.layers.nms.nms_keep_padded`, on the device."""
+        n = boxes.shape[0]
+        kmax = max(level_ks)
+        rows_b, rows_s, rows_v = [], [], []
+        for b, sc, lg in zip(boxes.split(level_ks, 1), scores.split(level_ks, 1), large.split(level_ks, 1)):
+            pad = kmax - b.shape[1]
+            rows_b.append(F.pad(b, (0, 0, 0, pad)))
+            rows_s.append(F.pad(sc, (0, pad)))
+            rows_v.append(F.pad(lg, (0, pad)))
+        levels = len(level_ks)
+        keep = nms_keep_padded(torch.stack(rows_b, 1).reshape(n * levels, kmax, 4),
+                               torch.stack(rows_s, 1).reshape(n * levels, kmax),
+                               torch.stack(rows_v, 1).reshape(n * levels, kmax), self.nms_thresh)
+        keep = keep.view(n, levels, kmax)
+        return torch.cat([keep[:, lvl, :k] for lvl, k in enumerate(level_ks)], 1)
 
     def __call__(self, anchors, objectness, box_regression, image_sizes_list, targets=None):
         """The reference's interface: one BoxList per image (``objectness`` field); ``targets`` BoxLists."""

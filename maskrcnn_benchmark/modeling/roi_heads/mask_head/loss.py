@@ -2,7 +2,8 @@
 
 Targets come from the ground-truth polygons exactly as the reference computes them per ROI
 (``segmentation_mask.crop(box).resize((M, M)).convert("mask")``, which ends in pycocotools), but for every
-positive ROI of the batch at once on the ROIs' device (:func:`~maskrcnn_benchmark.layers.rasterize_polygons`).
+positive ROI of the batch at once on the ROIs' device, with no host sync
+(:func:`~maskrcnn_benchmark.layers.rasterize.rasterize_padded`).
 
 Crop conventions (``convention``):
 
@@ -19,64 +20,57 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from ....layers import rasterize_polygons, roi_align
-from ....layers.op_tags import HOST_SYNC
+from ....layers import roi_align
+from ....layers.rasterize import pad_polygons, rasterize_padded
 
 LEGACY_2018 = "legacy_2018"
 CURRENT = "current"
 
 
-def _expand_ranges(starts, lengths, total):
-    """Concatenated ``range(starts[i], starts[i] + lengths[i])`` and, for each element, its range index."""
-    owner = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths,
-                                    output_size=total)
-    offsets = torch.cumsum(lengths, 0) - lengths
-    return starts[owner] + torch.arange(total, device=lengths.device) - offsets[owner], owner
-
-
 def polygon_mask_targets(packed, roi_instance, boxes, resolution, image_widths_heights=None,
                          convention=LEGACY_2018):
-    """``(K, M, M)`` bool mask targets of K ROIs from packed polygons.
+    """``(K, M, M)`` bool mask targets of K ROIs from flat packed polygons (the reference's interface).
 
     ``packed`` = ``(vertices (V, 2), part_lengths (P,), part_instance (P,))`` with the parts of each instance
     contiguous and instances in increasing order (:meth:`SegmentationMask.packed_polygons`, concatenated over
     images); ``roi_instance`` ``(K,)`` the instance of each ROI; ``boxes`` ``(K, 4)`` the ROIs (xyxy, float32);
     ``image_widths_heights`` ``(K, 2)`` the image size of each ROI (needed by the ``"current"`` convention).
-
-    One opaque op for ``torch.compile`` (``maskrcnn::polygon_mask_targets``): the work per ROI depends on its
-    polygons, the output shape does not.
+    The polygons are padded on the host (:func:`~maskrcnn_benchmark.layers.rasterize.pad_polygons`), then
+    :func:`padded_mask_targets` computes the targets (what the training step calls on a :class:`TargetBatch`).
     """
+    vertices, part_lengths, part_instance = (t.cpu() for t in packed)
+    num_instances = max(int(part_instance.max()) + 1 if part_instance.numel() else 0,
+                        int(roi_instance.max()) + 1 if roi_instance.numel() else 0)
+    slot, nxt, part, num_parts = pad_polygons(part_lengths, part_instance, num_instances)
+    padded = torch.zeros((num_instances * nxt.shape[1], 2), dtype=torch.float32)
+    padded[slot] = vertices.float()
+    device = boxes.device
+    parts = torch.zeros((num_instances, num_parts), dtype=torch.bool, device=device)
+    return padded_mask_targets(padded.view(num_instances, -1, 2).to(device), nxt.to(device), part.to(device), parts,
+                               roi_instance.to(device), boxes, resolution, image_widths_heights, convention)
+
+
+def padded_mask_targets(poly_vertices, poly_next, poly_part, poly_parts, roi_instance, boxes, resolution,
+                        image_widths_heights=None, convention=LEGACY_2018):
+    """``(K, M, M)`` bool mask targets of K ROIs from padded polygons (the layout of
+    :class:`~maskrcnn_benchmark.structures.target_batch.TargetBatch`): ROI ``k`` crops and resizes the polygons
+    of row ``roi_instance[k]``. One opaque op for ``torch.compile`` (``maskrcnn::polygon_mask_targets``), with no
+    host sync: every size is a shape."""
     if convention not in (LEGACY_2018, CURRENT):
         raise ValueError(f"unknown mask target convention {convention!r}")
     if convention == CURRENT and image_widths_heights is None:
         raise ValueError("the 'current' crop convention needs the image sizes")
-    device = boxes.device
-    vertices, part_lengths, part_instance = (t.to(device) for t in packed)
-    sizes = None if image_widths_heights is None else image_widths_heights.to(device)
-    return _polygon_mask_targets(vertices, part_lengths, part_instance, roi_instance.to(device), boxes,
+    sizes = None if image_widths_heights is None else image_widths_heights.to(boxes.device)
+    return _polygon_mask_targets(poly_vertices, poly_next, poly_part, poly_parts, roi_instance, boxes,
                                  int(resolution), sizes, convention)
 
 
-@torch.library.custom_op("maskrcnn::polygon_mask_targets", mutates_args=(), tags=HOST_SYNC)
-def _polygon_mask_targets(vertices: torch.Tensor, part_lengths: torch.Tensor, part_instance: torch.Tensor,
-                          roi_instance: torch.Tensor, boxes: torch.Tensor, resolution: int,
+@torch.library.custom_op("maskrcnn::polygon_mask_targets", mutates_args=())
+def _polygon_mask_targets(poly_vertices: torch.Tensor, poly_next: torch.Tensor, poly_part: torch.Tensor,
+                          poly_parts: torch.Tensor, roi_instance: torch.Tensor, boxes: torch.Tensor, resolution: int,
                           image_widths_heights: Optional[torch.Tensor], convention: str) -> torch.Tensor:
-    device = boxes.device
     m = int(resolution)
-    k = boxes.shape[0]
-    if k == 0:
-        return torch.zeros((0, m, m), dtype=torch.bool, device=device)
-    num_instances = int(roi_instance.max().item()) + 1 if roi_instance.numel() else 0
-    num_instances = max(num_instances, int(part_instance.max().item()) + 1 if part_instance.numel() else 0)
-    parts_per_instance = torch.bincount(part_instance, minlength=num_instances)
-    first_part = torch.cumsum(parts_per_instance, 0) - parts_per_instance
-    n_parts = parts_per_instance[roi_instance]
-    part_ids, part_roi = _expand_ranges(first_part[roi_instance], n_parts, int(n_parts.sum().item()))
-    lengths = part_lengths[part_ids]
-    first_vertex = torch.cumsum(part_lengths, 0) - part_lengths
-    vertex_ids, vertex_part = _expand_ranges(first_vertex[part_ids], lengths, int(lengths.sum().item()))
-    vertex_roi = part_roi[vertex_part]
-
+    vertices = poly_vertices[roi_instance]
     boxes = boxes.to(torch.float32)
     x1, y1, x2, y2 = boxes.unbind(1)
     w, h = x2 - x1, y2 - y1
@@ -84,16 +78,17 @@ def _polygon_mask_targets(vertices: torch.Tensor, part_lengths: torch.Tensor, pa
         shift = torch.stack((x1, y1), 1)
         w = torch.where(1 > w, torch.ones_like(w), w)  # Python's max(w, 1)
         h = torch.where(1 > h, torch.ones_like(h), h)
-    elif convention == CURRENT:
-        limit = image_widths_heights.to(device=device, dtype=torch.float32) - 1
+    else:
+        limit = image_widths_heights.to(device=boxes.device, dtype=torch.float32) - 1
         shift = torch.stack((x1.clamp(min=0).minimum(limit[:, 0]), y1.clamp(min=0).minimum(limit[:, 1])), 1)
     scale = (m / torch.stack((w, h), 1).to(torch.float64)).to(torch.float32)
-    local = (vertices[vertex_ids] - shift[vertex_roi]) * scale[vertex_roi]
-    return rasterize_polygons(local, lengths, part_roi, k, m, m)
+    local = (vertices - shift[:, None, :]) * scale[:, None, :]
+    return rasterize_padded(local, poly_next[roi_instance], poly_part[roi_instance], poly_parts.shape[1], m, m)
 
 
 @_polygon_mask_targets.register_fake
-def _(vertices, part_lengths, part_instance, roi_instance, boxes, resolution, image_widths_heights, convention):
+def _(poly_vertices, poly_next, poly_part, poly_parts, roi_instance, boxes, resolution, image_widths_heights,
+      convention):
     return boxes.new_empty((boxes.shape[0], resolution, resolution), dtype=torch.bool)
 
 

@@ -6,7 +6,7 @@ from torch import nn
 from ...registry import ROI_MASK_FEATURE_EXTRACTORS, ROI_MASK_PREDICTOR
 from ..box_head.box_head import rois_from_boxlists
 from .inference import Masker
-from .loss import bitmap_mask_targets, mask_rcnn_loss, polygon_mask_targets
+from .loss import bitmap_mask_targets, mask_rcnn_loss, padded_mask_targets
 
 
 def positive_slots(samples, num_images, capacity=None):
@@ -29,8 +29,8 @@ def batch_mask_targets(targets, rois, image, matched, resolution):
     from a :class:`TargetBatch`: one rasterizer call for all of them (polygons), or ROIAlign of the bitmaps."""
     if targets.has_polygons:
         instance = image * targets.num_slots + matched
-        return polygon_mask_targets((targets.vertices, targets.part_lengths, targets.part_instance), instance, rois,
-                                    resolution, targets.image_wh[image])
+        return padded_mask_targets(targets.poly_vertices, targets.poly_next, targets.poly_part, targets.poly_parts,
+                                   instance, rois, resolution, targets.image_wh[image])
     return bitmap_mask_targets(targets.bitmaps[image, matched], rois, resolution)
 
 

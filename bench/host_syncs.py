@@ -1,0 +1,98 @@
+#!/usr/bin/env python
+"""Host syncs of one training step of the static (compiled-form) R-50-FPN step, counted on the CPU.
+
+    python bench/host_syncs.py [--images 2,12] [--size 320x480] [--dtype float32|bfloat16]
+
+One step as the trainer runs it (``Trainer.run_step``: forward, backward, loss scaling, optimizer step, LR
+schedule) of the MLPerf config's model in its static form (ground truth padded to
+DATALOADER.MAX_ANNOTATIONS_PER_IMAGE, fixed ROI slots, the fused SGD of a compiled run), on a synthetic batch
+padded to one fixed size, under :class:`~maskrcnn_benchmark.utils.host_syncs.HostSyncCounter`: every host read
+(``.item()``, ``.tolist()``, ``int()/float()/bool()`` of a tensor) and every op whose output shape depends on the data
+(nonzero, boolean-mask reads, masked_select, unique, bincount, torchvision NMS, repeat_interleave without
+output_size), inside the package's custom ops too. Each site is printed with its count; masked writes are listed
+apart (inductor lowers them to a select, no sync). The image size does not change the count (use a small one).
+
+Then the checks that run outside the step, with their period: the non-finite loss check (every 20 iterations on
+CUDA, every iteration on the CPU) and the metrics line (every 20 iterations).
+
+Last lines: ``host syncs: N per step (static step, B images)`` for each B.
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+from maskrcnn_benchmark.config import load_config
+from maskrcnn_benchmark.data.collate_batch import BatchCollator
+from maskrcnn_benchmark.engine.compile import make_static
+from maskrcnn_benchmark.engine.hooks import MetricsHook
+from maskrcnn_benchmark.engine.trainer import Trainer
+from maskrcnn_benchmark.modeling import build_detection_model
+from maskrcnn_benchmark.solver import make_lr_scheduler, make_optimizer
+from maskrcnn_benchmark.utils.host_syncs import HostSyncCounter
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from model_step import CONFIG, synthetic_batch  # noqa: E402
+
+
+def static_batch(cfg, n, height, width):
+    images, targets, _ = synthetic_batch(n, height, width, cfg.MODEL.ROI_BOX_HEAD.NUM_CLASSES)
+    collate = BatchCollator(cfg.DATALOADER.SIZE_DIVISIBILITY, ((height, width),),
+                            cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE)
+    batch, targets, _ = collate(list(zip(images, targets, range(n))))
+    return batch, targets
+
+
+def build(images_per_gpu, dtype):
+    cfg = load_config(CONFIG, ["MODEL.DEVICE", "cpu", "DTYPE", dtype, "SOLVER.IMS_PER_BATCH", str(images_per_gpu),
+                               "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", str(1000 * images_per_gpu)])
+    torch.manual_seed(0)
+    model = make_static(build_detection_model(cfg).train())
+    optimizer = make_optimizer(cfg, model, fused=True)
+    trainer = Trainer(model, optimizer, make_lr_scheduler(cfg, optimizer), None, torch.device("cpu"),
+                      cfg.SOLVER.MAX_ITER, 100, dtype=dtype, hooks=[MetricsHook(20, reduce=False)])
+    return cfg, trainer
+
+
+def count_step(n, height, width, dtype):
+    cfg, trainer = build(n, dtype)
+    images, targets = static_batch(cfg, n, height, width)
+    trainer.run_step(images, targets)  # the first step (lazy initialization) is not the one counted
+    with HostSyncCounter() as step:
+        trainer.run_step(images, targets)
+    with HostSyncCounter() as finite:
+        trainer.check_finite()
+    trainer.iter = trainer.storage.iter = 20
+    with HostSyncCounter() as metrics:
+        trainer.hooks[0].after_step()
+    return step, finite, metrics
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--images", default="2,12", help="images per step (comma-separated)")
+    p.add_argument("--size", default="320x480", help="HxW of the padded batch")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    args = p.parse_args(argv)
+    height, width = (int(v) for v in args.size.split("x"))
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    totals = []
+    for n in (int(v) for v in args.images.split(",")):
+        step, finite, metrics = count_step(n, height, width, args.dtype)
+        print(f"== one training step, static R-50-FPN, {n} images of {height}x{width}, {args.dtype}, torch "
+              f"{torch.__version__}")
+        print("\n".join(step.report()) or "  (no host read, no data-dependent shape, no masked write)")
+        print(f"-- outside the step: non-finite loss check (every 20 iterations on CUDA, every iteration on the "
+              f"CPU): {finite.total} host sync(s); metrics line (every 20 iterations): {metrics.total}")
+        for line in finite.report() + metrics.report():
+            print(f"   {line}")
+        totals.append((n, step.total))
+    print()
+    for n, total in totals:
+        print(f"host syncs: {total} per step (static step, {n} images)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""The training step's NMS on the device (layers/nms.py ``nms_keep_padded``: bitmask + scan, no host sync) keeps
+exactly what ``batched_nms`` (torchvision's kernel with the reference's "+1" IoU, the inference path) keeps, on
+random and adversarial groups; the scan in tensor ops and in the Triton kernel (run by Triton's interpreter on the
+CPU) alike."""
+import os
+
+import pytest
+import torch
+
+import importlib
+
+N = importlib.import_module("maskrcnn_benchmark.layers.nms")  # the module (the package exports the function)
+
+
+def oracle(boxes, scores, valid, thr):
+    """The keep mask of ``batched_nms`` over the valid entries of each row (today's path)."""
+    g, k = scores.shape
+    rows = torch.arange(g)[:, None].expand(g, k)
+    sel = valid.reshape(-1)
+    flat = torch.arange(g * k)[sel]
+    keep = N.batched_nms(boxes.reshape(-1, 4)[sel], scores.reshape(-1)[sel], rows.reshape(-1)[sel], thr)
+    out = torch.zeros(g * k, dtype=torch.bool)
+    out[flat[keep]] = True
+    return out.view(g, k)
+
+
+def random_groups(g, k, seed, spread=100.0, size=40.0):
+    gen = torch.Generator().manual_seed(seed)
+    xy = torch.rand(g, k, 2, generator=gen) * spread
+    wh = torch.rand(g, k, 2, generator=gen) * size
+    boxes = torch.cat((xy, xy + wh), -1)
+    scores = torch.rand(g, k, generator=gen)
+    valid = torch.rand(g, k, generator=gen) > 0.1
+    return boxes, scores, valid
+
+
+def adversarial():
+    """(name, boxes (G, K, 4), scores, valid, threshold)."""
+    cases = []
+    b, s, v = random_groups(3, 150, 0)
+    cases.append(("random", b, s, v, 0.7))
+    b, s, v = random_groups(2, 130, 1)
+    cases.append(("score ties", b, (s * 4).floor() / 4, v, 0.5))  # 4 score values: many exact ties
+    same = torch.tensor([10.0, 10, 50, 50]).expand(2, 70, 4).clone()
+    cases.append(("identical boxes", same, torch.rand(2, 70), torch.ones(2, 70, dtype=torch.bool), 0.5))
+    cases.append(("identical boxes and scores", same, torch.ones(2, 70), torch.ones(2, 70, dtype=torch.bool), 0.7))
+    b, s, v = random_groups(2, 66, 2)
+    b[:, ::3, 2:] = b[:, ::3, :2]  # point boxes (a "+1" area of 1)
+    b[:, 1::5, 2] = b[:, 1::5, 0] - 1  # zero width under "+1": 0/0 IoU, never suppressing nor suppressed
+    cases.append(("zero-area boxes", b, s, v, 0.3))
+    grid = torch.stack(torch.meshgrid(torch.arange(8.0), torch.arange(9.0), indexing="ij"), -1).reshape(-1, 2) * 100
+    apart = torch.cat((grid, grid + 20), -1)[None]
+    cases.append(("nothing suppressed", apart, torch.rand(1, 72), torch.ones(1, 72, dtype=torch.bool), 0.1))
+    chain = torch.tensor([[i * 8.0, 0.0, i * 8.0 + 20, 20.0] for i in range(65)])[None]  # each overlaps the next
+    cases.append(("suppression chain", chain, torch.linspace(1, 0, 65)[None], torch.ones(1, 65, dtype=torch.bool),
+                  0.4))
+    cases.append(("one box", torch.tensor([[[1.0, 2, 30, 40]]]), torch.ones(1, 1),
+                  torch.ones(1, 1, dtype=torch.bool), 0.7))
+    b, s, _ = random_groups(2, 40, 3)
+    cases.append(("nothing valid", b, s, torch.zeros(2, 40, dtype=torch.bool), 0.7))
+    b = torch.tensor([[0.0, 0, 9, 9], [0, 0, 9, 9.5], [0, 0, 10, 10]])[None]  # IoUs near 0.7 under "+1"
+    cases.append(("near the threshold", b, torch.tensor([[0.9, 0.8, 0.7]]), torch.ones(1, 3, dtype=torch.bool),
+                  0.9))
+    return cases
+
+
+@pytest.mark.parametrize("case", adversarial(), ids=lambda c: c[0])
+def test_keeps_what_batched_nms_keeps(case):
+    _, boxes, scores, valid, thr = case
+    got = N.nms_keep_padded(boxes, scores, valid, thr)
+    assert torch.equal(got, oracle(boxes, scores, valid, thr))
+
+
+def test_rpn_scale_2000_boxes_5_levels_12_images():
+    """The size of the MLPerf step's RPN NMS: 12 images x 5 levels, 2000 candidates each."""
+    boxes, scores, valid = random_groups(60, 2000, 7, spread=1200.0, size=200.0)
+    got = N.nms_keep_padded(boxes, scores, valid, 0.7)
+    assert torch.equal(got, oracle(boxes, scores, valid, 0.7))
+    assert 0 < got.sum() < valid.sum()  # some kept, some suppressed: the case decides something
+
+
+def test_bitmask_words_and_scan_against_a_plain_loop():
+    """The 64-bit words hold bit j of row i exactly when the IoU is above the threshold (bit 63 included)."""
+    boxes, _, _ = random_groups(1, 130, 11)
+    mask = N.suppression_bitmask(boxes, 0.5)
+    legacy = N._legacy(boxes[0])
+    iou = N._pairwise_iou_legacy(legacy[None], legacy[None])[0]
+    for i in (0, 63, 64, 129):
+        bits = [(int(mask[0, i, j // 64]) >> (j % 64)) & 1 for j in range(130)]
+        assert bits == (iou[i] > N._threshold(0.5)).int().tolist()
+
+
+_INTERPRETED = """
+import runpy, sys, torch
+cases = runpy.run_path(sys.argv[1])
+N, adversarial, oracle = cases["N"], cases["adversarial"], cases["oracle"]
+assert N._use_triton(torch.device("cpu"))
+for name, boxes, scores, valid, thr in adversarial():
+    if boxes.shape[0] * boxes.shape[1] > 300:
+        continue
+    order = torch.sort(scores.masked_fill(~valid, float("-inf")), dim=1, descending=True, stable=True).indices
+    sorted_boxes = boxes.gather(1, order[..., None].expand(-1, -1, 4))
+    sorted_valid = valid.gather(1, order)
+    mask = N.suppression_bitmask(sorted_boxes, thr)
+    assert torch.equal(N.scan_triton(mask, sorted_valid), N._scan_torch(mask, sorted_valid)), name
+    assert torch.equal(N.nms_keep_padded(boxes, scores, valid, thr), oracle(boxes, scores, valid, thr)), name
+    print("ok", name)
+"""
+
+
+@pytest.mark.slow  # a process of its own: Triton reads TRITON_INTERPRET when it is first imported
+def test_triton_scan_interpreted_on_the_cpu():
+    """The CUDA path's Triton kernel (layers/nms_triton.py), run by Triton's interpreter (TRITON_INTERPRET=1) on
+    CPU tensors, scans to the same keep mask as the tensor-op scan and the oracle, on the small adversarial
+    cases (the interpreter runs the kernel's loop in Python)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, "-c", _INTERPRETED, __file__], capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    small = [c[0] for c in adversarial() if c[1].shape[0] * c[1].shape[1] <= 300]
+    assert r.stdout.split() == [w for name in small for w in ("ok", *name.split())], r.stdout
