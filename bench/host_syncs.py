@@ -64,6 +64,7 @@ def count_step(n, height, width, dtype):
     with HostSyncCounter() as finite:
         trainer.check_finite()
     trainer.iter = trainer.storage.iter = 20
+    trainer.hooks[0].before_train()
     with HostSyncCounter() as metrics:
         trainer.hooks[0].after_step()
     return step, finite, metrics

@@ -23,6 +23,7 @@ Two forms:
   (tests/layers/test_nms_device.py, with :func:`batched_nms` as the oracle).
 """
 import os
+import struct
 
 import torch
 from torchvision.ops import nms as _tv_nms
@@ -34,7 +35,8 @@ def _legacy(boxes):
 
 
 def _threshold(iou_threshold):
-    return float(torch.tensor(iou_threshold, dtype=torch.float32))
+    """The threshold rounded to float32 (as the CUDA kernel holds it), in Python: no tensor, nothing to read."""
+    return struct.unpack("f", struct.pack("f", float(iou_threshold)))[0]
 
 
 def nms(boxes, scores, iou_threshold):

@@ -42,7 +42,7 @@ def _overloads(*packets):
     return out
 
 
-_HOST_READS = _overloads(_aten._local_scalar_dense, _aten.equal, _aten.is_nonzero)
+_HOST_READS = _overloads(_aten._local_scalar_dense, _aten.item, _aten.equal, _aten.is_nonzero)
 _DATA_SHAPES = _overloads(_aten.nonzero, _aten.argwhere, _aten.masked_select, _aten.unique_consecutive,
                           _aten._unique, _aten._unique2, _aten.unique_dim, _aten.bincount,
                           _aten.unique_dim_consecutive)

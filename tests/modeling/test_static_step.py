@@ -7,6 +7,7 @@ from helpers import r50_cfg, shapes_image, small_cfg
 from maskrcnn_benchmark.engine.compile import graph_breaks, make_static
 from maskrcnn_benchmark.modeling import build_detection_model
 from maskrcnn_benchmark.modeling.balanced_positive_negative_sampler import BalancedPositiveNegativeSampler
+from maskrcnn_benchmark.modeling.roi_heads.mask_head.loss import polygon_mask_targets
 from maskrcnn_benchmark.modeling.roi_heads.mask_head.mask_head import batch_mask_targets
 from maskrcnn_benchmark.structures import BoxList, SegmentationMask, TargetBatch, to_image_list
 
@@ -62,9 +63,14 @@ def test_padded_polygon_buffers_give_the_same_mask_targets():
     image, matched = torch.tensor([0, 1, 2]), torch.tensor([1, 0, 1])
     tight = batch_mask_targets(TargetBatch.from_boxlists(targets), rois, image, matched, 28)
     padded_batch = TargetBatch.from_boxlists(targets, max_gt=96)
-    assert padded_batch.part_lengths.shape[0] >= 128 and padded_batch.vertices.shape[0] >= 1024
+    assert padded_batch.poly_vertices.shape[0] == 3 * 96  # one row of polygons per ground-truth slot
     padded = batch_mask_targets(padded_batch, rois, image, matched, 28)
     assert tight.any() and torch.equal(padded, tight)
+    # the same targets from the reference's interface (flat packed polygons of one image at a time)
+    for k in range(3):
+        masks = targets[int(image[k])].get_field("masks")
+        one = polygon_mask_targets(masks.packed_polygons(), matched[k:k + 1], rois[k:k + 1], 28)
+        assert torch.equal(one[0], tight[k])
 
 
 def test_sampler_draws_do_not_depend_on_padding_at_the_end_of_the_rows():
@@ -149,7 +155,7 @@ def _disc_targets(n, width, height, vertices):
 @pytest.mark.parametrize("shape", [(96, 128), (128, 96)])
 def test_static_step_compiles_once_per_image_size(shape):
     """Batches of one padded size, with different image sizes inside it and polygon buffers of different sizes
-    (16 ... 256 vertices): dynamo compiles the training forward once, never again."""
+    (16 ... 128 vertices per slot): dynamo compiles the training forward once, never again."""
     from torch._dynamo.utils import counters
 
     from maskrcnn_benchmark.engine.compile import _mark_polygon_buffers_dynamic, precompute_anchors
@@ -165,9 +171,8 @@ def test_static_step_compiles_once_per_image_size(shape):
         h, w = shape[0] - 8 * step, shape[1] - 16 * step
         images = to_image_list([torch.randn(3, h, w) for _ in range(2)], 32, fixed_sizes=[shape])
         assert images.tensors.shape[-2:] == shape
-        batch = TargetBatch.from_boxlists(_disc_targets(2, w, h, vertices), max_gt=96, min_vertices=16,
-                                          min_parts=2)
-        seen.add(batch.vertices.shape[0])
+        batch = TargetBatch.from_boxlists(_disc_targets(2, w, h, vertices), max_gt=96)
+        seen.add(batch.poly_vertices.shape[1])
         _mark_polygon_buffers_dynamic(batch)
         compiled(images, batch)
     assert len(seen) == 4  # four different vertex buffers

@@ -1,0 +1,97 @@
+"""Every custom op of the package (``maskrcnn::*``, what ``torch.compile`` treats as opaque) runs under the host-sync
+counter, its Python body included: none reads a device value back or makes a data-dependent shape, so none needs
+the ``cudagraph_unsafe`` tag and a CUDA graph can hold all of them. A new custom op without a case here fails."""
+import importlib
+
+import pytest
+import torch
+from torch._library.custom_ops import OPDEFS
+
+from maskrcnn_benchmark.layers.rasterize import pad_polygons
+from maskrcnn_benchmark.utils.host_syncs import HostSyncCounter
+
+importlib.import_module("maskrcnn_benchmark.modeling")  # registers every op
+
+
+def _boxes(g, k, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    xy = torch.rand(g, k, 2, generator=gen) * 100
+    return torch.cat((xy, xy + torch.rand(g, k, 2, generator=gen) * 40), -1)
+
+
+def _nms():
+    return (_boxes(3, 50), torch.rand(3, 50), torch.rand(3, 50) > 0.2, 0.7), {}
+
+
+def _roi_align():
+    feats = [torch.randn(2, 4, 32 // 2 ** i, 48 // 2 ** i) for i in range(4)]
+    rois = torch.cat((torch.randint(0, 2, (20, 1)).float(), _boxes(1, 20)[0]), 1)
+    return (feats, rois, torch.randint(-1, 4, (20,)), 7, [0.25, 0.125, 0.0625, 0.03125], 2), {}
+
+
+def _roi_align_backward():
+    (feats, rois, levels, size, scales, ratio), _ = _roi_align()
+    shapes = [int(v) for f in feats for v in f.shape]
+    return (torch.randn(20, 4, 7, 7), rois, levels, shapes, scales, ratio), {}
+
+
+def _mask_targets():
+    lengths, owner = torch.tensor([5, 3, 7, 4]), torch.tensor([0, 0, 1, 2])
+    slot, nxt, part, parts = pad_polygons(lengths, owner, 3)
+    vertices = torch.zeros((3 * nxt.shape[1], 2))
+    vertices[slot] = torch.rand(int(lengths.sum()), 2) * 60
+    rois = _boxes(1, 6)[0]
+    return (vertices.view(3, -1, 2), nxt, part, torch.zeros((3, parts), dtype=torch.bool),
+            torch.tensor([0, 1, 2, 0, 1, 2]), rois, 28, torch.tensor([[96.0, 96.0]]).expand(6, 2), "legacy_2018"), {}
+
+
+CASES = {
+    "maskrcnn::nms_keep_padded": _nms,
+    "maskrcnn::multilevel_roi_align": _roi_align,
+    "maskrcnn::multilevel_roi_align_backward": _roi_align_backward,
+    "maskrcnn::polygon_mask_targets": _mask_targets,
+}
+
+
+def test_every_custom_op_has_a_case():
+    ours = {name for name in OPDEFS if name.startswith("maskrcnn::")}
+    assert ours == set(CASES), "a custom op without a host-sync case (or a case for an op that is gone)"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_custom_op_never_waits_for_the_host(name):
+    args, kwargs = CASES[name]()
+    op = getattr(torch.ops.maskrcnn, name.split("::")[1]).default
+    with HostSyncCounter() as counter:
+        out = op(*args, **kwargs)
+    assert counter.total == 0, "\n".join(counter.report())
+    assert out is not None
+    # and so it carries no cudagraph_unsafe tag: nothing to keep out of a CUDA graph
+    assert not any("cudagraph_unsafe" in str(t) for t in op.tags)
+
+
+def test_the_counter_sees_inside_a_custom_op():
+    """The counter's claim rests on this: a sync hidden in an op's Python body is counted."""
+    @torch.library.custom_op("maskrcnn_test::hides_a_sync", mutates_args=())
+    def hides(x: torch.Tensor) -> torch.Tensor:
+        return x[: int(x.sum().item())].clone() if x.numel() else x.clone()
+
+    @hides.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+    with HostSyncCounter() as counter:
+        torch.ops.maskrcnn_test.hides_a_sync(torch.ones(3, dtype=torch.int64))
+    assert counter.total == 0  # another namespace: not looked into
+    counter = HostSyncCounter()
+    import maskrcnn_benchmark.utils.host_syncs as hs
+
+    original = hs._custom_op_body
+    try:
+        hs._custom_op_body = lambda func: OPDEFS[func._schema.name]._init_fn \
+            if func._schema.name.startswith("maskrcnn_test::") else original(func)
+        with counter:
+            torch.ops.maskrcnn_test.hides_a_sync(torch.ones(3, dtype=torch.int64))
+    finally:
+        hs._custom_op_body = original
+    assert counter.total == 1 and " item " in "\n".join(counter.report())
