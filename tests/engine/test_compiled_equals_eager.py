@@ -1,0 +1,177 @@
+"""The whole static training step compiled against the same step in eager mode: three optimizer steps from the same
+weights and seed (forward, backward, fused SGD). With ``aot_eager`` (graph capture and autograd tracing, no code
+generation) losses, gradients and updated weights are bitwise equal; with inductor (generated kernels) the whole
+step's losses agree within 1e-2 relative and the continuous parts within 1e-4. Also: a failed CUDA-graph capture
+is a compile failure that falls back to the eager step, and graph partition is set explicitly for CUDA graphs."""
+import logging
+
+import pytest
+import torch
+
+from helpers import shapes_image, small_cfg
+from maskrcnn_benchmark.engine.compile import CompiledForward, make_static, precompute_anchors
+from maskrcnn_benchmark.modeling import build_detection_model
+from maskrcnn_benchmark.solver import make_optimizer
+from maskrcnn_benchmark.structures import TargetBatch, to_image_list
+
+SIZE = (96, 128)
+
+
+def _batch(seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    images, targets = [], []
+    for i in range(2):
+        img, t = shapes_image(128, 96)
+        images.append(img + torch.randn(img.shape, generator=gen) * (5 + i))
+        targets.append(t)
+    return to_image_list(images, 32, fixed_sizes=[SIZE]), TargetBatch.from_boxlists(targets, max_gt=96)
+
+
+def _steps(backend, steps=3):
+    """Losses, gradients and weights after ``steps`` optimizer steps; ``backend`` None: eager."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    cfg = small_cfg("SOLVER.BASE_LR", 0.01)
+    model = make_static(build_detection_model(cfg).train())
+    precompute_anchors(model, [SIZE], torch.device("cpu"))
+    optimizer = make_optimizer(cfg, model, fused=True)
+    forward = model if backend is None else CompiledForward(model, "default", backend, batch_size=2)
+    torch.manual_seed(1)  # the samplers' draws: the same in both runs
+    losses, grads = [], []
+    for step in range(steps):
+        images, targets = _batch(step)
+        loss_dict = forward(images, targets)
+        assert getattr(forward, "failure", None) is None, forward.failure
+        optimizer.zero_grad(set_to_none=True)
+        sum(loss_dict.values()).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        optimizer.step()
+        losses.append({k: v.detach().clone() for k, v in loss_dict.items()})
+    weights = {n: p.detach().clone() for n, p in model.named_parameters()}
+    torch._dynamo.reset()
+    return losses, grads, weights
+
+
+@pytest.fixture(scope="module")
+def eager():
+    return _steps(None)
+
+
+@pytest.mark.slow  # traces the step with dynamo and AOTAutograd (about a minute on 2 cores)
+def test_aot_eager_step_is_bitwise_the_eager_step(eager):
+    losses, grads, weights = _steps("aot_eager")
+    for step, (a, b) in enumerate(zip(losses, eager[0])):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert torch.equal(a[k], b[k]), (step, k, float(a[k]), float(b[k]))
+    for step, (a, b) in enumerate(zip(grads, eager[1])):
+        assert a.keys() == b.keys()
+        for n in a:
+            assert torch.equal(a[n], b[n]), (step, n)
+    for n in weights:
+        assert torch.equal(weights[n], eager[2][n]), n
+
+
+@pytest.mark.slow  # inductor generates and compiles C++ for the whole step (a few minutes on 2 cores)
+def test_inductor_step_agrees_with_the_eager_step(eager):
+    """Inductor's kernels round differently in the last bits; a last-bit difference can flip a discrete decision
+    (an IoU at a threshold, a tie among low-quality matches) and with it the samples, so the whole step's losses
+    are bounded at 1e-2 relative. The samplers draw from the eager generator (``fallback_random``): inductor's
+    own random stream would draw other, equally valid samples, a difference of another kind than rounding."""
+    from torch._inductor import config
+
+    config.fallback_random = True
+    try:
+        losses, _, _ = _steps("inductor", steps=3)
+    finally:
+        config.fallback_random = False
+    for step, (a, b) in enumerate(zip(losses, eager[0])):
+        for k in a:
+            ref = float(b[k])
+            assert abs(float(a[k]) - ref) <= 1e-2 * max(abs(ref), 1e-3), (step, k, float(a[k]), ref)
+
+
+@pytest.mark.slow
+def test_inductor_continuous_parts_within_1e4():
+    """The parts with no discrete decision, compiled with inductor: backbone + FPN + RPN head on the batch, and the
+    box and mask heads on fixed ROIs, within 1e-4 of eager (relative to each output's scale)."""
+    torch.manual_seed(0)
+    model = build_detection_model(small_cfg()).train()
+    images, _ = _batch()
+
+    def trunk(x):
+        features = model.backbone(x)
+        logits, deltas = model.rpn.head(features)
+        return features, logits, deltas
+
+    rois = torch.tensor([[0, 10.0, 20.0, 60.0, 70.0], [1, 0.0, 0.0, 127.0, 95.0], [0, 30.0, 10.0, 90.0, 50.0]])
+
+    def heads(features):
+        box = model.roi_heads.box.predictor(model.roi_heads.box.feature_extractor(features, rois))
+        mask = model.roi_heads.mask.predictor(model.roi_heads.mask.feature_extractor(features, rois))
+        return box, mask
+
+    torch._dynamo.reset()
+    eager_out = trunk(images.tensors)
+    compiled_out = torch.compile(trunk, backend="inductor", dynamic=False)(images.tensors)
+    features = [f.detach() for f in eager_out[0]]
+    eager_heads = heads(features)
+    compiled_heads = torch.compile(heads, backend="inductor", dynamic=False)(features)
+    torch._dynamo.reset()
+    flat = lambda out: [t for part in out for t in (part if isinstance(part, (list, tuple)) else [part])]  # noqa
+    for a, b in zip(flat(compiled_out) + flat(compiled_heads), flat(eager_out) + flat(eager_heads)):
+        scale = float(b.abs().max()) or 1.0
+        assert float((a - b).abs().max()) <= 1e-4 * scale
+
+
+def test_a_failed_cuda_graph_capture_falls_back_to_eager(caplog):
+    """The capture error of an op that syncs inside a CUDA graph ("operation not permitted when stream is
+    capturing") is a compile failure: one warning, then the eager step, the same losses."""
+    torch.manual_seed(0)
+    model = make_static(build_detection_model(small_cfg()).train())
+    forward = CompiledForward(model, "default", "eager", batch_size=2)
+
+    def capture_fails(*args, **kwargs):
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nCUDA kernel errors ...")
+
+    forward.compiled = capture_fails
+    images, targets = _batch()
+    with caplog.at_level(logging.WARNING):
+        torch.manual_seed(3)
+        fell_back = forward(images, targets)
+        torch.manual_seed(3)
+        again = forward(images, targets)
+    torch.manual_seed(3)
+    direct = model(images, targets)
+    assert forward.failure is not None
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "torch.compile failed (RuntimeError: CUDA error: operation not permitted when stream is capturing): the run "
+        "continues with the eager model"]
+    for k in direct:
+        assert torch.equal(fell_back[k], direct[k]) and torch.equal(again[k], direct[k])
+
+
+def test_an_error_of_the_step_itself_is_not_swallowed():
+    torch.manual_seed(0)
+    model = make_static(build_detection_model(small_cfg()).train())
+    forward = CompiledForward(model, "default", "eager", batch_size=2)
+
+    def bad_target(*args, **kwargs):
+        raise RuntimeError("shape mismatch in a target")
+
+    forward.compiled = bad_target
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        forward(*_batch())
+
+
+def test_graph_partition_is_set_for_cuda_graphs():
+    from torch._inductor import config
+
+    if not hasattr(config, "graph_partition"):
+        pytest.skip(f"torch {torch.__version__} has no inductor graph partition")
+    config.graph_partition = False
+    try:
+        CompiledForward(torch.nn.Linear(2, 2), "reduce-overhead", "inductor")  # compiles nothing until called
+        assert config.graph_partition is True
+    finally:
+        config.graph_partition = False
