@@ -1,24 +1,32 @@
 #!/usr/bin/env python
-"""Training-step throughput of our Mask R-CNN vs torchvision's maskrcnn_resnet50_fpn.
-
-Times forward + backward + SGD step on the same synthetic batch (same image size, precision and number of
-classes), with a per-stage breakdown for our model, and prints a table. Example (GPU, MLPerf shapes):
+"""Training-step throughput of the package's three forms of the step, and torchvision's Mask R-CNN, interleaved.
 
     python bench/model_step.py --device cuda --height 800 --width 1333 --batch 8 --dtype float16 --nhwc
+    python bench/model_step.py --device cpu --height 800 --width 1333 --batch 2 --iters 2
 
-``--compile`` adds our compiled step (engine.compile.CompiledForward: the static batch, torch.compile with
-inductor, CUDA graphs on GPU, fused SGD), timed interleaved with the eager step, and reports the compile time
-(cold, then again after ``torch._dynamo.reset()`` with inductor's caches warm). ``--baseline DIR`` adds the eager
-step of another checkout of this package (a git worktree of the previous commit), run in a second process that
-takes its turn in the same interleaving:
+The same synthetic batch (same image size, precision, 81 classes) through:
 
-    git worktree add /tmp/prev HEAD~1
-    python bench/model_step.py --device cpu --height 800 --width 1333 --batch 2 --compile --baseline /tmp/prev
+* ``eager``: the eager step on per-image BoxList targets, ROI slots trimmed to the rows in use (host syncs);
+* ``static eager``: the static step (the batch padded to one size, 96 ground-truth slots, fixed ROI slots, no host
+  sync), run eagerly;
+* ``compiled (<mode>)``: the static step under ``torch.compile`` (engine.compile.CompiledForward; inductor, CUDA
+  graphs with ``reduce-overhead``), for each ``--compile-mode``;
+* ``torchvision``: ``MaskRCNN`` with the recipe's backbone (frozen BN, 3 trainable stages);
+* ``--baseline DIR``: the eager step of another checkout (a git worktree), in a process of its own.
+
+Forward + backward + SGD step, timed model after model in each round so that all see the same machine load (medians
+over ``--iters`` rounds), also forward + backward alone (the step without the optimizer). Every model's setup
+(compile time) is printed as soon as it is done, every round as soon as it is timed; a model that fails (a compile
+or CUDA-graph capture error) is reported with its reason and the others go on. ``--json``: the same as JSON lines
+(``{"event": "setup" | "failed" | "round" | "summary" | "memory", ...}``) that make gpu-check reads. ``--memory``:
+each model's peak GPU memory, measured alone (one process per model, one step at ``--batch``).
 """
 import argparse
+import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -30,6 +38,7 @@ from maskrcnn_benchmark.structures import BoxList, SegmentationMask, to_image_li
 
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
                       "e2e_mask_rcnn_R_50_FPN_1x.yaml")
+EAGER, STATIC, TORCHVISION = "eager", "static eager", "torchvision"
 
 
 def synthetic_batch(batch, height, width, num_classes, objects=6, seed=0):
@@ -55,181 +64,91 @@ def synthetic_batch(batch, height, width, num_classes, objects=6, seed=0):
     return images, targets, tv_targets
 
 
-class Timer:
-    def __init__(self, device):
-        self.device = device
-        self.totals = {}
-
-    def sync(self):
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-
-    def __call__(self, name):
-        timer = self
-
-        class _Ctx:
-            def __enter__(self):
-                timer.sync()
-                self.t = time.perf_counter()
-
-            def __exit__(self, *exc):
-                timer.sync()
-                timer.totals[name] = timer.totals.get(name, 0.0) + time.perf_counter() - self.t
-
-        return _Ctx()
-
-
 def autocast(device, dtype):
     if dtype == torch.float32:
         return torch.autocast(device.type, enabled=False)
     return torch.autocast(device.type, dtype=dtype)
 
 
-def make_ours(args, device, dtype, images, targets, timer):
-    cfg = get_cfg()
-    merge_cfg_from_file(cfg, CONFIG)
-    per_gpu = args.batch
-    merge_cfg_from_list(cfg, ["MODEL.DEVICE", device.type, "NHWC", args.nhwc,
-                              "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", 1000 * per_gpu])
-    model = build_detection_model(cfg).to(device).train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-    images = [i.to(device) for i in images]
-    targets = [t.to(device) for t in targets]
-
-    def step(timed):
-        t = timer if timed else None
-        ctx = (lambda name: t(name)) if t else (lambda name: _Null())
-        with ctx("data (batch padding)"):
-            il = to_image_list(images, cfg.DATALOADER.SIZE_DIVISIBILITY)
-            x = il.tensors.contiguous(memory_format=torch.channels_last) if args.nhwc else il.tensors
-        with autocast(device, dtype):
-            with ctx("backbone fwd"):
-                feats = model.backbone(x)
-            with ctx("rpn fwd (+proposals, loss)"):
-                proposals, rpn_losses = model.rpn(il, feats, targets)
-            with ctx("roi heads fwd (+sampling, loss)"):
-                _, _, det_losses = model.roi_heads(feats, proposals, targets)
-        loss = sum(rpn_losses.values()) + sum(det_losses.values())
-        with ctx("backward"):
-            opt.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-        with ctx("optimizer step"):
-            scaler.step(opt)
-            scaler.update()
-
-    return step
-
-
-def make_compiled(args, device, dtype, images, targets, mode):
-    """Our compiled step: the batch in its static form (padded to a fixed size, 96 ground-truth slots), the
-    model compiled by engine.compile.CompiledForward, torch's fused SGD. Returns ``(step, compile_seconds)``."""
-    from maskrcnn_benchmark.engine.compile import CompiledForward, make_static, precompute_anchors
-    from maskrcnn_benchmark.structures import TargetBatch
-
+def _cfg(args, device):
     cfg = get_cfg()
     merge_cfg_from_file(cfg, CONFIG)
     merge_cfg_from_list(cfg, ["MODEL.DEVICE", device.type, "NHWC", args.nhwc,
                               "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", 1000 * args.batch])
-    model = make_static(build_detection_model(cfg).to(device).train())
-    params = [p for p in model.parameters() if p.requires_grad]
-    lr = torch.tensor(1e-3, device=device)
-    opt = torch.optim.SGD(params, lr=lr, momentum=0.9, fused=True)
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    return cfg
+
+
+class Step:
+    """One model's training step: ``run()`` -> ``(step seconds, forward + backward seconds)``."""
+
+    def __init__(self, name, forward, parameters, device, dtype, fused=False):
+        self.name, self.forward, self.device, self.dtype = name, forward, device, dtype
+        params = [p for p in parameters if p.requires_grad]
+        lr = torch.tensor(1e-3, device=device) if fused else 1e-3
+        self.opt = torch.optim.SGD(params, lr=lr, momentum=0.9, **({"fused": True} if fused else {}))
+        self.scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+        self.setup_seconds = 0.0
+        self.note = ""
+
+    def _sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def run(self):
+        self._sync()
+        t0 = time.perf_counter()
+        with autocast(self.device, self.dtype):
+            losses = self.forward()
+        loss = sum(losses.values())
+        self.opt.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self._sync()
+        t1 = time.perf_counter()
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        self._sync()
+        return time.perf_counter() - t0, t1 - t0
+
+
+def make_eager(args, device, dtype, images, targets):
+    model = build_detection_model(_cfg(args, device)).to(device).train()
+    il = to_image_list([i.to(device) for i in images], 32)
+    tg = [t.to(device) for t in targets]
+    if args.nhwc:
+        il.tensors = il.tensors.contiguous(memory_format=torch.channels_last)
+    return Step(EAGER, lambda: model(il, tg), model.parameters(), device, dtype)
+
+
+def _static_inputs(args, cfg, device, images, targets):
+    from maskrcnn_benchmark.data.collate_batch import BatchCollator
+
     d = cfg.DATALOADER.SIZE_DIVISIBILITY
     size = (-(-args.height // d) * d, -(-args.width // d) * d)
-    il = to_image_list([i.to(device) for i in images], d, fixed_sizes=[size])
-    batch = TargetBatch.from_boxlists(targets, max_gt=cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE).to(device)
+    il, batch, _ = BatchCollator(d, (size,), cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE)(
+        list(zip(images, targets, range(len(images)))))
+    return size, il.to(device), batch.to(device)
+
+
+def make_static(args, device, dtype, images, targets, mode=None):
+    """The static step, eagerly (``mode`` None) or compiled with ``mode``."""
+    from maskrcnn_benchmark.engine.compile import CompiledForward, make_static as static_model, precompute_anchors
+
+    cfg = _cfg(args, device)
+    model = static_model(build_detection_model(cfg).to(device).train())
+    size, il, batch = _static_inputs(args, cfg, device, images, targets)
+    if mode is None:
+        return Step(STATIC, lambda: model(il, batch), model.parameters(), device, dtype, fused=True)
     precompute_anchors(model, [size], device)
-    forward = CompiledForward(model, mode, backend=args.compile_backend)
-
-    def step():
-        with autocast(device, dtype):
-            losses = forward(il, batch)
-        loss = sum(losses.values())
-        opt.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-
-    def first_call():
-        t = time.perf_counter()
-        step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - t
-
-    cold = first_call()
-    if forward.failure is not None:
-        raise SystemExit(f"compile failed: {forward.failure!r}")
-    warm = None
-    if not args.no_warm_compile:
-        torch._dynamo.reset()  # compile again: dynamo retraces, inductor's FX graph and kernel caches are warm
-        warm = first_call()
-    return step, cold, warm
-
-
-class _Baseline:
-    """The eager step of another checkout of the package, in a process of its own, one step per request."""
-
-    def __init__(self, root, args):
-        import subprocess
-
-        env = dict(os.environ, PYTHONPATH=root)
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--device", args.device, "--height",
-               str(args.height), "--width", str(args.width), "--batch", str(args.batch), "--dtype", args.dtype]
-        cmd += ["--nhwc"] if args.nhwc else []
-        self.proc = subprocess.Popen(cmd, env=env, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True)
-        self.ready = self.proc.stdout.readline().strip()
-        if not self.ready.startswith("ready"):
-            raise SystemExit(f"the baseline worker in {root} did not start")
-
-    def step(self):
-        self.proc.stdin.write("step\n")
-        self.proc.stdin.flush()
-        return float(self.proc.stdout.readline())
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-
-
-def worker(args, device, dtype):
-    """``--worker``: the eager step of whatever package is on PYTHONPATH, timed on request (stdin ``step``)."""
-    import maskrcnn_benchmark
-
-    torch.manual_seed(0)  # the same initial weights as the main process's models
-    images, targets, _ = synthetic_batch(args.batch, args.height, args.width, 81)
-    cfg = get_cfg()
-    merge_cfg_from_file(cfg, os.path.join(os.getcwd(), "configs", os.path.basename(CONFIG)))  # the checkout's
-    merge_cfg_from_list(cfg, ["MODEL.DEVICE", device.type, "NHWC", args.nhwc,
-                              "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", 1000 * args.batch])
-    model = build_detection_model(cfg).to(device).train()
-    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-3, momentum=0.9)
-    il = to_image_list([i.to(device) for i in images], cfg.DATALOADER.SIZE_DIVISIBILITY)
-    targets = [t.to(device) for t in targets]
-    print(f"ready {os.path.dirname(os.path.dirname(maskrcnn_benchmark.__file__))}", flush=True)
-    for line in sys.stdin:
-        t = time.perf_counter()
-        with autocast(device, dtype):
-            loss = sum(model(il, targets).values())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        print(time.perf_counter() - t, flush=True)
-    return 0
-
-
-class _Null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+    compiled = CompiledForward(model, mode, backend=args.compile_backend, batch_size=args.batch)
+    step = Step(f"compiled ({mode})", lambda: compiled(il, batch), model.parameters(), device, dtype, fused=True)
+    t = time.perf_counter()
+    step.run()  # compiles (and, with reduce-overhead, records the CUDA graphs on the next calls)
+    step.run()
+    step.setup_seconds = time.perf_counter() - t
+    if compiled.failure is not None:
+        raise RuntimeError(f"compile failed, fell back to eager: {type(compiled.failure).__name__}: "
+                           f"{str(compiled.failure).splitlines()[0] if str(compiled.failure) else ''}")
+    return step
 
 
 def make_torchvision(args, device, dtype, images, tv_targets):
@@ -242,42 +161,122 @@ def make_torchvision(args, device, dtype, images, tv_targets):
     # frozen BN, stem + res2 frozen (3 trainable stages), 1000 post-NMS proposals per image.
     backbone = _resnet_fpn_extractor(resnet50(weights=None, norm_layer=FrozenBatchNorm2d), 3)
     model = MaskRCNN(backbone, num_classes=81, min_size=min(args.height, args.width),
-                     max_size=max(args.height, args.width), rpn_post_nms_top_n_train=1000)
-    model = model.to(device).train()
+                     max_size=max(args.height, args.width), rpn_post_nms_top_n_train=1000).to(device).train()
     if args.nhwc:
         model = model.to(memory_format=torch.channels_last)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-    images = [i.to(device) / 255.0 for i in images]
-    tv_targets = [{k: v.to(device) for k, v in t.items()} for t in tv_targets]
-
-    def step():
-        with autocast(device, dtype):
-            losses = model(images, tv_targets)
-        loss = sum(losses.values())
-        opt.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-
-    return step
+    ims = [i.to(device) / 255.0 for i in images]
+    tvt = [{k: v.to(device) for k, v in t.items()} for t in tv_targets]
+    return Step(TORCHVISION, lambda: model(ims, tvt), model.parameters(), device, dtype)
 
 
-PEAK = {}  # model name -> peak device memory of its steps (bytes, CUDA only)
+class Baseline:
+    """The eager step of another checkout of the package, in a process of its own, one step per request."""
+
+    def __init__(self, root, args):
+        env = dict(os.environ, PYTHONPATH=root)
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--device", args.device, "--height",
+               str(args.height), "--width", str(args.width), "--batch", str(args.batch), "--dtype", args.dtype]
+        cmd += ["--nhwc"] if args.nhwc else []
+        self.proc = subprocess.Popen(cmd, env=env, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+        ready = self.proc.stdout.readline().strip()
+        if not ready.startswith("ready"):
+            raise RuntimeError(f"the baseline worker in {root} did not start")
+        self.name = f"eager, {ready.split()[-1]}"[-34:]
+        self.setup_seconds, self.note = 0.0, ""
+
+    def run(self):
+        self.proc.stdin.write("step\n")
+        self.proc.stdin.flush()
+        total, fwd_bwd = (float(v) for v in self.proc.stdout.readline().split())
+        return total, fwd_bwd
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
-def timed(fn, timer, *a, name=None):
-    timer.sync()
-    if name and timer.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(timer.device)
-    t = time.perf_counter()
-    fn(*a)
-    timer.sync()
-    elapsed = time.perf_counter() - t
-    if name and timer.device.type == "cuda":
-        PEAK[name] = max(PEAK.get(name, 0), torch.cuda.max_memory_allocated(timer.device))
-    return elapsed
+def worker(args, device, dtype):
+    """``--worker``: the eager step of whatever package is on PYTHONPATH, timed on request (stdin ``step``)."""
+    import maskrcnn_benchmark
+
+    torch.manual_seed(0)
+    images, targets, _ = synthetic_batch(args.batch, args.height, args.width, 81)
+    step = make_eager(args, device, dtype, images, targets)
+    print(f"ready {os.path.dirname(os.path.dirname(maskrcnn_benchmark.__file__))}", flush=True)
+    for _ in sys.stdin:
+        total, fwd_bwd = step.run()
+        print(total, fwd_bwd, flush=True)
+    return 0
+
+
+class Out:
+    """Text lines, or (``--json``) one JSON object per event."""
+
+    def __init__(self, as_json):
+        self.as_json = as_json
+
+    def line(self, text, event=None, **fields):
+        if self.as_json:
+            if event:
+                print(json.dumps({"event": event, **fields}), flush=True)
+        else:
+            print(text, flush=True)
+
+
+def memory_alone(args, out):
+    """Each model's peak GPU memory, alone in a process (one step after one warm-up step)."""
+    for model in args.models.split(","):
+        cmd = [sys.executable, os.path.abspath(__file__), "--device", args.device, "--height", str(args.height),
+               "--width", str(args.width), "--batch", str(args.batch), "--dtype", args.dtype, "--models", model,
+               "--iters", "1", "--warmup", "1", "--json", "--peak", "--compile-backend", args.compile_backend]
+        cmd += ["--nhwc"] if args.nhwc else []
+        cmd += ["--compile-mode", args.compile_mode] if args.compile_mode else []
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        for raw in r.stdout.splitlines():
+            rec = json.loads(raw) if raw.startswith("{") else {}
+            if rec.get("event") == "peak":
+                rec["event"] = "memory"
+                out.line(f"peak GPU memory, {rec['model']} alone, batch {args.batch}: {rec['gib']:.2f} GiB", **rec)
+        if r.returncode:
+            out.line(f"peak GPU memory, {model} alone: FAILED (exit {r.returncode})", event="memory",
+                     model=model, failed=r.stderr.strip().splitlines()[-1:] or [""])
+
+
+def build(args, device, dtype, out):
+    torch.manual_seed(0)
+    images, targets, tv_targets = synthetic_batch(args.batch, args.height, args.width, 81)
+    steps = []
+    for model in args.models.split(","):
+        modes = (args.compile_mode or ("reduce-overhead" if device.type == "cuda" else "default")).split(",") \
+            if model == "compiled" else [None]
+        for mode in modes:
+            name = f"compiled ({mode})" if mode else {"eager": EAGER, "static": STATIC,
+                                                      "torchvision": TORCHVISION}.get(model, model)
+            t = time.perf_counter()
+            try:
+                if model == "eager":
+                    step = make_eager(args, device, dtype, images, targets)
+                elif model == "static":
+                    step = make_static(args, device, dtype, images, targets)
+                elif model == "compiled":
+                    step = make_static(args, device, dtype, images, targets, mode)
+                elif model == "torchvision":
+                    step = make_torchvision(args, device, dtype, images, tv_targets)
+                else:
+                    raise ValueError(f"unknown model {model!r} (eager, static, compiled, torchvision)")
+            except Exception as e:  # noqa: BLE001 - report it, measure the others
+                reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                out.line(f"{name}: FAILED ({reason}); the other models go on", event="failed", model=name,
+                         reason=reason)
+                continue
+            seconds = step.setup_seconds or (time.perf_counter() - t)
+            out.line(f"{name}: ready in {seconds:.1f} s" + (" (compile and first steps)" if mode else ""),
+                     event="setup", model=name, seconds=round(seconds, 2))
+            steps.append(step)
+    if args.baseline:
+        steps.append(Baseline(os.path.abspath(args.baseline), args))
+    return steps
 
 
 def main(argv=None):
@@ -288,20 +287,21 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=None, help="images per step (default 8 on GPU, 2 on CPU)")
     p.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"],
                    help="autocast precision (default float16 on GPU, float32 on CPU)")
-    p.add_argument("--nhwc", action="store_true", help="channels_last for both models")
-    p.add_argument("--iters", type=int, default=None)
+    p.add_argument("--nhwc", action="store_true", help="channels_last")
+    p.add_argument("--iters", type=int, default=None, help="timed rounds (default 10 on GPU, 2 on CPU)")
     p.add_argument("--warmup", type=int, default=None)
-    p.add_argument("--no-torchvision", action="store_true", help="skip the torchvision comparison")
-    p.add_argument("--compile", action="store_true", help="also time our compiled step (and its compile time)")
+    p.add_argument("--models", default="eager,static,compiled,torchvision",
+                   help="comma-separated: eager, static, compiled, torchvision")
     p.add_argument("--compile-mode", default=None,
-                   help="torch.compile mode(s), comma-separated, each timed (default: reduce-overhead on GPU, default on the CPU)")
+                   help="torch.compile mode(s), comma-separated (default: reduce-overhead on GPU, default on the CPU)")
     p.add_argument("--compile-backend", default="inductor",
                    help="torch.compile backend (inductor; aot_eager or eager trace without code generation)")
-    p.add_argument("--no-warm-compile", action="store_true",
-                   help="compile once (skip the second, warm-cache compile that measures the warm compile time)")
     p.add_argument("--baseline", default="", metavar="DIR",
                    help="also time the eager step of the package checked out in DIR (e.g. a git worktree)")
+    p.add_argument("--memory", action="store_true", help="also each model's peak GPU memory, alone (CUDA)")
+    p.add_argument("--json", action="store_true", help="JSON lines instead of text")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--peak", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     device = torch.device(args.device)
     gpu = device.type == "cuda"
@@ -309,90 +309,69 @@ def main(argv=None):
     args.width = args.width or (1333 if gpu else 384)
     args.batch = args.batch or (8 if gpu else 2)
     args.dtype = args.dtype or ("float16" if gpu else "float32")
-    args.iters = args.iters or (20 if gpu else 3)
-    args.warmup = args.warmup if args.warmup is not None else (5 if gpu else 1)
+    args.iters = args.iters or (10 if gpu else 2)
+    args.warmup = args.warmup if args.warmup is not None else (3 if gpu else 1)
     dtype = getattr(torch, args.dtype)
     if args.worker:
         return worker(args, device, dtype)
-    torch.manual_seed(0)
     if gpu:
         torch.backends.cudnn.benchmark = True
-    images, targets, tv_targets = synthetic_batch(args.batch, args.height, args.width, 81)
-
-    timer = Timer(device)
-    ours = make_ours(args, device, dtype, images, targets, timer)
-    tv = None if args.no_torchvision else make_torchvision(args, device, dtype, images, tv_targets)
-    compiled = []  # (mode, step, cold seconds, warm seconds, times)
-    if args.compile:
-        for mode in (args.compile_mode or ("reduce-overhead" if gpu else "default")).split(","):
-            compiled.append((mode, *make_compiled(args, device, dtype, images, targets, mode), []))
-    baseline = _Baseline(os.path.abspath(args.baseline), args) if args.baseline else None
-    for _ in range(args.warmup):
-        ours(False)
-        if tv:
-            tv()
-        for _, step, *_ in compiled:
-            step()
-        if baseline:
-            baseline.step()
-    # Interleave the models step by step so that all see the same machine load; report medians.
-    ours_times, tv_times, baseline_times = [], [], []
-    for _ in range(args.iters):
-        ours_times.append(timed(ours, timer, True, name="ours, eager"))
-        if tv:
-            tv_times.append(timed(tv, timer, name="torchvision"))
-        for mode, step, _, _, times in compiled:
-            times.append(timed(step, timer, name=f"ours, compiled ({mode})"))
-        if baseline:
-            baseline_times.append(baseline.step())
-    if baseline:
-        baseline.close()
-    stages = timer.totals
-    ours_ips = args.batch / statistics.median(ours_times)
+    out = Out(args.json)
     name = torch.cuda.get_device_name(device) if gpu else f"CPU x{torch.get_num_threads()} threads"
-    print(f"device: {name} | torch {torch.__version__} | image {args.height}x{args.width} | batch {args.batch} "
-          f"| {args.dtype}{' | channels_last' if args.nhwc else ''} | {args.iters} timed iters (medians; the two models interleaved)")
-    print()
-    print(f"| {'stage (ours)':34} | {'ms/iter':>9} | {'share':>6} |")
-    print(f"|{'-' * 36}|{'-' * 11}|{'-' * 8}|")
-    staged = sum(stages.values())
-    for k, v in stages.items():
-        print(f"| {k:34} | {1000 * v / args.iters:9.1f} | {100 * v / staged:5.1f}% |")
-    print()
-    print(f"| {'model':34} | {'img/s':>9} | {'ratio':>6} |")
-    print(f"|{'-' * 36}|{'-' * 11}|{'-' * 8}|")
-    print(f"| {'maskrcnn_benchmark (ours)':34} | {ours_ips:9.2f} | {1.0:6.2f} |")
-    rows = [(f"ours, compiled ({mode})", times) for mode, _, _, _, times in compiled]
-    if baseline:
-        rows.append((f"ours eager, {baseline.ready.split()[-1]}"[-34:], baseline_times))
-    if tv:
-        rows.append(("torchvision maskrcnn_resnet50_fpn", tv_times))
-    for name, times in rows:
-        ips = args.batch / statistics.median(times)
-        print(f"| {name:34} | {ips:9.2f} | {ips / ours_ips:6.2f} |")
-    print()
-    print(f"| {'step (ms/iter, median)':34} | {'ms/iter':>9} |")
-    print(f"|{'-' * 36}|{'-' * 11}|")
-    print(f"| {'ours, eager':34} | {1000 * statistics.median(ours_times):9.0f} |")
-    for name, times in rows:
-        print(f"| {name:34} | {1000 * statistics.median(times):9.0f} |")
-    for mode, _, cold, warm, times in compiled:
-        print()
-        again = "" if warm is None else f", {warm:.1f} s (again after torch._dynamo.reset(), caches warm)"
-        print(f"compile ({mode}): {cold:.1f} s (first step, cold){again}; steady state compiled / eager: "
-              f"{statistics.median(ours_times) / statistics.median(times):.2f}x")
-    if PEAK:
-        print()
-        print("peak device memory (GiB, max over the timed steps): "
-              + ", ".join(f"{k} {v / 2 ** 30:.2f}" for k, v in PEAK.items()))
-    if tv:
-        tv_ips = args.batch / statistics.median(tv_times)
-        print()
-        print(f"ours / torchvision speed-up: {ours_ips / tv_ips:.2f}x")
-    # one machine-readable line (make gpu-check reads it)
-    summary = [f"ours eager {ours_ips:.2f}"] + [f"{n.replace('ours, ', '')} {args.batch / statistics.median(t):.2f}"
-                                                for n, t in rows]
-    print(f"model step img/s: " + ", ".join(summary))
+    out.line(f"device: {name} | torch {torch.__version__} | image {args.height}x{args.width} | batch {args.batch} | "
+             f"{args.dtype}{' | channels_last' if args.nhwc else ''} | {args.iters} rounds, models interleaved",
+             event="setting", device=name, torch=torch.__version__, height=args.height, width=args.width,
+             batch=args.batch, dtype=args.dtype, nhwc=args.nhwc)
+    steps = build(args, device, dtype, out)
+    times = {s.name: [] for s in steps}
+    failed = set()
+    for r in range(args.warmup + args.iters):
+        row = {}
+        for s in steps:
+            if s.name in failed:
+                continue
+            try:
+                if args.peak and gpu and r == args.warmup:
+                    torch.cuda.reset_peak_memory_stats(device)
+                total, fwd_bwd = s.run()
+            except Exception as e:  # noqa: BLE001 - e.g. a CUDA-graph capture that fails at a later replay
+                failed.add(s.name)
+                out.line(f"{s.name}: FAILED in round {r} ({type(e).__name__}: {str(e).splitlines()[0]})",
+                         event="failed", model=s.name, reason=f"{type(e).__name__}: {str(e).splitlines()[0]}")
+                continue
+            if r >= args.warmup:
+                times[s.name].append((total, fwd_bwd))
+                row[s.name] = round(total, 4)
+        if r >= args.warmup:
+            out.line(f"round {r - args.warmup + 1}: " + ", ".join(f"{k} {v:.3f} s" for k, v in row.items()),
+                     event="round", round=r - args.warmup + 1, seconds=row)
+    if args.peak and gpu:
+        for s in steps:
+            out.line("", event="peak", model=s.name, gib=torch.cuda.max_memory_allocated(device) / 2 ** 30)
+    for s in steps:
+        if isinstance(s, Baseline):
+            s.close()
+    measured = {k: v for k, v in times.items() if v}
+    if not measured:
+        out.line("no model was measured", event="summary", models={})
+        return 1
+    ref = statistics.median(t for t, _ in measured[EAGER]) if EAGER in measured else None
+    out.line("", event=None)
+    out.line(f"| {'model':34} | {'step ms':>9} | {'img/s':>7} | {'vs eager':>8} | {'fwd+bwd ms':>10} | "
+             f"{'img/s':>7} |")
+    out.line(f"|{'-' * 36}|{'-' * 11}|{'-' * 9}|{'-' * 10}|{'-' * 12}|{'-' * 9}|")
+    for k, v in measured.items():
+        step_s = statistics.median(t for t, _ in v)
+        fb = statistics.median(f for _, f in v)
+        rel = f"{ref / step_s:7.2f}x" if ref else "       -"
+        out.line(f"| {k:34} | {1000 * step_s:9.0f} | {args.batch / step_s:7.2f} | {rel} | {1000 * fb:10.0f} | "
+                 f"{args.batch / fb:7.2f} |", event="summary", model=k, step_ms=round(1000 * step_s, 1),
+                 img_s=round(args.batch / step_s, 3), fwd_bwd_ms=round(1000 * fb, 1),
+                 fwd_bwd_img_s=round(args.batch / fb, 3), rounds=len(v))
+    out.line("", event=None)
+    out.line("(vs eager: the eager step's time over this model's: above 1, faster than eager)")
+    if args.memory and gpu:
+        memory_alone(args, out)
     return 0
 
 

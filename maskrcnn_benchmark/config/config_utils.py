@@ -226,6 +226,9 @@ def check_values(cfg):
              "must be inductor, aot_eager or eager")
     m = cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE
     _require(isinstance(m, int) and m >= 1, "DATALOADER.MAX_ANNOTATIONS_PER_IMAGE", m, "must be an integer >= 1")
+    k = cfg.DATALOADER.STATIC_SHAPES_PER_ORIENTATION
+    _require(isinstance(k, int) and 1 <= k <= 8, "DATALOADER.STATIC_SHAPES_PER_ORIENTATION", k,
+             "must be an integer from 1 to 8")
     _require(cfg.DTYPE in ("float32", "float16", "bfloat16"), "DTYPE", cfg.DTYPE,
              "must be float32, float16 or bfloat16")
     _require(cfg.MODEL.DEVICE in ("cpu", "cuda") or str(cfg.MODEL.DEVICE).startswith("cuda:"), "MODEL.DEVICE",

@@ -61,6 +61,10 @@ _C.DATALOADER.CACHE_EVAL_IMAGES = False
 # Ground-truth slots per image of a compiled (static-shape) training step (NVIDIA's key and COCO value). An image
 # with more keeps all of them: its batch takes the next multiple of 32 slots (one more compiled shape, logged).
 _C.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE = 96
+# Padded image sizes per orientation of a compiled training step (added; NVIDIA's v1.0+ code calls it
+# CUDA_GRAPH_NUM_SHAPES_PER_ORIENTATION): widths from the 4:3 size to the largest, so a 4:3 COCO batch is
+# padded to 800x1088, not 800x1344. Each size is one more compiled graph (compiled before run_start).
+_C.DATALOADER.STATIC_SHAPES_PER_ORIENTATION = 3
 
 # ---------------------------------------------------------------------------
 # Backbone

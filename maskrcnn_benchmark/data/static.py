@@ -1,4 +1,6 @@
 """Batches of fixed shapes for a compiled training step (``COMPILE``)."""
+import math
+
 import torch
 
 from ..structures.bounding_box import BoxList
@@ -8,15 +10,23 @@ from ..structures.target_batch import TargetBatch
 
 
 def static_sizes(cfg):
-    """The fixed image sizes of a compiled training step: every training image fits one of two padded shapes,
-    landscape ``(S, L)`` and portrait ``(L, S)``, ``S`` the largest of INPUT.MIN_SIZE_TRAIN and ``L``
-    INPUT.MAX_SIZE_TRAIN, both rounded up to DATALOADER.SIZE_DIVISIBILITY (COCO: 800x1344 and 1344x800, NVIDIA's
-    shapes). Padding to them is a larger SIZE_DIVISIBILITY: zeros are added, no image pixel changes."""
+    """The fixed image sizes of a compiled training step, smallest first in each orientation (a batch is padded to
+    the first it fits in): landscape ``(S, L_k)`` and portrait ``(L_k, S)``, ``S`` the largest of
+    INPUT.MIN_SIZE_TRAIN, the long sides ``L_k`` DATALOADER.STATIC_SHAPES_PER_ORIENTATION widths evenly from the
+    4:3 size to INPUT.MAX_SIZE_TRAIN, all rounded up to DATALOADER.SIZE_DIVISIBILITY. COCO with 3 per orientation:
+    800x1088, 800x1216, 800x1344 and the portrait ones; a 4:3 image (most of COCO) is padded to 800x1088 instead of
+    800x1344 (NVIDIA's padding to a few shapes per orientation). Padding to them is a larger SIZE_DIVISIBILITY:
+    zeros are added, no image pixel changes."""
     d = cfg.DATALOADER.SIZE_DIVISIBILITY or 1
+    up = lambda v: -(-int(math.ceil(v)) // d) * d  # noqa: E731
     long_side = cfg.INPUT.MAX_SIZE_TRAIN
     short_side = min(max(cfg.INPUT.MIN_SIZE_TRAIN), long_side)
-    s, l_ = -(-short_side // d) * d, -(-long_side // d) * d
-    return tuple(dict.fromkeys(((s, l_), (l_, s))))  # one size when square
+    s, l_ = up(short_side), up(long_side)
+    k = max(1, int(cfg.DATALOADER.STATIC_SHAPES_PER_ORIENTATION))
+    low = min(up(short_side * 4 / 3), l_)
+    longs = sorted({up(low + i * (l_ - low) / (k - 1)) if k > 1 else l_ for i in range(k)} | {l_})
+    longs = [v for v in longs if v >= s] or [s]
+    return tuple(dict.fromkeys([(s, v) for v in longs] + [(v, s) for v in longs]))  # one size when square
 
 
 def warm_up_batch(n, height, width, max_gt, device):

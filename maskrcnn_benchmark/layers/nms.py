@@ -79,18 +79,23 @@ def _pairwise_iou_legacy(a, b):
 
 def suppression_bitmask(boxes, iou_threshold, block=64):
     """``(G, K, W)`` int64, ``W = ceil(K / 64)``: bit ``j % 64`` of word ``j // 64`` of row ``i`` is set when box ``j``
-    has a "+1" IoU above ``iou_threshold`` with box ``i`` (same group). Computed ``block`` rows at a time."""
+    (``j`` in a word at or after ``i``'s: the scan only ever reads those) has a "+1" IoU above ``iou_threshold``
+    with box ``i`` (same group). Computed ``block`` rows at a time (a multiple of 64), each against the columns
+    from its own word on: half the pairs."""
     g, k, _ = boxes.shape
     w = max(1, -(-k // _WORD))
     legacy = _legacy(boxes.reshape(-1, 4).float()).view(g, k, 4)
+    legacy = torch.nn.functional.pad(legacy, (0, 0, 0, w * _WORD - k))  # padding: zero boxes, bits cut below
     thr = _threshold(iou_threshold)
     shifts = torch.arange(_WORD, device=boxes.device, dtype=torch.int64)
-    words = []
+    out = torch.zeros((g, k, w), dtype=torch.int64, device=boxes.device)
     for r0 in range(0, k, block):
-        over = _pairwise_iou_legacy(legacy[:, r0:r0 + block], legacy) > thr  # NaN (zero-area boxes): False
-        over = torch.nn.functional.pad(over, (0, w * _WORD - k)).view(g, over.shape[1], w, _WORD)
-        words.append((over.to(torch.int64) << shifts).sum(-1))  # distinct bits: the sum is their OR
-    return torch.cat(words, 1) if words else boxes.new_zeros((g, 0, w), dtype=torch.int64)
+        rows = min(block, k - r0)
+        over = _pairwise_iou_legacy(legacy[:, r0:r0 + rows], legacy[:, r0:]) > thr  # NaN (zero-area): False
+        over[..., k - r0:] = False
+        packed = (over.view(g, rows, -1, _WORD).to(torch.int64) << shifts).sum(-1)  # distinct bits: their OR
+        out[:, r0:r0 + rows, r0 // _WORD:] = packed
+    return out
 
 
 def _scan_torch(mask, valid):
