@@ -52,7 +52,7 @@ def test_quick_cpu_run_writes_the_report_with_every_check_and_its_command(tmp_pa
                   "all-reduce"):
         row = next(line for line in report.splitlines() if title in line)
         assert "| passed |" in row, row
-    for figure in ("training step img/s, ours eager", "training step img/s, compiled (default)",
+    for figure in ("training step img/s, eager", "training step img/s, compiled (default)",
                    "hybrid input, device side, batch of 8", "loss", "all-reduce"):
         assert f"| {figure}" in report, figure
     assert re.search(r"\| loss \| [\d.]+ at iteration 20 -> [\d.]+ at 40 \(falls\)", report)

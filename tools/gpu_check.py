@@ -88,19 +88,26 @@ def read_parity(c):
 
 
 def read_model_step(c):
-    m = re.search(r"^model step img/s: (.*)$", c.output, re.M)
-    if m:
-        for part in m.group(1).split(", "):
-            name, _, value = part.rpartition(" ")
-            c.figures.append((f"training step img/s, {name}", value))
-    for m in re.finditer(r"^compile \((.*?)\): ([\d.]+) s", c.output, re.M):
-        c.figures.append((f"compile time, {m.group(1)}", f"{m.group(2)} s"))
-    m = re.search(r"^peak device memory.*?: (.*)$", c.output, re.M)
-    if m:
-        c.figures.append(("peak GPU memory (GiB)", m.group(1)))
-    m = re.search(r"^device: (.*)$", c.output, re.M)
-    if m:
-        c.figures.append(("setting", m.group(1)))
+    """bench/model_step.py --json: one event per line (setting, setup, failed, round, summary, memory)."""
+    for line in c.output.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        kind = e.get("event")
+        if kind == "setting":
+            c.figures.append(("setting", f"{e['device']}, torch {e['torch']}, {e['height']}x{e['width']}, batch "
+                                         f"{e['batch']}, {e['dtype']}{', channels_last' if e.get('nhwc') else ''}"))
+        elif kind == "setup" and e["model"].startswith("compiled"):
+            c.figures.append((f"compile time, {e['model']}", f"{e['seconds']} s"))
+        elif kind == "failed":
+            c.figures.append((f"{e['model']}", f"FAILED ({e['reason']})"))
+        elif kind == "summary":
+            c.figures.append((f"training step img/s, {e['model']}", f"{e['img_s']}"))
+        elif kind == "memory" and "gib" in e:
+            c.figures.append((f"peak GPU memory alone, {e['model']}", f"{e['gib']:.2f} GiB"))
 
 
 def read_input(c):
@@ -199,11 +206,11 @@ def plan(args, out_dir):
               + (["-k", "nms and not compiled"] if q else []),
               60 if q else 90, env={"MASKRCNN_TEST_DEVICE": dev}),
         Check("model_step", "training step img/s: eager, compiled, CUDA-graphed, torchvision; peak memory",
-              [py, "bench/model_step.py", "--device", dev, "--compile", "--no-warm-compile"]
+              [py, "bench/model_step.py", "--device", dev, "--json"]
               + (["--height", "96", "--width", "128", "--batch", "1", "--iters", "1", "--warmup", "0",
-                  "--compile-mode", "default", "--compile-backend", "eager", "--no-torchvision"] if q else
+                  "--compile-mode", "default", "--compile-backend", "eager", "--models", "eager,compiled"] if q else
                  ["--height", "800", "--width", "1333", "--batch", "8", "--dtype", "float16", "--nhwc",
-                  "--iters", "10", "--warmup", "3", "--compile-mode", "default,reduce-overhead"]),
+                  "--iters", "10", "--warmup", "3", "--compile-mode", "default,reduce-overhead", "--memory"]),
               120 if q else 300),
         Check("input", "hybrid input pipeline: device time per batch",
               [py, "bench/input_pipeline.py", "--device", dev] + (["--images", "8", "--rounds", "1"] if q else
