@@ -3,7 +3,7 @@
 # Debian/Ubuntu + root only; elsewhere it prints what is missing and exits 0 (the tests then fail/skip with a reason).
 set -euo pipefail
 
-want=(slurm-wlm slurmctld slurmd slurm-client munge numactl shellcheck iproute2 util-linux)
+want=(slurm-wlm slurmctld slurmd slurm-client munge numactl shellcheck iproute2 util-linux bubblewrap)
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -67,15 +67,17 @@ def test_nan_loss_aborts_with_clear_message(tiny_data, tmp_path):
     assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"
 
 
-@pytest.mark.parametrize("opts,needle", [
-    (("SOLVER.BASE_LRR", "0.1"), "unknown config key 'SOLVER.BASE_LRR'"),
-    (("DATASETS.DATA_DIR", "/nonexistent/data"), "annotation file '/nonexistent/data/annotations"),
-    (("MODEL.WEIGHT", "/nonexistent/R-50.pkl"), "/nonexistent/R-50.pkl"),
+@pytest.mark.parametrize("opts,needle,code", [
+    (("SOLVER.BASE_LRR", "0.1"), "unknown config key 'SOLVER.BASE_LRR'", 1),
+    # a missing dataset or weights file is found by the preflight before init_start, with its own exit code
+    # (cli/exit_codes.py: DATASET_MISSING 11, WEIGHTS_MISSING 12) so a Slurm script can tell them apart
+    (("DATASETS.DATA_DIR", "/nonexistent/data"), "annotation file '/nonexistent/data/annotations", 11),
+    (("MODEL.WEIGHT", "/nonexistent/R-50.pkl"), "/nonexistent/R-50.pkl", 12),
 ])
 @pytest.mark.slow
-def test_bad_input_gives_one_clear_error_line(tiny_data, tmp_path, opts, needle):
+def test_bad_input_gives_one_clear_error_line(tiny_data, tmp_path, opts, needle, code):
     r = run_merged(tiny_data, str(tmp_path), "SOLVER.MAX_ITER", 2, *opts)
-    assert r.returncode == 1
+    assert r.returncode == code, r.stdout[-2000:]
     tail = lines_after_last_log_line(r.stdout)
     assert len(tail) == 1 and tail[0].startswith("error: ") and needle in tail[0], r.stdout[-2000:]
     assert "Traceback" not in r.stdout
