@@ -3,7 +3,7 @@
 
 Two 320x480 images with their targets -> the loss dict, for the R-50-FPN model of the MLPerf config, in the
 static form a compiled step runs (ground truth padded to DATALOADER.MAX_ANNOTATIONS_PER_IMAGE slots, the mask
-head's fixed rows), in the eager form (BoxList targets, the mask head sized to the batch's positives), and
+head's fixed rows), in the eager form (tightly padded targets, the mask head sized to the batch's positives), and
 torchvision's ``maskrcnn_resnet50_fpn`` on the same batch for scale. The last line is
 ``graph breaks: N (G graphs)`` for ours.
 
@@ -11,17 +11,17 @@ torchvision's ``maskrcnn_resnet50_fpn`` on the same batch for scale. The last li
 """
 import argparse
 import os
-import sys
 
 import torch
 
 from maskrcnn_benchmark.config import load_config
-from maskrcnn_benchmark.engine.compile import graph_breaks, make_static
+from maskrcnn_benchmark.engine.compile import graph_breaks
 from maskrcnn_benchmark.modeling import build_detection_model
-from maskrcnn_benchmark.structures import TargetBatch, to_image_list
+from maskrcnn_benchmark.data.collate_batch import BatchCollator
+from maskrcnn_benchmark.synthetic.batch import synthetic_batch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from model_step import CONFIG, synthetic_batch  # noqa: E402
+CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
+                      "e2e_mask_rcnn_R_50_FPN_1x.yaml")
 
 
 def main(argv=None):
@@ -30,14 +30,14 @@ def main(argv=None):
     args = p.parse_args(argv)
     torch.manual_seed(0)
     cfg = load_config(CONFIG, ["MODEL.DEVICE", "cpu", "DTYPE", "float32"])
-    model = make_static(build_detection_model(cfg).train())
+    model = build_detection_model(cfg).train()
     images, targets, tv_targets = synthetic_batch(2, 320, 480, 81)
-    batch = TargetBatch.from_boxlists(targets, max_gt=cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE)
-    rows = [("maskrcnn_benchmark (ours, static step)",
-             graph_breaks(model, to_image_list(images, cfg.DATALOADER.SIZE_DIVISIBILITY), batch))]
-    eager = build_detection_model(cfg).train()  # the eager form: per-image BoxList targets, rows as needed
+    d = cfg.DATALOADER.SIZE_DIVISIBILITY
+    static = BatchCollator(d, max_gt=cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE)
+    rows = [("maskrcnn_benchmark (ours, static step)", graph_breaks(model, *static.collate(images, targets)))]
+    eager = build_detection_model(cfg).train()  # the eager form: tight padding, rows as needed
     rows.append(("maskrcnn_benchmark (ours, eager form)",
-                 graph_breaks(eager, to_image_list(images, cfg.DATALOADER.SIZE_DIVISIBILITY), targets)))
+                 graph_breaks(eager, *BatchCollator(d).collate(images, targets))))
     if not args.no_torchvision:
         from torchvision.models.detection import maskrcnn_resnet50_fpn
 

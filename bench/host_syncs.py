@@ -24,31 +24,29 @@ import sys
 import torch
 
 from maskrcnn_benchmark.config import load_config
-from maskrcnn_benchmark.data.collate_batch import BatchCollator
-from maskrcnn_benchmark.engine.compile import make_static
 from maskrcnn_benchmark.engine.hooks import MetricsHook
 from maskrcnn_benchmark.engine.trainer import Trainer
 from maskrcnn_benchmark.modeling import build_detection_model
 from maskrcnn_benchmark.solver import make_lr_scheduler, make_optimizer
+from maskrcnn_benchmark.data.collate_batch import BatchCollator
+from maskrcnn_benchmark.synthetic.batch import synthetic_batch
 from maskrcnn_benchmark.utils.host_syncs import HostSyncCounter
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from model_step import CONFIG, synthetic_batch  # noqa: E402
+CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
+                      "e2e_mask_rcnn_R_50_FPN_1x.yaml")
 
 
 def static_batch(cfg, n, height, width):
     images, targets, _ = synthetic_batch(n, height, width, cfg.MODEL.ROI_BOX_HEAD.NUM_CLASSES)
-    collate = BatchCollator(cfg.DATALOADER.SIZE_DIVISIBILITY, ((height, width),),
-                            cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE)
-    batch, targets, _ = collate(list(zip(images, targets, range(n))))
-    return batch, targets
+    return BatchCollator(cfg.DATALOADER.SIZE_DIVISIBILITY, ((height, width),),
+                         cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE).collate(images, targets)
 
 
 def build(images_per_gpu, dtype):
     cfg = load_config(CONFIG, ["MODEL.DEVICE", "cpu", "DTYPE", dtype, "SOLVER.IMS_PER_BATCH", str(images_per_gpu),
                                "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", str(1000 * images_per_gpu)])
     torch.manual_seed(0)
-    model = make_static(build_detection_model(cfg).train())
+    model = build_detection_model(cfg).train()
     optimizer = make_optimizer(cfg, model, fused=True)
     trainer = Trainer(model, optimizer, make_lr_scheduler(cfg, optimizer), None, torch.device("cpu"),
                       cfg.SOLVER.MAX_ITER, 100, dtype=dtype, hooks=[MetricsHook(20, reduce=False)])

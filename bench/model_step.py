@@ -6,7 +6,7 @@
 
 The same synthetic batch (same image size, precision, 81 classes) through:
 
-* ``eager``: the eager step on per-image BoxList targets, ROI slots trimmed to the rows in use (host syncs);
+* ``eager``: the eager step (tightly padded targets, ROI slots trimmed to the rows in use: host syncs);
 * ``static eager``: the static step (the batch padded to one size, 96 ground-truth slots, fixed ROI slots, no host
   sync), run eagerly;
 * ``compiled (<mode>)``: the static step under ``torch.compile`` (engine.compile.CompiledForward; inductor, CUDA
@@ -23,7 +23,6 @@ each model's peak GPU memory, measured alone (one process per model, one step at
 """
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -34,34 +33,12 @@ import torch
 
 from maskrcnn_benchmark.config import get_cfg, merge_cfg_from_file, merge_cfg_from_list
 from maskrcnn_benchmark.modeling import build_detection_model
-from maskrcnn_benchmark.structures import BoxList, SegmentationMask, to_image_list
+from maskrcnn_benchmark.data.collate_batch import BatchCollator
+from maskrcnn_benchmark.synthetic.batch import synthetic_batch
 
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
                       "e2e_mask_rcnn_R_50_FPN_1x.yaml")
 EAGER, STATIC, TORCHVISION = "eager", "static eager", "torchvision"
-
-
-def synthetic_batch(batch, height, width, num_classes, objects=6, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    images, targets, tv_targets = [], [], []
-    for _ in range(batch):
-        images.append(torch.randn(3, height, width, generator=g) * 50)
-        xy = torch.rand(objects, 2, generator=g) * torch.tensor([width * 0.7, height * 0.7])
-        wh = torch.rand(objects, 2, generator=g) * torch.tensor([width * 0.3, height * 0.3]) + 16
-        boxes = torch.cat((xy, xy + wh), 1)
-        labels = torch.randint(1, num_classes, (objects,), generator=g)
-        polys = []
-        for (x1, y1, x2, y2) in boxes.tolist():
-            cx, cy, rx, ry = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) / 2, (y2 - y1) / 2
-            polys.append([[v for k in range(12) for v in (cx + rx * math.cos(k * math.pi / 6),
-                                                          cy + ry * math.sin(k * math.pi / 6))]])
-        t = BoxList(boxes, (width, height))
-        t.add_field("labels", labels)
-        t.add_field("masks", SegmentationMask(polys, (width, height)))
-        targets.append(t)
-        tv_targets.append({"boxes": boxes, "labels": labels,
-                           "masks": t.get_field("masks").get_mask_tensor()})
-    return images, targets, tv_targets
 
 
 def autocast(device, dtype):
@@ -112,29 +89,26 @@ class Step:
 
 def make_eager(args, device, dtype, images, targets):
     model = build_detection_model(_cfg(args, device)).to(device).train()
-    il = to_image_list([i.to(device) for i in images], 32)
-    tg = [t.to(device) for t in targets]
+    il, tg = BatchCollator(32).collate(images, targets)
+    il, tg = il.to(device), tg.to(device)
     if args.nhwc:
         il.tensors = il.tensors.contiguous(memory_format=torch.channels_last)
     return Step(EAGER, lambda: model(il, tg), model.parameters(), device, dtype)
 
 
 def _static_inputs(args, cfg, device, images, targets):
-    from maskrcnn_benchmark.data.collate_batch import BatchCollator
-
     d = cfg.DATALOADER.SIZE_DIVISIBILITY
     size = (-(-args.height // d) * d, -(-args.width // d) * d)
-    il, batch, _ = BatchCollator(d, (size,), cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE)(
-        list(zip(images, targets, range(len(images)))))
+    il, batch = BatchCollator(d, (size,), cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE).collate(images, targets)
     return size, il.to(device), batch.to(device)
 
 
-def make_static(args, device, dtype, images, targets, mode=None):
+def make_static_step(args, device, dtype, images, targets, mode=None):
     """The static step, eagerly (``mode`` None) or compiled with ``mode``."""
-    from maskrcnn_benchmark.engine.compile import CompiledForward, make_static as static_model, precompute_anchors
+    from maskrcnn_benchmark.engine.compile import CompiledForward, precompute_anchors
 
     cfg = _cfg(args, device)
-    model = static_model(build_detection_model(cfg).to(device).train())
+    model = build_detection_model(cfg).to(device).train()
     size, il, batch = _static_inputs(args, cfg, device, images, targets)
     if mode is None:
         return Step(STATIC, lambda: model(il, batch), model.parameters(), device, dtype, fused=True)
@@ -258,9 +232,9 @@ def build(args, device, dtype, out):
                 if model == "eager":
                     step = make_eager(args, device, dtype, images, targets)
                 elif model == "static":
-                    step = make_static(args, device, dtype, images, targets)
+                    step = make_static_step(args, device, dtype, images, targets)
                 elif model == "compiled":
-                    step = make_static(args, device, dtype, images, targets, mode)
+                    step = make_static_step(args, device, dtype, images, targets, mode)
                 elif model == "torchvision":
                     step = make_torchvision(args, device, dtype, images, tv_targets)
                 else:

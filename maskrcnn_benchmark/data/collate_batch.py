@@ -3,12 +3,14 @@ from ..structures.target_batch import TargetBatch
 
 
 class BatchCollator:
-    """Pads the images of a batch into one ImageList (multiple of ``size_divisible``), or, on the hybrid path
-    (decoded ``uint8`` :class:`RawImage` s), into one :class:`RawImageBatch` for the device to transform.
+    """The one batch form: ``(images, targets, ids)`` with the images padded into one ImageList (multiple of
+    ``size_divisible``), or, on the hybrid path (decoded ``uint8`` :class:`RawImage` s), into one
+    :class:`RawImageBatch` that the device loader transforms into the ImageList; the targets are always one
+    :class:`~maskrcnn_benchmark.structures.target_batch.TargetBatch`, built here, in the loader worker, so the
+    training process only copies it.
 
     A static batch (a compiled training step, ``max_gt`` > 0): the images are padded to the first of
-    ``fixed_sizes`` they fit in and the targets become one :class:`TargetBatch` of ``max_gt`` slots per image,
-    built here, in the loader worker, so the training process only copies it."""
+    ``fixed_sizes`` they fit in and the targets to ``max_gt`` slots per image (``TargetBatch.static``)."""
 
     def __init__(self, size_divisible=0, fixed_sizes=(), max_gt=0):
         self.size_divisible = size_divisible
@@ -17,8 +19,13 @@ class BatchCollator:
 
     def __call__(self, batch):
         images, targets, ids = zip(*batch)
-        if self.max_gt:
-            targets = TargetBatch.from_boxlists(list(targets), max_gt=self.max_gt)
+        targets = TargetBatch.from_boxlists(list(targets), max_gt=self.max_gt)
         if isinstance(images[0], RawImage):
             return RawImageBatch.from_raw(images), targets, ids
         return to_image_list(images, self.size_divisible, self.fixed_sizes), targets, ids
+
+    def collate(self, images, targets):
+        """``(images, TargetBatch)`` of in-memory ``images`` and BoxList ``targets``, as a loader batch has them
+        (benchmarks, warm-up batches)."""
+        images, targets, _ = self(list(zip(images, targets, range(len(images)))))
+        return images, targets

@@ -13,48 +13,19 @@ device batches of the first pass; later passes skip decoding and copying and onl
 import torch
 
 from ..structures.image_list import RawImageBatch
-from ..structures.target_batch import TargetBatch
 
 
-def _record_stream(obj, stream):
-    """Tell the caching allocator that tensors made on the side stream are used on ``stream``."""
-    if isinstance(obj, torch.Tensor):
-        if obj.is_cuda:
-            obj.record_stream(stream)
-        return
-    if isinstance(obj, RawImageBatch):
-        for t in obj.images:
-            _record_stream(t, stream)
-        return
-    if isinstance(obj, TargetBatch):
-        for t in obj.tensors():
-            _record_stream(t, stream)
-        return
-    tensors = getattr(obj, "tensors", None)
-    if isinstance(tensors, torch.Tensor):
-        _record_stream(tensors, stream)
-    bbox = getattr(obj, "bbox", None)
-    if isinstance(bbox, torch.Tensor):
-        _record_stream(bbox, stream)
-        for value in getattr(obj, "extra_fields", {}).values():
-            _record_stream(value, stream)
-    packed = getattr(obj, "_packed", None)
-    if packed is not None:
-        for t in packed:
-            _record_stream(t, stream)
-    masks = getattr(obj, "masks", None)
-    if isinstance(masks, torch.Tensor):
-        _record_stream(masks, stream)
-
-
-def move_targets(targets, device):
-    """A batch's targets (BoxLists, or one :class:`TargetBatch` of a static batch) on ``device``."""
-    if isinstance(targets, TargetBatch):
-        return targets.to(device, non_blocking=True)
-    return [t.to(device, non_blocking=True) for t in targets]
+def _record_stream(images, targets, stream):
+    """Tell the caching allocator that the batch's tensors, made on the side stream, are used on ``stream``."""
+    for t in (images.tensors, images.sizes, *targets.tensors()):
+        if t.is_cuda:
+            t.record_stream(stream)
 
 
 class DeviceLoader:
+    """The one place a batch moves to the device: ``(ImageList, TargetBatch, ids)`` on ``device``, a raw hybrid
+    batch transformed there; the training step and the evaluation loop use what it yields as it is."""
+
     def __init__(self, loader, device, transform=None, cache=False):
         self.loader = loader
         self.device = torch.device(device)
@@ -75,9 +46,7 @@ class DeviceLoader:
 
     def _to_device(self, batch):
         images, targets, ids = batch
-        images = images.to(self.device, non_blocking=True)
-        targets = move_targets(targets, self.device)
-        return images, targets, ids
+        return images.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True), ids
 
     def _finish(self, batch):
         images, targets, ids = batch
@@ -121,8 +90,6 @@ class DeviceLoader:
         while upcoming is not None:
             main.wait_stream(side)
             images, targets, ids = upcoming
-            _record_stream(images, main)
-            for t in targets if isinstance(targets, (list, tuple)) else [targets]:
-                _record_stream(t, main)
+            _record_stream(images, targets, main)
             upcoming = issue()  # the next batch's copy and transform overlap this step
             yield images, targets, ids

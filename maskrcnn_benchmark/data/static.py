@@ -4,9 +4,8 @@ import math
 import torch
 
 from ..structures.bounding_box import BoxList
-from ..structures.image_list import to_image_list
 from ..structures.segmentation_mask import SegmentationMask
-from ..structures.target_batch import TargetBatch
+from .collate_batch import BatchCollator
 
 
 def static_sizes(cfg):
@@ -31,12 +30,14 @@ def static_sizes(cfg):
 
 def warm_up_batch(n, height, width, max_gt, device):
     """``(ImageList, TargetBatch)`` of ``n`` zero images of ``height x width`` with one square object each: what
-    the compiler needs to see the shapes of a real batch, without touching the dataset."""
-    images = to_image_list(torch.zeros((n, 3, height, width), device=device))
+    the compiler needs to see the shapes of a real batch, without touching the dataset. Made by the loader's
+    collator, as a real batch is."""
     targets = []
     for _ in range(n):
         t = BoxList(torch.tensor([[8.0, 8.0, 72.0, 72.0]]), (width, height))
         t.add_field("labels", torch.ones(1, dtype=torch.int64))
         t.add_field("masks", SegmentationMask([[[8, 8, 72, 8, 72, 72, 8, 72]]], (width, height)))
         targets.append(t)
-    return images, TargetBatch.from_boxlists(targets, max_gt=max_gt).to(device)
+    images, targets = BatchCollator(0, ((height, width),), max_gt).collate([torch.zeros((3, height, width))] * n,
+                                                                           targets)
+    return images.to(device), targets.to(device)

@@ -2,7 +2,8 @@
 
 The training forward is written with static shapes (docs/numerics.md, "A step with static shapes"): the loader
 pads every batch to one of its fixed image sizes and its ground truth to a fixed number of slots
-(:func:`~maskrcnn_benchmark.data.build.static_sizes`, ``DATALOADER.MAX_ANNOTATIONS_PER_IMAGE``), so dynamo
+(:func:`~maskrcnn_benchmark.data.build.static_sizes`, ``DATALOADER.MAX_ANNOTATIONS_PER_IMAGE``; such a batch is
+``TargetBatch.static``, and the ROI heads then keep fixed row counts too), so dynamo
 traces the whole forward as one graph per image size, with ``dynamic=False``. The step waits for the host
 nowhere: ``bench/host_syncs.py`` counts 0 host reads and 0 data-dependent shapes in one step (forward, backward,
 loss scaling, optimizer) for 2 and for 12 images, the package's custom ops (NMS, multi-level ROIAlign, the mask
@@ -40,18 +41,6 @@ def compile_mode(cfg, device):
     if cfg.COMPILE_MODE != "auto":
         return cfg.COMPILE_MODE
     return "reduce-overhead" if device.type == "cuda" else "default"
-
-
-def make_static(model):
-    """Fixed shapes for the ROI heads: ``BATCH_SIZE_PER_IMAGE`` box-head slots per image and the sampler's
-    positive budget of mask-head rows per image (the eager step trims both to the rows in use, a host sync
-    each); every other part of the training step has fixed shapes already."""
-    bare = model.module if hasattr(model, "module") else model
-    bare.roi_heads.box.loss_evaluator.static_shapes = True
-    mask = getattr(bare.roi_heads, "mask", None)
-    if mask is not None:
-        mask.static_shapes = True
-    return model
 
 
 @torch.no_grad()

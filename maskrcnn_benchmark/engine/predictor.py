@@ -10,6 +10,7 @@ from ..data.datasets import DatasetError
 from ..data.transforms import build_transforms
 from ..evaluation import to_original
 from ..modeling import build_detection_model
+from ..structures.image_list import to_image_list
 from ..utils.checkpoint import DetectronCheckpointer
 from ..utils.fileio import atomic_write
 
@@ -52,7 +53,8 @@ class Predictor:
         """BoxList in the image's own coordinates with ``scores``, ``labels`` and ``mask`` (H x W bool)."""
         image = image.convert("RGB")
         tensor, _ = self.transforms(image, None)
-        out = self.model([tensor.to(self.device)])[0]  # the model batches (and pads) its input itself
+        images = to_image_list([tensor.to(self.device)], self.cfg.DATALOADER.SIZE_DIVISIBILITY)
+        out = self.model(images)[0]
         out = out[out.get_field("scores") >= self.score_threshold]
         return to_original(out, image.size[0], image.size[1]).to("cpu")
 

@@ -37,7 +37,7 @@ from ..utils.logger import TRACEBACK_LOGGER, setup_logger
 from ..utils.mlperf_logger import MLPerfLogger
 from ..utils.rng import set_rng_state
 from ..utils.run_folder import claim_output_folder
-from .compile import CompiledForward, compile_enabled, compile_mode, make_static
+from .compile import CompiledForward, compile_enabled, compile_mode
 from .events import EpochScores
 from .preflight import check_before_init
 from .hooks import CheckpointHook, MetricsHook, ProfilerHook
@@ -205,8 +205,6 @@ class MLPerfRun(HookBase):
         resolve_num_classes(cfg)
         static = compile_enabled(cfg, device)  # a compiled step: fixed shapes, fused SGD
         model = build_detection_model(cfg).to(device)
-        if static:
-            make_static(model)
         ml.weights_initialization()
         optimizer = make_optimizer(cfg, model, fused=True if static else None)
         scheduler = make_lr_scheduler(cfg, optimizer)

@@ -7,7 +7,6 @@ import warnings
 
 import torch
 
-from ..data.device_loader import move_targets
 from ..utils import comm
 from ..utils.amp import autocast_dtype, make_grad_scaler
 from .events import EventStorage
@@ -106,8 +105,7 @@ class Trainer:
             raise NonFiniteLossError(f"non-finite loss at iteration {self.iter}: {values}")
 
     def run_step(self, images, targets):
-        images = images.to(self.device, non_blocking=True)
-        targets = move_targets(targets, self.device)
+        """One step on a batch the data loader has put on the device (``ImageList``, ``TargetBatch``)."""
         with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
                             enabled=self.amp_dtype is not None):
             loss_dict = self.forward(images, targets)

@@ -101,8 +101,9 @@ class COCOEvaluator(DatasetEvaluator):
 
 @torch.no_grad()
 def run_inference(model, data_loader, evaluator, device, dtype="float32"):
-    """Run ``model`` over this rank's shard of ``data_loader`` into ``evaluator`` (reset first); logs the time per
-    image. The evaluation itself is the caller's (``evaluator.evaluate()``)."""
+    """Run ``model`` over this rank's shard of ``data_loader`` (batches on ``device`` already: a
+    :class:`~maskrcnn_benchmark.data.device_loader.DeviceLoader`) into ``evaluator`` (reset first); logs the time
+    per image. The evaluation itself is the caller's (``evaluator.evaluate()``)."""
     was_training = model.training
     model.eval()
     evaluator.reset()
@@ -111,7 +112,7 @@ def run_inference(model, data_loader, evaluator, device, dtype="float32"):
     try:
         for images, _, ids in data_loader:
             with autocast(device, dtype):
-                outputs = model(images.to(device, non_blocking=True))
+                outputs = model(images)
             evaluator.process(ids, outputs)
             count += len(ids)
     finally:

@@ -28,14 +28,21 @@ class TargetBatch:
     the polygons of slot ``n * G + g``: ``poly_vertices (N*G, V, 2)``, ``poly_next (N*G, V)`` (the vertex each
     vertex's edge goes to), ``poly_part (N*G, V)`` (the edge's part, -1: none) and ``poly_parts (N*G, P)`` (True
     for the parts that exist: the part count travels as this shape). ``bitmaps (N, G, H, W)`` instead of polygons
-    for datasets annotated with RLE masks."""
+    for datasets annotated with RLE masks.
+
+    ``static``: the batch is padded to fixed shapes (``G`` = ``max_gt`` slots), and the ROI heads keep fixed shapes
+    for it too: ``BATCH_SIZE_PER_IMAGE`` box-head slots and the sampler's positive budget of mask-head rows per
+    image. Otherwise (an eager step) they trim both to the rows in use, one host read each. Static or not is
+    the batch's padding, chosen by the collator (``DATALOADER.MAX_ANNOTATIONS_PER_IMAGE`` for a compiled step),
+    not a setting of the model."""
 
     def __init__(self, boxes, labels, valid, image_wh, poly_vertices=None, poly_next=None, poly_part=None,
-                 poly_parts=None, bitmaps=None):
+                 poly_parts=None, bitmaps=None, static=False):
         self.boxes, self.labels, self.valid, self.image_wh = boxes, labels, valid, image_wh
         self.poly_vertices, self.poly_next, self.poly_part, self.poly_parts = (poly_vertices, poly_next, poly_part,
                                                                                 poly_parts)
         self.bitmaps = bitmaps
+        self.static = bool(static)
 
     @property
     def num_slots(self):
@@ -47,8 +54,12 @@ class TargetBatch:
 
     @classmethod
     def from_boxlists(cls, targets, max_gt=0, device=None):
-        """Pad ``targets`` (BoxLists with ``labels`` and, optionally, ``masks``). ``max_gt`` 0: the batch's
-        largest count (no fixed shape: what an eager step needs)."""
+        """Pad ``targets`` (BoxLists with ``labels`` and, optionally, ``masks``). ``max_gt`` > 0: a static batch of
+        that many slots; 0: the batch's largest count (no fixed shape: what an eager step needs).
+
+        Called by the loader's collator (:class:`~maskrcnn_benchmark.data.collate_batch.BatchCollator`) and by
+        the compatibility adapters for the reference's BoxList interfaces (:mod:`maskrcnn_benchmark.modeling.
+        compat`), nowhere else."""
         device = device or targets[0].bbox.device
         n = len(targets)
         counts = [len(t) for t in targets]
@@ -75,7 +86,7 @@ class TargetBatch:
         image_wh = torch.tensor([t.size for t in targets], dtype=torch.float32, device=device).reshape(-1, 2)
         masks = [t.get_field("masks") if t.has_field("masks") else None for t in targets]
         if not masks or any(m is None for m in masks):
-            return cls(boxes, labels, valid, image_wh)
+            return cls(boxes, labels, valid, image_wh, static=max_gt > 0)
         if all(m.mode == "poly" for m in masks):
             packed = [m.packed_polygons() for m in masks]
             vertices = torch.cat([p[0].cpu() for p in packed]).float().reshape(-1, 2)
@@ -86,14 +97,14 @@ class TargetBatch:
             padded[slot] = vertices
             parts = torch.arange(num_parts)[None, :] < torch.bincount(instance, minlength=n * g)[:, None]
             return cls(boxes, labels, valid, image_wh, padded.view(n * g, -1, 2).to(device), nxt.to(device),
-                       part.to(device), parts.to(device))
+                       part.to(device), parts.to(device), static=max_gt > 0)
         h = max(m.size[1] for m in masks)
         w = max(m.size[0] for m in masks)
         bitmaps = torch.zeros((n, g, h, w), dtype=torch.uint8, device=device)
         for i, m in enumerate(masks):
             t = m.convert("mask").get_mask_tensor().to(device)
             bitmaps[i, : t.shape[0], : t.shape[1], : t.shape[2]] = t
-        return cls(boxes, labels, valid, image_wh, bitmaps=bitmaps)
+        return cls(boxes, labels, valid, image_wh, bitmaps=bitmaps, static=max_gt > 0)
 
     def _fields(self):
         return (self.boxes, self.labels, self.valid, self.image_wh, self.poly_vertices, self.poly_next,
@@ -103,7 +114,7 @@ class TargetBatch:
         return [t for t in self._fields() if t is not None]
 
     def _map(self, fn):
-        return TargetBatch(*(None if t is None else fn(t) for t in self._fields()))
+        return TargetBatch(*(None if t is None else fn(t) for t in self._fields()), static=self.static)
 
     def to(self, device, non_blocking=False):
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))

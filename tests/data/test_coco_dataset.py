@@ -115,10 +115,10 @@ def test_synthetic_dataset_through_transforms_and_loader(synthetic_dir):
     assert len(batches) == 7
     images, targets, ids = batches[0]
     assert images.tensors.shape[0] == 4 and images.tensors.shape[-1] % 32 == 0
-    assert all(t.size == (96, 96) for t in targets)
+    assert targets.image_wh.tolist() == [[96.0, 96.0]] * 4
     # Caffe2 normalization: BGR, 0-255, mean subtracted
     assert images.tensors.min() < -50 and images.tensors.max() > 50
-    labels = torch.cat([t.get_field("labels") for t in targets])
+    labels = targets.labels[targets.valid]
     assert labels.min() >= 1 and labels.max() <= 3
     test_loader = make_data_loader(cfg, is_train=False)[0]
     seen = [i for _, _, ids in test_loader for i in ids]

@@ -18,6 +18,7 @@ from maskrcnn_benchmark.config import get_cfg
 from maskrcnn_benchmark.data.datasets import COCODataset, DatasetError
 from maskrcnn_benchmark.data.transforms import build_transforms
 from maskrcnn_benchmark.data.transforms.device import DeviceTransform, pil_resize
+from maskrcnn_benchmark.modeling.compat import target_batch
 from maskrcnn_benchmark.modeling.roi_heads.mask_head.loss import project_masks_on_boxes
 from maskrcnn_benchmark.structures import BoxList, RawImageBatch, to_image_list
 from maskrcnn_benchmark.synthetic.coco_like import write_coco_like
@@ -218,7 +219,8 @@ def test_the_device_loader_transforms_raw_batches_and_can_keep_them():
     images = [torch.full((3, 30, 40), 100, dtype=torch.uint8), torch.full((3, 30, 40), 50, dtype=torch.uint8)]
     raw = RawImageBatch(images, [(60, 80), (60, 80)], [False, False])
     target = BoxList(torch.tensor([[1.0, 2.0, 10.0, 12.0]]), (80, 60))
-    source = _CountingLoader([(raw, (target, target), (0, 1))])
+    target.add_field("labels", torch.tensor([1]))
+    source = _CountingLoader([(raw, target_batch([target, target]), (0, 1))])
     loader = DeviceLoader(source, "cpu", DeviceTransform.from_config(cfg), cache=True)
     first = list(loader)
     second = list(loader)
@@ -226,5 +228,5 @@ def test_the_device_loader_transforms_raw_batches_and_can_keep_them():
     for (imgs, targets, ids) in (first[0], second[0]):
         assert imgs.tensors.shape == (2, 3, 64, 96) and ids == (0, 1)
         assert torch.allclose(imgs.tensors[0, 0, 0, 0], torch.tensor(100.0 - cfg.INPUT.PIXEL_MEAN[0]))
-        assert torch.equal(targets[0].bbox, target.bbox)
+        assert torch.equal(targets.boxes[0], target.bbox) and torch.equal(targets.boxes[1], target.bbox)
     assert torch.equal(first[0][0].tensors, second[0][0].tensors)

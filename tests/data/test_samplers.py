@@ -1,6 +1,8 @@
 import torch
 
+from helpers import empty_target
 from maskrcnn_benchmark.data.collate_batch import BatchCollator
+from maskrcnn_benchmark.structures import BoxList
 from maskrcnn_benchmark.data.samplers import DistributedSampler, GroupedBatchSampler, IterationBasedBatchSampler
 
 
@@ -40,10 +42,16 @@ def test_iteration_based_sampler_reiterates_with_new_epochs():
 
 
 def test_collator_pads_to_size_divisibility():
-    batch = [(torch.ones(3, 30, 41), "t0", 0), (torch.ones(3, 50, 20), "t1", 1)]
+    t0, t1 = empty_target(41, 30), BoxList(torch.tensor([[1.0, 2.0, 10.0, 12.0]]), (20, 50))
+    t1.add_field("labels", torch.tensor([3]))
+    batch = [(torch.ones(3, 30, 41), t0, 0), (torch.ones(3, 50, 20), t1, 1)]
     images, targets, ids = BatchCollator(32)(batch)
     assert images.tensors.shape == (2, 3, 64, 64) and images.image_sizes == [(30, 41), (50, 20)]
-    assert targets == ("t0", "t1") and ids == (0, 1)
+    assert ids == (0, 1)
+    # the targets: one TargetBatch, tightly padded (the largest count, 1), not static
+    assert targets.boxes.shape == (2, 1, 4) and targets.valid.tolist() == [[False], [True]]
+    assert targets.labels.tolist() == [[0], [3]] and targets.image_wh.tolist() == [[41.0, 30.0], [20.0, 50.0]]
+    assert not targets.static and BatchCollator(32, max_gt=4)(batch)[1].static
 
 
 def _run_batches(num_iterations, start_iter, seed=5, groups=None):

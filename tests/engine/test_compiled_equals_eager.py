@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from helpers import shapes_image, small_cfg
-from maskrcnn_benchmark.engine.compile import CompiledForward, make_static, precompute_anchors
+from maskrcnn_benchmark.engine.compile import CompiledForward, precompute_anchors
+from maskrcnn_benchmark.modeling.compat import target_batch
 from maskrcnn_benchmark.modeling import build_detection_model
 from maskrcnn_benchmark.solver import make_optimizer
-from maskrcnn_benchmark.structures import TargetBatch, to_image_list
+from maskrcnn_benchmark.structures import to_image_list
 
 SIZE = (96, 128)
 
@@ -24,7 +25,7 @@ def _batch(seed=0):
         img, t = shapes_image(128, 96)
         images.append(img + torch.randn(img.shape, generator=gen) * (5 + i))
         targets.append(t)
-    return to_image_list(images, 32, fixed_sizes=[SIZE]), TargetBatch.from_boxlists(targets, max_gt=96)
+    return to_image_list(images, 32, fixed_sizes=[SIZE]), target_batch(targets, max_gt=96)
 
 
 def _steps(backend, steps=3):
@@ -32,7 +33,7 @@ def _steps(backend, steps=3):
     torch._dynamo.reset()
     torch.manual_seed(0)
     cfg = small_cfg("SOLVER.BASE_LR", 0.01)
-    model = make_static(build_detection_model(cfg).train())
+    model = build_detection_model(cfg).train()
     precompute_anchors(model, [SIZE], torch.device("cpu"))
     optimizer = make_optimizer(cfg, model, fused=True)
     forward = model if backend is None else CompiledForward(model, "default", backend, batch_size=2)
@@ -128,7 +129,7 @@ def test_a_failed_cuda_graph_capture_falls_back_to_eager(caplog):
     """The capture error of an op that syncs inside a CUDA graph ("operation not permitted when stream is
     capturing") is a compile failure: one warning, then the eager step, the same losses."""
     torch.manual_seed(0)
-    model = make_static(build_detection_model(small_cfg()).train())
+    model = build_detection_model(small_cfg()).train()
     forward = CompiledForward(model, "default", "eager", batch_size=2)
 
     def capture_fails(*args, **kwargs):
@@ -153,7 +154,7 @@ def test_a_failed_cuda_graph_capture_falls_back_to_eager(caplog):
 
 def test_an_error_of_the_step_itself_is_not_swallowed():
     torch.manual_seed(0)
-    model = make_static(build_detection_model(small_cfg()).train())
+    model = build_detection_model(small_cfg()).train()
     forward = CompiledForward(model, "default", "eager", batch_size=2)
 
     def bad_target(*args, **kwargs):

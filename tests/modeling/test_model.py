@@ -5,6 +5,7 @@ import torch
 
 from helpers import empty_target, r50_cfg, shapes_image, small_cfg
 from maskrcnn_benchmark.modeling import build_detection_model
+from maskrcnn_benchmark.modeling.compat import image_list, train_forward
 from maskrcnn_benchmark.structures import BoxList, SegmentationMask
 
 LOSS_KEYS = {"loss_objectness", "loss_rpn_box_reg", "loss_classifier", "loss_box_reg", "loss_mask"}
@@ -22,7 +23,7 @@ def test_r50_fpn_builds_from_yaml_with_44m_parameters_and_trains_one_step():
     assert not any(n.startswith("backbone.body.layer2") for n in frozen)
     img, target = shapes_image(160, 128)
     model.train()
-    losses = model([img, img.flip(-1)[:, :, :150]], [target, empty_target(150, 128)])
+    losses = train_forward(model, [img, img.flip(-1)[:, :, :150]], [target, empty_target(150, 128)])
     assert set(losses) == LOSS_KEYS
     assert all(torch.isfinite(v) for v in losses.values())
     sum(losses.values()).backward()
@@ -35,7 +36,7 @@ def test_eval_returns_boxlists_with_masks_of_image_size():
     model = build_detection_model(cfg).eval()
     img1, _ = shapes_image(128, 96)
     img2, _ = shapes_image(100, 80)
-    out = model([img1, img2[:, :80, :100]])
+    out = model(image_list(model, [img1, img2[:, :80, :100]]))
     assert len(out) == 2
     for det, (w, h) in zip(out, [(128, 96), (100, 80)]):
         assert isinstance(det, BoxList) and det.size == (w, h)
@@ -50,7 +51,7 @@ def test_eval_returns_boxlists_with_masks_of_image_size():
 def test_training_handles_batch_without_any_ground_truth():
     model = build_detection_model(small_cfg()).train()
     img, _ = shapes_image()
-    losses = model([img, img], [empty_target(128, 96), empty_target(128, 96)])
+    losses = train_forward(model, [img, img], [empty_target(128, 96), empty_target(128, 96)])
     assert set(losses) == LOSS_KEYS and all(torch.isfinite(v) for v in losses.values())
     assert losses["loss_mask"].item() == 0 and losses["loss_box_reg"].item() == 0
 
@@ -64,7 +65,7 @@ def test_small_model_overfits_one_image():
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.01, momentum=0.9)
     history = []
     for _ in range(60):
-        losses = model([img], [target])
+        losses = train_forward(model, [img], [target])
         loss = sum(losses.values())
         opt.zero_grad()
         loss.backward()
@@ -82,9 +83,9 @@ def _train_losses(cfg, dtype=None):
     img, target = shapes_image()
     torch.manual_seed(1)
     if dtype is None:
-        return model([img], [target])
+        return train_forward(model, [img], [target])
     with torch.autocast("cpu", dtype=dtype):
-        return model([img], [target])
+        return train_forward(model, [img], [target])
 
 
 def test_fp32_bf16_and_channels_last_agree():
@@ -119,7 +120,7 @@ def test_random_init_r50_losses_finite_with_extreme_activations(seed):
         t.add_field("masks", SegmentationMask([[[x1, y1, x2, y1, x2, y2, x1, y2]] for x1, y1, x2, y2 in
                                                boxes.tolist()], (w, h)))
         targets.append(t)
-    losses = model(images, targets)
+    losses = train_forward(model, images, targets)
     for k, v in losses.items():
         assert torch.isfinite(v), (k, v)
     sum(losses.values()).backward()

@@ -4,12 +4,14 @@ import pytest
 import torch
 
 from helpers import r50_cfg, shapes_image, small_cfg
-from maskrcnn_benchmark.engine.compile import graph_breaks, make_static
+from maskrcnn_benchmark.engine.compile import graph_breaks
 from maskrcnn_benchmark.modeling import build_detection_model
 from maskrcnn_benchmark.modeling.balanced_positive_negative_sampler import BalancedPositiveNegativeSampler
 from maskrcnn_benchmark.modeling.roi_heads.mask_head.loss import polygon_mask_targets
 from maskrcnn_benchmark.modeling.roi_heads.mask_head.mask_head import batch_mask_targets
-from maskrcnn_benchmark.structures import BoxList, SegmentationMask, TargetBatch, to_image_list
+from maskrcnn_benchmark.modeling.compat import target_batch
+from maskrcnn_benchmark.structures import BoxList, SegmentationMask, to_image_list
+from maskrcnn_benchmark.synthetic.batch import synthetic_batch
 
 
 def _batch(n=2, width=128, height=96):
@@ -38,11 +40,12 @@ def test_static_step_computes_the_eager_losses_and_gradients():
     torch.manual_seed(0)
     model = build_detection_model(small_cfg()).train()
     images, targets = _batch()
-    eager_losses, eager_grads = _losses_and_grads(model, images, targets)
-    padded = TargetBatch.from_boxlists(targets, max_gt=96)
+    eager_losses, eager_grads = _losses_and_grads(model, images, target_batch(targets))
+    static = target_batch(targets, max_gt=96)  # 96 slots, the ROI heads' fixed rows
+    padded = target_batch(targets, max_gt=96)
+    padded.static = False  # 96 slots, the ROI heads' rows as needed
     padded_losses, padded_grads = _losses_and_grads(model, images, padded)
-    make_static(model)
-    static_losses, static_grads = _losses_and_grads(model, images, padded)
+    static_losses, static_grads = _losses_and_grads(model, images, static)
     assert static_losses.keys() == padded_losses.keys() == eager_losses.keys()
     for k in eager_losses:
         assert torch.equal(padded_losses[k], eager_losses[k]), k
@@ -61,8 +64,8 @@ def test_padded_polygon_buffers_give_the_same_mask_targets():
     _, targets = _batch(3)
     rois = torch.tensor([[10.0, 20.0, 60.0, 70.0], [0.0, 0.0, 127.0, 95.0], [30.0, 10.0, 90.0, 50.0]])
     image, matched = torch.tensor([0, 1, 2]), torch.tensor([1, 0, 1])
-    tight = batch_mask_targets(TargetBatch.from_boxlists(targets), rois, image, matched, 28)
-    padded_batch = TargetBatch.from_boxlists(targets, max_gt=96)
+    tight = batch_mask_targets(target_batch(targets), rois, image, matched, 28)
+    padded_batch = target_batch(targets, max_gt=96)
     assert padded_batch.poly_vertices.shape[0] == 3 * 96  # one row of polygons per ground-truth slot
     padded = batch_mask_targets(padded_batch, rois, image, matched, 28)
     assert tight.any() and torch.equal(padded, tight)
@@ -92,7 +95,7 @@ def test_more_annotations_than_the_cap_keep_all_of_them():
     t = BoxList(boxes, (200, 10))
     t.add_field("labels", torch.ones(100, dtype=torch.int64))
     t.add_field("masks", SegmentationMask([[[i, 0, i + 5, 0, i + 5, 5]] for i in range(100)], (200, 10)))
-    batch = TargetBatch.from_boxlists([t], max_gt=96)
+    batch = target_batch([t], max_gt=96)
     assert batch.num_slots == 128 and int(batch.valid.sum()) == 100
     assert torch.equal(batch.boxes[0, :100], boxes)
 
@@ -101,19 +104,12 @@ def test_training_forward_has_no_graph_break():
     """The R-50-FPN training forward of a static step under torch._dynamo.explain (default config), on the
     issue's two 320x480 images: one graph. (38 breaks before the static step; bench/graph_breaks.py prints the
     table.) A break that comes back is listed with its reason."""
-    import sys
-
-    from helpers import REPO
-
-    sys.path.insert(0, f"{REPO}/bench")
-    from model_step import synthetic_batch
-
     cfg = r50_cfg()
     torch.manual_seed(0)
-    model = make_static(build_detection_model(cfg).train())
+    model = build_detection_model(cfg).train()
     images, targets, _ = synthetic_batch(2, 320, 480, 81)
     breaks, graphs, reasons = graph_breaks(model, to_image_list(images, 32),
-                                           TargetBatch.from_boxlists(targets, max_gt=96))
+                                           target_batch(targets, max_gt=96))
     assert (breaks, graphs, reasons) == (0, 1, [])
 
 
@@ -161,7 +157,7 @@ def test_static_step_compiles_once_per_image_size(shape):
     from maskrcnn_benchmark.engine.compile import _mark_polygon_buffers_dynamic, precompute_anchors
 
     torch.manual_seed(0)
-    model = make_static(build_detection_model(small_cfg()).train())
+    model = build_detection_model(small_cfg()).train()
     precompute_anchors(model, [shape], "cpu")
     torch._dynamo.reset()
     counters.clear()
@@ -171,7 +167,7 @@ def test_static_step_compiles_once_per_image_size(shape):
         h, w = shape[0] - 8 * step, shape[1] - 16 * step
         images = to_image_list([torch.randn(3, h, w) for _ in range(2)], 32, fixed_sizes=[shape])
         assert images.tensors.shape[-2:] == shape
-        batch = TargetBatch.from_boxlists(_disc_targets(2, w, h, vertices), max_gt=96)
+        batch = target_batch(_disc_targets(2, w, h, vertices), max_gt=96)
         seen.add(batch.poly_vertices.shape[1])
         _mark_polygon_buffers_dynamic(batch)
         compiled(images, batch)
@@ -203,10 +199,9 @@ def test_eager_box_head_runs_on_the_sampled_rows_only():
     assert int(counts.max()) < s
     proposals = Proposals(boxes, torch.ones(2, slots), valid)
     torch.manual_seed(3)
-    eager = evaluator.subsample(proposals, targets)
-    evaluator.static_shapes = True
+    eager = evaluator.subsample(proposals, target_batch(targets))
     torch.manual_seed(3)
-    static = evaluator.subsample(proposals, targets)
+    static = evaluator.subsample(proposals, target_batch(targets, static=True))
     most = int(counts.max())  # IoU thresholds 0.5/0.5: no proposal is ignored, all are sampled
     assert eager.slot_rois.shape[0] == 2 * most and static.slot_rois.shape[0] == 2 * s
     assert torch.equal(eager.rois, static.rois) and torch.equal(eager.labels, static.labels)

@@ -6,7 +6,9 @@ from helpers import r50_cfg
 from maskrcnn_benchmark.modeling.box_coder import BoxCoder
 from maskrcnn_benchmark.modeling.roi_heads.box_head.inference import make_roi_box_post_processor
 from maskrcnn_benchmark.modeling.rpn.anchor_generator import AnchorGenerator
-from maskrcnn_benchmark.modeling.rpn.rpn import RPNPostProcessor, _flatten_head_outputs
+from maskrcnn_benchmark.modeling.compat import target_batch
+from maskrcnn_benchmark.modeling.rpn.rpn import Proposals, RPNPostProcessor, _flatten_head_outputs
+from maskrcnn_benchmark.modeling.utils import image_sizes_tensor
 from maskrcnn_benchmark.structures import BoxList
 
 
@@ -46,7 +48,16 @@ def test_rpn_post_processing_identical_including_order(golden, device, mode):
         post = RPNPostProcessor(c["PRE_NMS_TOP_N"], c["POST_NMS_TOP_N"], c["NMS_THRESH"], c["MIN_SIZE"],
                                 c["FPN_POST_NMS_TOP_N"], v["training"] and v["fpn_post_nms_per_batch"],
                                 BoxCoder((1.0, 1.0, 1.0, 1.0)))
-        out = mode(post)(anchors, objectness, regression, sizes, targets if v["with_targets"] else None)
+        batch = target_batch(targets, device=device) if v["with_targets"] else None
+
+        def select(anchors, objectness, regression, sizes, batch):
+            p = post.select(anchors, objectness, regression, sizes, batch)
+            return p.boxes, p.objectness, p.valid
+
+        # the selection runs in the mode under test (what the training step runs); the BoxLists are read after
+        out = Proposals(*mode(select)(anchors, objectness, regression, image_sizes_tensor(sizes, device), batch))
+        out = out.to_boxlists(sizes)
+        assert len(out) == len(v["proposals"]) == len(sizes), v["name"]
         for ours, ref in zip((o.to("cpu") for o in out), v["proposals"]):
             assert ours.size == tuple(ref["image_size_wh"]), v["name"]
             # Same arithmetic in the same order: bitwise equal boxes and probabilities in the same order (per
@@ -74,6 +85,7 @@ def test_box_post_processing_identical(golden, device, mode):
                       "MODEL.ROI_HEADS.DETECTIONS_PER_IMG", v["detections_per_img"])
         out = mode(make_roi_box_post_processor(cfg))(g["inputs"]["class_logits"].to(device),
                                                g["inputs"]["box_regression"].to(device), rois.to(device), sizes)
+        assert len(out) == len(v["results"]) == len(props)
         for ours, ref in zip((o.to("cpu") for o in out), v["results"]):
             assert ours.size == tuple(ref["image_size_wh"])
             # Class-major in both. Within a class the reference's CPU NMS returns ascending proposal index; its GPU

@@ -5,12 +5,13 @@ import torch
 from helpers import r50_cfg
 from maskrcnn_benchmark.modeling.balanced_positive_negative_sampler import BalancedPositiveNegativeSampler
 from maskrcnn_benchmark.modeling.box_coder import BoxCoder
+from maskrcnn_benchmark.modeling.compat import box_losses, proposals_from_boxlists, target_batch
 from maskrcnn_benchmark.modeling.matcher import Matcher, batched_iou
 from maskrcnn_benchmark.modeling.roi_heads.box_head.loss import make_roi_box_loss_evaluator
 from maskrcnn_benchmark.modeling.roi_heads.mask_head.loss import mask_rcnn_loss, polygon_mask_targets
 from maskrcnn_benchmark.modeling.rpn.anchor_generator import AnchorGenerator
 from maskrcnn_benchmark.modeling.rpn.rpn import RPNLossComputation, _flatten_head_outputs
-from maskrcnn_benchmark.modeling.utils import pad_boxes
+from maskrcnn_benchmark.modeling.utils import image_sizes_tensor, pad_boxes
 from maskrcnn_benchmark.structures import BoxList, SegmentationMask
 
 # golden README: losses differ by <= 1 ulp between thread counts, gradients by <= 1e-12.
@@ -54,14 +55,15 @@ def test_rpn_losses_and_gradients(golden, device, mode):
         loss = RPNLossComputation(Matcher(v["fg_iou"], v["bg_iou"], allow_low_quality_matches=True),
                                   _Injected(v["sampled_pos_mask"], v["sampled_neg_mask"], device),
                                   BoxCoder((1.0, 1.0, 1.0, 1.0)), gen)
-        labels, regression_targets = mode(loss.prepare_targets)(torch.cat(anchors), targets, sizes)
+        batch, size_tensor = target_batch(targets, device=device), image_sizes_tensor(sizes, device)
+        labels, regression_targets = mode(loss.prepare_targets)(torch.cat(anchors), batch, size_tensor)
         assert torch.equal(labels.cpu(), torch.stack(v["anchor_labels"]))
         torch.testing.assert_close(regression_targets.cpu(), torch.stack(v["anchor_regression_targets"]), rtol=0,
                                    atol=1e-6)
         logits = [t.detach().clone().to(device).requires_grad_(True) for t in inputs["objectness_logits"]]
         deltas = [t.detach().clone().to(device).requires_grad_(True) for t in inputs["box_regression"]]
         obj, reg = _flatten_head_outputs(logits, deltas)
-        obj_loss, box_loss = mode(loss)(anchors, obj, reg, targets, sizes)
+        obj_loss, box_loss = mode(loss)(anchors, obj, reg, batch, size_tensor)
         torch.testing.assert_close(obj_loss.cpu(), v["objectness_loss"], rtol=LOSS_RTOL, atol=0)
         torch.testing.assert_close(box_loss.cpu(), v["box_loss"], rtol=LOSS_RTOL, atol=0)
         # One backward of the sum gives both: the objectness loss does not depend on the deltas nor the box loss on
@@ -81,7 +83,7 @@ def test_box_losses_and_gradients(golden, device, mode):
     for v in g["box"]["variants"]:
         evaluator = make_roi_box_loss_evaluator(r50_cfg())
         evaluator.sampler = _Injected(v["sampled_pos_mask"], v["sampled_neg_mask"], device)
-        samples = mode(evaluator.subsample)(props, targets)
+        samples = mode(evaluator.subsample)(proposals_from_boxlists(props, device), target_batch(targets, device))
         # rows: image by image, ascending proposal index within each image, as the reference concatenates them
         ref_rows = torch.cat([offsets[i].cpu() + idx for i, idx in enumerate(v["sampled_indices_per_image"])])
         rows = offsets[samples.image_index] + samples.proposal_index
@@ -91,7 +93,8 @@ def test_box_losses_and_gradients(golden, device, mode):
                                    rtol=0, atol=1e-5)
         logits = g["box"]["inputs"]["class_logits_all_proposals"].detach().clone().to(device).requires_grad_(True)
         deltas = g["box"]["inputs"]["box_regression_all_proposals"].detach().clone().to(device).requires_grad_(True)
-        cls_loss, box_loss = mode(evaluator)(logits[rows], deltas[rows], samples)
+        # the sampled rows laid into the sample slots, then the loss in the mode under test
+        cls_loss, box_loss = box_losses(mode(evaluator), logits[rows], deltas[rows], samples)
         torch.testing.assert_close(cls_loss.cpu(), v["classification_loss"], rtol=LOSS_RTOL, atol=0)
         torch.testing.assert_close(box_loss.cpu(), v["box_loss"], rtol=LOSS_RTOL, atol=0)
         # one backward of the sum (as above: each loss depends on one input only; compiled, one autograd node)

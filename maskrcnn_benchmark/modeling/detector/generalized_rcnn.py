@@ -1,8 +1,6 @@
 import torch
 from torch import nn
 
-from ...structures.image_list import to_image_list
-from ...structures.target_batch import TargetBatch
 from ..backbone import build_backbone
 from ..registry import META_ARCH
 from ..roi_heads.roi_heads import build_roi_heads
@@ -27,13 +25,12 @@ class GeneralizedRCNN(nn.Module):
         self.channels_last = cfg.NHWC
 
     def forward(self, images, targets=None):
-        """``targets``: a :class:`TargetBatch` (fixed shapes: what a compiled step is given) or per-image
-        BoxLists, padded here."""
+        """``images`` an :class:`~maskrcnn_benchmark.structures.image_list.ImageList`, ``targets`` a
+        :class:`~maskrcnn_benchmark.structures.target_batch.TargetBatch` (static or not: its padding), as the data
+        loader yields them; the reference's tensors and BoxLists go through :mod:`maskrcnn_benchmark.modeling.
+        compat`."""
         if self.training and targets is None:
             raise ValueError("targets are required in training mode")
-        images = to_image_list(images, self.size_divisible)
-        if self.training and not isinstance(targets, TargetBatch):
-            targets = TargetBatch.from_boxlists(list(targets), device=images.tensors.device)
         x = images.tensors
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)

@@ -1,8 +1,6 @@
 """The ROI heads: ``roi_heads.box`` and ``roi_heads.mask`` (the reference's CombinedROIHeads and names)."""
 from torch import nn
 
-from ...structures.target_batch import TargetBatch
-
 from .box_head import build_roi_box_head
 from .mask_head import build_roi_mask_head
 
@@ -16,10 +14,8 @@ class CombinedROIHeads(nn.Module):
             self.mask = build_roi_mask_head(cfg, in_channels)
 
     def forward(self, features, proposals, targets=None):
-        """Training: ``(x, samples, losses)``; eval: ``(x, detections, {})`` with ``mask`` fields. ``targets``: a
-        :class:`TargetBatch` or the reference's per-image BoxLists."""
-        if self.training and targets is not None and not isinstance(targets, TargetBatch):
-            targets = TargetBatch.from_boxlists(list(targets), device=features[0].device)
+        """Training (``targets`` a :class:`TargetBatch`): ``(x, samples, losses)``; eval: ``(x, detections, {})``
+        with ``mask`` fields."""
         x, result, losses = self.box(features, proposals, targets)
         if self.mask_on:
             losses = {**losses, **self.mask(features, result, targets)}

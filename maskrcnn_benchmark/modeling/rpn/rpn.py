@@ -14,12 +14,11 @@ from torch import nn
 
 from ...layers.nms import nms_keep_padded
 from ...structures.bounding_box import TO_REMOVE, BoxList
-from ...structures.target_batch import TargetBatch
 from ..balanced_positive_negative_sampler import BalancedPositiveNegativeSampler
 from ..box_coder import BoxCoder
 from ..matcher import Matcher, batched_iou
 from ..registry import RPN_HEADS
-from ..utils import image_sizes_tensor
+from ..utils import compact, image_sizes_tensor
 from .anchor_generator import AnchorGenerator
 
 
@@ -85,15 +84,11 @@ class Proposals:
         return out
 
 
-def _compact(values, chosen, capacity, fill=0.0):
-    """Move the chosen entries of each row of ``values (N, M, ...)`` to its front, in order, into ``capacity``
-    slots: a scatter with static shapes (``chosen (N, M)`` bool)."""
-    n, m = chosen.shape
-    position = torch.cumsum(chosen.to(torch.int64), 1) - 1
-    target = torch.where(chosen, position, torch.full_like(position, capacity))  # unchosen: a spill slot
-    out = values.new_full((n, capacity + 1) + tuple(values.shape[2:]), fill)
-    index = target.view(n, m, *([1] * (values.dim() - 2))).expand_as(values)
-    return out.scatter(1, index, values)[:, :capacity]
+def _compact(boxes, scores, chosen, capacity):
+    """The chosen proposals of each image first, in order, in ``capacity`` slots, the rest zero:
+    ``(boxes, scores, valid)``."""
+    c = compact(chosen, capacity)
+    return c.take(boxes), c.take(scores), c.valid
 
 
 class RPNPostProcessor:
@@ -157,9 +152,7 @@ class RPNPostProcessor:
             chosen = torch.zeros(n * kk, dtype=torch.bool, device=device)
             chosen = chosen.scatter(0, top.indices, top.values > float("-inf")).view(n, kk)
             capacity = min(self.fpn_post_nms_top_n, kk)
-            out_boxes = _compact(boxes, chosen, capacity)
-            out_scores = _compact(scores, chosen, capacity)
-            out_valid = _compact(chosen, chosen, capacity, fill=False)
+            out_boxes, out_scores, out_valid = _compact(boxes, scores, chosen, capacity)
         else:
             # Per image, by decreasing probability; equal probabilities (sigmoid saturates in float32) keep level
             # and rank order, the same on every device (torch.topk leaves their order to the implementation).
@@ -175,9 +168,7 @@ class RPNPostProcessor:
             # the ground truth goes right after each image's proposals: compact again
             both = torch.cat((out_valid, targets.valid), 1)
             capacity = both.shape[1]
-            out_boxes = _compact(out_boxes, both, capacity)
-            out_scores = _compact(out_scores, both, capacity)
-            out_valid = _compact(both, both, capacity, fill=False)
+            out_boxes, out_scores, out_valid = _compact(out_boxes, out_scores, both, capacity)
         return Proposals(out_boxes, out_scores, out_valid)
 
     def _nms_per_level(self, boxes, scores, large, level_ks):
@@ -198,13 +189,10 @@ class RPNPostProcessor:
         keep = keep.view(n, levels, kmax)
         return torch.cat([keep[:, lvl, :k] for lvl, k in enumerate(level_ks)], 1)
 
-    def __call__(self, anchors, objectness, box_regression, image_sizes_list, targets=None):
-        """The reference's interface: one BoxList per image (``objectness`` field); ``targets`` BoxLists."""
-        device = objectness[0].device
-        sizes = image_sizes_tensor(image_sizes_list, device)
-        if targets is not None and not isinstance(targets, TargetBatch):
-            targets = TargetBatch.from_boxlists(targets, device=device)
-        return self.select(anchors, objectness, box_regression, sizes, targets).to_boxlists(image_sizes_list)
+    def __call__(self, anchors, objectness, box_regression, image_sizes_list):
+        """The proposals of an evaluation batch: one BoxList per image (``objectness`` field)."""
+        sizes = image_sizes_tensor(image_sizes_list, objectness[0].device)
+        return self.select(anchors, objectness, box_regression, sizes).to_boxlists(image_sizes_list)
 
 
 def _smooth_l1(diff, beta):
@@ -226,12 +214,7 @@ class RPNLossComputation:
     def prepare_targets(self, anchors, targets, sizes):
         """``(labels (N, A), regression_targets (N, A, 4))`` for the concatenated anchors: 1 / 0 / -1 (ignored:
         between the thresholds, or not inside the unpadded image within STRADDLE_THRESH). ``targets``: a
-        :class:`TargetBatch` (or BoxLists); ``sizes``: ``(N, 2)`` (height, width) (or a list of them)."""
-        device = anchors.device
-        if not isinstance(targets, TargetBatch):
-            targets = TargetBatch.from_boxlists(targets, device=device)
-        if not isinstance(sizes, torch.Tensor):
-            sizes = image_sizes_tensor(sizes, device)
+        :class:`TargetBatch`; ``sizes``: ``(N, 2)`` (height, width)."""
         n = targets.boxes.shape[0]
         gt_boxes, gt_valid = targets.boxes, targets.valid
         matches = self.matcher(batched_iou(gt_boxes, gt_valid, anchors[None].expand(n, -1, -1)))
@@ -290,8 +273,6 @@ class RPNModule(nn.Module):
         if self.training:
             if targets is None:
                 raise ValueError("targets are required in training mode")
-            if not isinstance(targets, TargetBatch):  # the reference's per-image BoxLists
-                targets = TargetBatch.from_boxlists(list(targets), device=images.tensors.device)
             proposals = self.box_selector_train.select(anchors, [o.detach() for o in objectness],
                                                        [b.detach() for b in box_regression], images.sizes, targets)
             loss_objectness, loss_rpn_box_reg = self.loss_evaluator(

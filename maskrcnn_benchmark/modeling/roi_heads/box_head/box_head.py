@@ -4,15 +4,9 @@ import torch
 from torch import nn
 
 from ...registry import ROI_BOX_FEATURE_EXTRACTORS, ROI_BOX_PREDICTOR
+from ...utils import rois_from_boxlists
 from .inference import make_roi_box_post_processor
 from .loss import make_roi_box_loss_evaluator
-
-
-def rois_from_boxlists(boxlists):
-    """``(K, 5)`` ROIs (image index, x1, y1, x2, y2) from a list of BoxLists."""
-    boxes = [b.convert("xyxy").bbox for b in boxlists]
-    idx = [torch.full((len(b), 1), i, dtype=b.dtype, device=b.device) for i, b in enumerate(boxes)]
-    return torch.cat((torch.cat(idx), torch.cat(boxes)), dim=1)
 
 
 class ROIBoxHead(nn.Module):

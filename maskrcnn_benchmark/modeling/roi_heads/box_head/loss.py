@@ -5,8 +5,8 @@ are matched to the ground truth at IoU 0.5 (no low-quality matches), up to BATCH
 are sampled with at most POSITIVE_FRACTION foreground; the classifier is trained on all sampled ROIs, the box
 regression on the foreground ones, normalized by the number of sampled ROIs. Matching and sampling run on
 padded ``(N, P)`` tensors and the samples fill ``BATCH_SIZE_PER_IMAGE`` slots per image with a validity mask:
-fixed shapes, no host sync (``static_shapes``, the compiled step). The eager step trims the slots to the largest
-number of samples of an image in the batch (one host sync): when the RPN finds fewer proposals than
+fixed shapes, no host sync (a static batch, ``TargetBatch.static``: the compiled step). The eager step trims the
+slots to the largest number of samples of an image in the batch (one host sync): when the RPN finds fewer proposals than
 ``BATCH_SIZE_PER_IMAGE`` (small images, early training) the box head then runs on the rows that exist, as the
 reference's does, instead of on padding (measured: 1.6x the eager step time on 256x384 images otherwise).
 """
@@ -16,8 +16,7 @@ import torch.nn.functional as F
 from ...balanced_positive_negative_sampler import BalancedPositiveNegativeSampler
 from ...box_coder import BoxCoder
 from ...matcher import Matcher, batched_iou
-from ...utils import pad_boxes
-from ....structures.target_batch import TargetBatch
+from ...utils import compact, gather_rows
 
 
 class BoxHeadSamples:
@@ -95,32 +94,21 @@ def box_head_loss(class_logits, box_regression, labels, regression_targets, cls_
     return loss_classifier, per.sum() / count
 
 
-def _proposal_layout(proposals, device):
-    """``(boxes (N, P, 4), valid (N, P))`` of :class:`~maskrcnn_benchmark.modeling.rpn.rpn.Proposals` or of a
-    list of BoxLists (the reference's interface)."""
-    if hasattr(proposals, "valid"):
-        return proposals.boxes, proposals.valid
-    boxes, valid, _ = pad_boxes(proposals, device=device)
-    return boxes, valid
-
-
 class FastRCNNLossComputation:
     def __init__(self, matcher, sampler, box_coder, cls_agnostic_bbox_reg=False):
         self.matcher = matcher
         self.sampler = sampler
         self.box_coder = box_coder
         self.cls_agnostic_bbox_reg = cls_agnostic_bbox_reg
-        self.static_shapes = False  # BATCH_SIZE_PER_IMAGE slots per image even if fewer are sampled
 
     @torch.no_grad()
     def subsample(self, proposals, targets):
-        """Match, label and sample the proposals of every image (fixed shapes, no host sync); returns
-        :class:`BoxHeadSamples`. ``proposals``: :class:`Proposals` or BoxLists; ``targets``: a
-        :class:`TargetBatch` or BoxLists."""
-        device = targets.boxes.device if isinstance(targets, TargetBatch) else targets[0].bbox.device
-        if not isinstance(targets, TargetBatch):
-            targets = TargetBatch.from_boxlists(targets, device=device)
-        boxes, valid = _proposal_layout(proposals, device)
+        """Match, label and sample the proposals of every image; returns :class:`BoxHeadSamples`.
+        ``proposals``: the RPN's :class:`~maskrcnn_benchmark.modeling.rpn.rpn.Proposals`; ``targets``: a
+        :class:`~maskrcnn_benchmark.structures.target_batch.TargetBatch`. A static batch: ``BATCH_SIZE_PER_IMAGE``
+        slots per image (fixed shapes, no host sync); otherwise as many as the image with the most samples."""
+        boxes, valid = proposals.boxes, proposals.valid
+        device = boxes.device
         n, p = valid.shape
         matches = self.matcher(batched_iou(targets.boxes, targets.valid, boxes))
         labels = targets.labels.gather(1, matches.clamp(min=0))
@@ -128,15 +116,14 @@ class FastRCNNLossComputation:
         labels = torch.where((matches == Matcher.BETWEEN_THRESHOLDS) | ~valid, -1, labels)
         pos, neg = self.sampler(labels)
         sampled = pos | neg
-        s = min(getattr(self.sampler, "batch_size_per_image", p), p)
-        if not self.static_shapes:
-            s = min(s, max(int(sampled.sum(1).max().item()), 1))
         # the sampled proposals of each image first, in ascending proposal order
-        slot = torch.sort((~sampled).to(torch.int8), dim=1, stable=True).indices[:, :s]
-        slot_valid = sampled.gather(1, slot)
+        s = min(getattr(self.sampler, "batch_size_per_image", p), p)
+        chosen = compact(sampled, s if targets.static else None)
+        slot, slot_valid = chosen.index, chosen.valid
+        s = slot.shape[1]
         matched = matches.gather(1, slot).clamp(min=0)
-        slot_boxes = boxes.gather(1, slot[..., None].expand(-1, -1, 4))
-        gt = targets.boxes.gather(1, matched[..., None].expand(-1, -1, 4))
+        slot_boxes = gather_rows(boxes, slot)
+        gt = gather_rows(targets.boxes, matched)
         regression_targets = self.box_coder.encode(gt, slot_boxes)
         image = torch.arange(n, device=device)[:, None].expand(n, s)
         rois = torch.cat((image[..., None].to(slot_boxes.dtype), slot_boxes), dim=2)
@@ -145,13 +132,10 @@ class FastRCNNLossComputation:
                               image.reshape(-1), slot.reshape(-1), matched.reshape(-1), slot_valid.reshape(-1))
 
     def __call__(self, class_logits, box_regression, samples):
-        """The losses. ``class_logits``/``box_regression`` of every slot (``N * S`` rows, what the model passes),
-        or of the valid rows only (the reference's layout)."""
-        if class_logits.shape[0] == samples.slot_labels.shape[0]:
-            return box_head_loss(class_logits, box_regression, samples.slot_labels,
-                                 samples.slot_regression_targets, self.cls_agnostic_bbox_reg, samples.slot_valid)
-        return box_head_loss(class_logits, box_regression, samples.labels, samples.regression_targets,
-                             self.cls_agnostic_bbox_reg)
+        """The losses from ``class_logits``/``box_regression`` of every sample slot (``N * S`` rows; the
+        reference's layout of the sampled rows only: :func:`~maskrcnn_benchmark.modeling.compat.box_losses`)."""
+        return box_head_loss(class_logits, box_regression, samples.slot_labels, samples.slot_regression_targets,
+                             self.cls_agnostic_bbox_reg, samples.slot_valid)
 
 
 def make_roi_box_loss_evaluator(cfg):

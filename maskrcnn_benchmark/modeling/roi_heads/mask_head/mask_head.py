@@ -4,24 +4,22 @@ import torch
 from torch import nn
 
 from ...registry import ROI_MASK_FEATURE_EXTRACTORS, ROI_MASK_PREDICTOR
-from ..box_head.box_head import rois_from_boxlists
+from ...utils import compact, rois_from_boxlists
 from .inference import Masker
 from .loss import bitmap_mask_targets, mask_rcnn_loss, padded_mask_targets
 
 
 def positive_slots(samples, num_images, capacity=None):
-    """The positive samples of each image in ``T`` fixed slots: ``(rows (N*T,) into the sample slots, valid
-    (N*T,))``, each image's positives first, in sample order. ``capacity`` T: fixed (a compiled step: the
-    sampler's positive budget), or None: the batch's largest count (one host sync; what an eager step uses, so it
-    computes no more mask-head rows than it needs)."""
+    """The positive samples of each image in ``T`` slots: ``(rows (N*T,) into the sample slots, valid (N*T,))``,
+    each image's positives first, in sample order. ``capacity`` T: fixed (a static batch: the sampler's positive
+    budget), or None: the batch's largest count (one host read; an eager step computes no more mask-head rows
+    than it needs)."""
     positive = (samples.slot_valid & (samples.slot_labels > 0)).view(num_images, -1)
     s = positive.shape[1]
-    if capacity is None:
-        capacity = int(positive.sum(1).max())
-    capacity = max(1, min(int(capacity), s))
-    order = torch.sort((~positive).to(torch.int8), dim=1, stable=True).indices[:, :capacity]
+    chosen = compact(positive, None if capacity is None else max(1, min(int(capacity), s)))
+    order, valid = chosen.index, chosen.valid
     rows = order + torch.arange(num_images, device=order.device)[:, None] * s
-    return rows.reshape(-1), positive.gather(1, order).reshape(-1)
+    return rows.reshape(-1), valid.reshape(-1)
 
 
 def batch_mask_targets(targets, rois, image, matched, resolution):
@@ -46,7 +44,6 @@ class ROIMaskHead(nn.Module):
         h = cfg.MODEL.ROI_HEADS
         # the sampler's positive budget: the fixed number of mask rows per image of a static (compiled) step
         self.max_positives = int(h.BATCH_SIZE_PER_IMAGE * h.POSITIVE_FRACTION)
-        self.static_shapes = False
 
     def forward(self, features, samples_or_detections, targets=None):
         """Training: ``samples`` of the box head -> ``{loss_mask}``, on the positive samples in fixed slots per
@@ -55,7 +52,7 @@ class ROIMaskHead(nn.Module):
         if self.training:
             samples = samples_or_detections
             n = targets.boxes.shape[0]
-            rows, valid = positive_slots(samples, n, self.max_positives if self.static_shapes else None)
+            rows, valid = positive_slots(samples, n, self.max_positives if targets.static else None)
             rois = samples.slot_rois[rows]
             labels = samples.slot_labels[rows]
             mask_logits = self.predictor(self.feature_extractor(features, rois))
