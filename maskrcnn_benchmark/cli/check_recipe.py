@@ -39,14 +39,17 @@ def build_parser():
 
 def judge_recipe(cfg, world_size, ruleset, division="closed", allow_non_rcp=False, out=sys.stdout):
     """Print the verdict on ``cfg``'s recipe at ``world_size`` processes (warnings and refusals to stderr) and
-    raise :class:`~maskrcnn_benchmark.utils.errors.RecipeRefused` when it is refused."""
+    raise :class:`~maskrcnn_benchmark.utils.errors.RecipeRefused` when it is refused. The config is resolved
+    first (:func:`~maskrcnn_benchmark.engine.resolve.resolve`, for ``MODEL.DEVICE``), as the run resolves it."""
     from mlperf_review.recipe import check_recipe
 
+    from ..engine.resolve import resolve
     from ..utils.errors import ConfigError, RecipeRefused
     from ..utils.mlperf_logger import MLPerfLogger
 
     if world_size <= 0:
         raise ConfigError("--world-size (or WORLD_SIZE) is needed: the number of GPUs of the run")
+    cfg = resolve(cfg, cfg.MODEL.DEVICE, world_size)
     stream = io.StringIO()
     logger = MLPerfLogger(stream=stream, ruleset=ruleset)
     logger.hyperparameters(cfg, world_size)

@@ -54,11 +54,9 @@ def dataset_paths(cfg):
 
 
 def use_hybrid(cfg):
-    """``DATALOADER.HYBRID``, with None meaning: on when the model runs on CUDA."""
-    hybrid = cfg.DATALOADER.HYBRID
-    if hybrid is None:
-        return str(cfg.MODEL.DEVICE).startswith("cuda") and torch.cuda.is_available()
-    return bool(hybrid)
+    """``DATALOADER.HYBRID`` as :func:`~maskrcnn_benchmark.engine.resolve.resolve` fixed it (on for CUDA); an
+    unresolved config (None) reads as the reference path."""
+    return bool(cfg.DATALOADER.HYBRID)
 
 
 def build_dataset(cfg, names, is_train, hybrid=None):

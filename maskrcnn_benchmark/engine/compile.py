@@ -31,18 +31,6 @@ from ..data import warm_up_batch
 logger = logging.getLogger(__name__)
 
 
-def compile_enabled(cfg, device):
-    """``COMPILE``: None means on for CUDA, off on the CPU (measured slower there, docs/benchmarks.md)."""
-    return device.type == "cuda" if cfg.COMPILE is None else bool(cfg.COMPILE)
-
-
-def compile_mode(cfg, device):
-    """``COMPILE_MODE``: "auto" is "reduce-overhead" (inductor with CUDA graphs) on GPU, "default" on the CPU."""
-    if cfg.COMPILE_MODE != "auto":
-        return cfg.COMPILE_MODE
-    return "reduce-overhead" if device.type == "cuda" else "default"
-
-
 @torch.no_grad()
 def precompute_anchors(model, sizes, device):
     """The anchors of each fixed image size, before anything is compiled (the feature map sizes come from one

@@ -1,8 +1,9 @@
 """The one store that the training loop and its hooks share (detectron2's ``EventStorage``, for one run).
 
-The loop writes what it did (the iteration, its losses, the images seen); hooks read it and write what they found
-(scores, timings, a request to stop, a failure of work that only rank 0 does); the run reads its outcome from it.
-No hook reads another hook's attributes.
+The loop writes where it is (the iteration, the images seen) and its losses; hooks write what they measured, as
+named scalars. A float scalar keeps its history (``(iteration, value)`` pairs, :meth:`history`); a tensor keeps
+its latest value only. Nothing else lives here: each hook keeps its own state, and no hook reads another hook's
+attributes (engine/mlperf_hooks.py: the evaluation hook writes ``eval/*`` scalars, the MLPerf stop hook reads them).
 
 Loss values are kept as the tensors the step produced (on its device): storing them costs no host-device sync,
 and a hook that prints them pays for the sync only when it prints.
@@ -26,14 +27,8 @@ class EventStorage:
         self.iters_per_epoch = max(1, int(iters_per_epoch))
         self.max_iter = max_iter
         self.images_seen = 0                 # images trained on, all ranks together
-        self._scalars = {}                   # name -> latest value (tensor or float)
-        self.timings = {}                    # name -> [seconds, ...]
-        self.scores = []                     # EpochScores, in the order they arrived
-        self.target_met = False              # every rank: the quality target was reached
-        self.converged_epoch = None          # rank 0: the epoch that reached it
-        self.stop_requested = False
-        self.stop_reason = None
-        self.failure = None                  # exception of rank-0-only work, until every rank has agreed to abort
+        self._latest = {}                    # name -> latest value (tensor or float)
+        self._history = {}                   # name -> [(iteration, float), ...]
 
     # -- position ------------------------------------------------------------------------------------------------
     @property
@@ -48,23 +43,18 @@ class EventStorage:
         it = self.iter if iteration is None else iteration
         return it % self.iters_per_epoch == 0 or it >= self.max_iter
 
-    # -- what the loop writes ---------------------------------------------------------------------------------------
+    # -- scalars -------------------------------------------------------------------------------------------------
     def put_scalars(self, **values):
-        self._scalars.update(values)
+        """Tensors (the step's losses): the latest value. Numbers: the latest value and its history."""
+        for name, value in values.items():
+            self._latest[name] = value
+            if isinstance(value, (int, float)):
+                self._history.setdefault(name, []).append((self.iter, float(value)))
 
-    def latest(self):
-        """The latest value of every scalar (tensors as the step left them)."""
-        return dict(self._scalars)
+    def latest(self, prefix=""):
+        """The latest value of every scalar whose name starts with ``prefix`` (tensors as the step left them)."""
+        return {k: v for k, v in self._latest.items() if k.startswith(prefix)}
 
-    def put_timing(self, name, seconds):
-        self.timings.setdefault(name, []).append(float(seconds))
-
-    # -- what hooks write ------------------------------------------------------------------------------------------
-    def put_scores(self, epoch, bbox, segm, backend="?", seconds=0.0):
-        entry = EpochScores(int(epoch), float(bbox), float(segm), backend, float(seconds))
-        self.scores.append(entry)
-        return entry
-
-    def request_stop(self, reason):
-        self.stop_requested = True
-        self.stop_reason = reason
+    def history(self, name):
+        """``[(iteration, value), ...]`` of a number scalar, oldest first."""
+        return list(self._history.get(name, ()))

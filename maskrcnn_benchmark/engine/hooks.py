@@ -1,6 +1,6 @@
 """General training hooks: metric logging, periodic checkpoints, profiling. Each reads the loop's shared
-:class:`~maskrcnn_benchmark.engine.events.EventStorage`; the MLPerf epoch/evaluation/stop protocol is the run's
-own (:class:`~maskrcnn_benchmark.engine.run.MLPerfRun`)."""
+:class:`~maskrcnn_benchmark.engine.events.EventStorage`; the hooks of the MLPerf protocol (evaluation, epoch
+marks, the stop decision) are in :mod:`~maskrcnn_benchmark.engine.mlperf_hooks`."""
 import logging
 import time
 
@@ -30,7 +30,7 @@ class MetricsHook(HookBase):
         s = self.trainer.storage
         if s.iter % self.period and s.iter != s.max_iter:
             return
-        latest = s.latest()
+        latest = s.latest("loss")
         losses = comm.reduce_dict(latest) if self.reduce else latest
         now = time.perf_counter()
         ips = (s.images_seen - self._images) / max(now - self._t, 1e-9)

@@ -12,7 +12,7 @@ from ..modeling import build_detection_model
 from ..utils import comm
 from ..utils.checkpoint import DetectronCheckpointer
 from ..utils.fileio import write_text
-from .run import resolve_num_classes
+from .resolve import resolve
 
 
 def results_folder(cfg, dataset_name):
@@ -36,7 +36,7 @@ def evaluate_checkpoint(cfg, weights="", skip_eval=False, backend=None, logger=N
     """``{dataset name: scores}`` on rank 0 (``scores`` as ``COCOEvaluator.evaluate()`` returns them; with
     ``skip_eval`` only ``{"detections": N}``), ``{}`` on the other ranks."""
     rank, world, _, device = comm.init_distributed(None, cfg.MODEL.DEVICE)
-    resolve_num_classes(cfg, is_train=False)
+    cfg = resolve(cfg, device, world, is_train=False)
     model = build_detection_model(cfg).to(device)
     DetectronCheckpointer(cfg, model, logger=logger).load_weights(weights or cfg.MODEL.WEIGHT)
     results = {}

@@ -24,7 +24,10 @@ class NonFiniteLossError(FloatingPointError):
 
 class HookBase:
     """A training hook: called before training, before and after every iteration, and after training (also when
-    training failed; ``trainer.error`` then holds the exception). ``self.trainer.storage`` is the shared store."""
+    training failed; ``trainer.error`` then holds the exception). ``self.trainer.storage`` is the shared store.
+
+    ``before_step`` runs before the next iteration's batch is fetched (``trainer.iter`` is still the last
+    iteration done); a hook that calls ``trainer.request_stop`` there ends the loop before that batch."""
 
     trainer = None
 
@@ -82,6 +85,8 @@ class Trainer:
             self.hooks.append(h)
         self._nonfinite = torch.zeros((), dtype=torch.bool, device=device)
         self.error = None
+        self.stop_requested = False
+        self.stop_reason = None
 
     @property
     def epoch(self):
@@ -101,7 +106,7 @@ class Trainer:
         if comm.get_world_size() > 1:
             torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
         if flag.item():
-            values = ", ".join(f"{k}={float(v):.4g}" for k, v in self.storage.latest().items())
+            values = ", ".join(f"{k}={float(v):.4g}" for k, v in self.storage.latest("loss").items())
             raise NonFiniteLossError(f"non-finite loss at iteration {self.iter}: {values}")
 
     def run_step(self, images, targets):
@@ -127,21 +132,32 @@ class Trainer:
         self.storage.put_scalars(**{k: v.detach().clone() for k, v in loss_dict.items()})
         self.storage.images_seen += len(images.image_sizes) * comm.get_world_size()
 
+    def request_stop(self, reason):
+        """End the loop before the next iteration (a hook's decision: the target is met)."""
+        self.stop_requested = True
+        self.stop_reason = reason
+
     def train(self):
         for h in self.hooks:
             h.before_train()
         try:
-            for self.iter, (images, targets, _) in enumerate(self.data_loader, self.start_iter + 1):
-                self.storage.iter = self.iter
+            batches = iter(self.data_loader)
+            while self.iter < self.max_iter:
                 for h in self.hooks:
                     h.before_step()
+                if self.stop_requested:
+                    break
+                try:
+                    images, targets, _ = next(batches)
+                except StopIteration:
+                    break
+                self.iter += 1
+                self.storage.iter = self.iter
                 self.run_step(images, targets)
                 if self.iter % self.nan_check_period == 0:
                     self.check_finite()
                 for h in self.hooks:
                     h.after_step()
-                if self.storage.stop_requested or self.iter >= self.max_iter:
-                    break
             self.check_finite()
         except BaseException as e:
             self.error = e

@@ -108,6 +108,7 @@ class MLPerfLogger:
         if self.rank == 0 or all_ranks:
             fn(key=key, value=value, metadata=metadata, stack_offset=3)
 
+    # -- any key (the named methods below are the package's; these write other logs, e.g. the tests' fixtures) --
     def event(self, key, value=None, metadata=None, all_ranks=False):
         self._emit(self._mllog.event, key, value, metadata, all_ranks)
 
@@ -116,6 +117,44 @@ class MLPerfLogger:
 
     def end(self, key, value=None, metadata=None, all_ranks=False):
         self._emit(self._mllog.end, key, value, metadata, all_ranks)
+
+    # -- one method per event of a run (every key the package writes is written here) ----------------------------
+    def init_start(self):
+        self.start("init_start")
+
+    def init_stop(self):
+        self.end("init_stop")
+
+    def run_start(self):
+        self.start("run_start")
+
+    def run_stop(self, success):
+        self.end("run_stop", metadata={"status": "success" if success else "aborted"})
+
+    def seed(self, seed):
+        self.event("seed", int(seed))
+
+    def dataset_sizes(self, train_samples, eval_samples):
+        self.event("train_samples", int(train_samples))
+        self.event("eval_samples", int(eval_samples))
+
+    def epoch_start(self, epoch):
+        """``block_start`` and ``epoch_start`` of ``epoch`` (one epoch per block, as NVIDIA's logs)."""
+        self.start("block_start", metadata={"first_epoch_num": epoch, "epoch_count": 1})
+        self.start("epoch_start", metadata={"epoch_num": epoch})
+
+    def epoch_stop(self, epoch):
+        self.end("epoch_stop", metadata={"epoch_num": epoch})
+        self.end("block_stop", metadata={"first_epoch_num": epoch})
+
+    def eval_start(self, epoch):
+        self.start("eval_start", metadata={"epoch_num": epoch})
+
+    def eval_stop(self, epoch):
+        self.end("eval_stop", metadata={"epoch_num": epoch})
+
+    def eval_accuracy(self, epoch, bbox, segm):
+        self.event("eval_accuracy", {"BBOX": float(bbox), "SEGM": float(segm)}, metadata={"epoch_num": epoch})
 
     # -- key groups -----------------------------------------------------------------------------------------
     def submission_info(self, org=None, platform=None, division=None, status=None, num_nodes=1):
@@ -170,9 +209,3 @@ class MLPerfLogger:
         self.event("max_image_size", cfg.INPUT.MAX_SIZE_TRAIN)
         self.weights_initialization()
 
-
-class NullLogger:
-    """Stands in for MLPerfLogger where no MLPerf log is wanted (tests, tools)."""
-
-    def __getattr__(self, name):
-        return lambda *a, **k: None

@@ -11,16 +11,14 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from helpers import small_cfg
-from maskrcnn_benchmark.config import get_cfg
 from maskrcnn_benchmark.data import make_data_loader
 from maskrcnn_benchmark.synthetic import make_synthetic_coco
-from maskrcnn_benchmark.engine.run import MLPerfRun
+from maskrcnn_benchmark.engine.mlperf_hooks import EvaluationHook, MLPerfStopHook
 from maskrcnn_benchmark.engine.trainer import Trainer
 from maskrcnn_benchmark.evaluation import (BackgroundEvaluator, COCOEvaluator, COCOScorer, Detections, ScoringError,
                                            inference_on_dataset)
 from maskrcnn_benchmark.modeling import build_detection_model
 from maskrcnn_benchmark.solver import WarmupMultiStepLR
-from maskrcnn_benchmark.utils.mlperf_logger import NullLogger
 
 
 class _Collected:
@@ -153,33 +151,48 @@ class _FakeBackground:
         pass
 
 
+class _Log:
+    """Records the MLPerf events the hooks log, in order."""
+
+    def __init__(self):
+        self.events = []
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: self.events.append((name, *args, *kwargs.values()))
+
+
 def _train_with_fake_scorer(done_at, iters_per_epoch=5, max_iter=40):
     model = _Model()
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     sched = WarmupMultiStepLR(opt, (100,), 0.1, warmup_iters=0)
     background = _FakeBackground(done_at)
-    run = MLPerfRun(get_cfg(), mllogger=NullLogger())
-    run.evaluate_with(background, lambda: None)
+    log = _Log()
+    stop = MLPerfStopHook((0.377, 0.339), log)
+    evaluation = EvaluationHook(background, lambda: None, log)
     trainer = Trainer(model, opt, sched, [(_Images(), [], None)] * max_iter, torch.device("cpu"), max_iter,
-                      iters_per_epoch, hooks=[run])
+                      iters_per_epoch, hooks=[stop, evaluation])
     background.trainer = trainer
     trainer.train()
-    return trainer, run
+    return trainer, stop, log
 
 
 def test_early_stop_single_process_at_the_iteration_the_scores_arrive():
     # epoch 1 ends at iteration 5 and is scored in the background; its scores arrive at iteration 7
-    trainer, run = _train_with_fake_scorer(done_at=7)
-    outcome = run.outcome(trainer.storage)
-    assert outcome.success and outcome.converged_epoch == 1
+    trainer, stop, log = _train_with_fake_scorer(done_at=7)
+    assert stop.target_met and stop.converged_epoch == 1
     assert trainer.iter == 7  # not 20 (the previous 20-iteration polling period), not 10 (the next epoch end)
+    # NVIDIA's order: the epoch closes, then its evaluation; the next epoch opens after the decision; the scores
+    # arrive during epoch 2, which the stop closes; run_stop success
+    assert log.events == [("epoch_start", 1), ("epoch_stop", 1), ("eval_start", 1), ("eval_stop", 1),
+                          ("epoch_start", 2), ("eval_accuracy", 1, 0.5, 0.5), ("epoch_stop", 2),
+                          ("run_stop", True)]
 
 
 def _rank(rank, world, init_file, done_at, out):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        trainer, run = _train_with_fake_scorer(done_at if rank == 0 else 10 ** 9)
-        out[rank] = (trainer.iter, run.outcome(trainer.storage).success)
+        trainer, stop, _ = _train_with_fake_scorer(done_at if rank == 0 else 10 ** 9)
+        out[rank] = (trainer.iter, stop.target_met)
     finally:
         dist.destroy_process_group()
 

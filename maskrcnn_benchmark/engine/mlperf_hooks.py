@@ -1,0 +1,227 @@
+"""The two hooks of an MLPerf run: evaluation, and the MLPerf protocol (epoch marks, the stop decision).
+
+Each keeps its own state; they talk through the loop's store only (:class:`~maskrcnn_benchmark.engine.events.
+EventStorage` scalars, on rank 0): :class:`EvaluationHook` writes ``eval/pending`` (scores not yet arrived),
+``eval/failed`` and, per scored epoch, ``eval/epoch``, ``eval/bbox_AP`` and ``eval/segm_AP`` (with history);
+:class:`MLPerfStopHook` reads them. The run (:class:`~maskrcnn_benchmark.engine.run.MLPerfRun`) builds both and
+reads its outcome from them.
+
+Order of one epoch end (NVIDIA's log order): the last iteration's step; ``epoch_stop``/``block_stop``
+(:class:`MLPerfStopHook`, listed first); ``eval_start``, blocking inference, the gather of the detections,
+``eval_stop`` (:class:`EvaluationHook`); then, before the next iteration's batch is fetched, the decision and
+``block_start``/``epoch_start`` of the next epoch (:meth:`MLPerfStopHook.before_step`); ``eval_accuracy`` when the
+scores arrive from the background scorer.
+
+The stop decision: scores arrive on rank 0 only, but every rank must stop at the same iteration. Rank 0's state
+(scores pending, target met, its own work failed) travels to all ranks in a non-blocking all-reduce that is read one
+iteration later (:class:`StopDecision`), and only while a score is pending; epoch ends, which synchronize anyway
+(the gather of the detections), agree at once.
+"""
+import logging
+import time
+
+from ..utils import comm
+from .events import EpochScores
+from .trainer import HookBase
+
+logger = logging.getLogger(__name__)
+
+PENDING, FAILED, EPOCH, BBOX, SEGM = "eval/pending", "eval/failed", "eval/epoch", "eval/bbox_AP", "eval/segm_AP"
+
+
+class EvaluationFailed(RuntimeError):
+    """Work that only rank 0 does (turning detections into COCO results, scoring) failed; every rank stops."""
+
+
+class EvaluationHook(HookBase):
+    """At every epoch end (``per_epoch``; always after the last iteration): ``eval_start``, ``infer()`` (the model
+    over this rank's shard of the test set, into the evaluator), ``evaluator.evaluate(epoch)`` (the gather on rank 0
+    and, there, a future of the scores), ``eval_stop``. On rank 0, every iteration: the scores that arrived, oldest
+    first, as ``eval_accuracy`` and in the store.
+
+    ``evaluator``: a :class:`~maskrcnn_benchmark.evaluation.BackgroundEvaluator` (``evaluate``, ``poll``).
+    Rank-0-only work that fails is kept (:attr:`failure`) and reported as ``eval/failed``, so that every rank stops
+    at the same iteration instead of the others waiting for rank 0 in a collective."""
+
+    def __init__(self, evaluator, infer, mllogger, per_epoch=True):
+        self.evaluator = evaluator
+        self.infer = infer
+        self.ml = mllogger
+        self.per_epoch = per_epoch
+        self.pending = []        # futures, oldest first (rank 0)
+        self.scores = []         # EpochScores, in the order they arrived (rank 0)
+        self.eval_seconds = []   # blocking, eval_start to eval_stop, per evaluation
+        self.failure = None      # the exception of rank-0-only work
+
+    def _guarded(self, fn, *args):
+        if self.failure is None:
+            try:
+                fn(*args)
+            except Exception as e:  # noqa: BLE001
+                self.failure = e
+                self.trainer.storage.put_scalars(**{FAILED: 1.0})
+
+    def _record(self, epoch, result):
+        entry = EpochScores(int(epoch), float(result["bbox"]["stats"]["AP"]), float(result["segm"]["stats"]["AP"]),
+                            result.get("backend", "?"), float(result.get("seconds", 0.0)))
+        self.scores.append(entry)
+        self.ml.eval_accuracy(entry.epoch, entry.bbox, entry.segm)
+        logger.info("epoch %d: box AP %.4f, mask AP %.4f (scored by %s in %.1f s)", entry.epoch, entry.bbox,
+                    entry.segm, entry.backend, entry.seconds)
+        self.trainer.storage.put_scalars(**{EPOCH: entry.epoch, BBOX: entry.bbox, SEGM: entry.segm})
+
+    def _collect(self):
+        """Rank 0: record the scores that arrived. One pipe check, which also notices (and restarts) a scoring
+        process that died."""
+        self.evaluator.poll()
+        while self.pending and self.pending[0].done():
+            future = self.pending.pop(0)
+            self._record(future.epoch, future.result())
+        self.trainer.storage.put_scalars(**{PENDING: float(len(self.pending))})
+
+    def _evaluate(self, epoch):
+        t0 = time.perf_counter()
+        self.ml.eval_start(epoch)
+        self.infer()
+        future = self.evaluator.evaluate(epoch)
+        if future is not None:  # rank 0
+            self.pending.append(future)
+        self.ml.eval_stop(epoch)
+        self.eval_seconds.append(time.perf_counter() - t0)
+
+    def after_step(self):
+        s = self.trainer.storage
+        last = s.iter >= s.max_iter
+        if s.is_epoch_end() and (self.per_epoch or last):
+            self._evaluate(s.epoch)
+        if comm.is_main_process():
+            self._guarded(self._collect)
+            if last:  # MAX_ITER: the scores still pending decide the run; wait for them
+                self._guarded(self._wait)
+
+    def _wait(self):
+        for future in self.pending:
+            self._record(future.epoch, future.result())
+        self.pending = []
+        self.trainer.storage.put_scalars(**{PENDING: 0.0})
+
+
+class StopDecision:
+    """Rank 0's view of the run, agreed by all ranks: bits of one small integer (all-reduce MAX; only rank 0
+    contributes, so the maximum is rank 0's value)."""
+
+    PENDING, TARGET_MET, FAILED = 1, 2, 4
+
+    def __init__(self):
+        self._flag = comm.AsyncFlag()
+        self._exchanging = False  # an epoch's scores are pending: exchange every iteration
+
+    def agree(self, state):
+        """Blocking: every rank gets rank 0's ``state`` now (epoch ends, the end of training)."""
+        code = self._flag.agree(state)
+        self._exchanging = bool(code & self.PENDING)
+        return code
+
+    def exchange(self, state):
+        """Non-blocking while scores are pending: returns rank 0's state of the previous iteration."""
+        if not self._exchanging:
+            return 0
+        code = self._flag.exchange(state)
+        if code is None:  # the first post since the last agreement: nothing to read yet
+            return 0
+        self._exchanging = bool(code & self.PENDING)
+        return code
+
+    def close(self):
+        self._flag.close()
+
+
+class MLPerfStopHook(HookBase):
+    """The MLPerf protocol of the loop: ``block_start``/``epoch_start`` and ``epoch_stop``/``block_stop`` of every
+    epoch, the decision to stop (both targets met: box AP >= ``targets[0]`` and mask AP >= ``targets[1]``; or
+    rank 0's evaluation failed), and ``run_stop`` with its status.
+
+    The decision is taken before each iteration's batch is fetched (:meth:`before_step`), on rank 0's state after
+    the previous iteration; a stop ends the loop there, so the run's last iteration is the one after which the
+    scores were known (single process) or the one after that (several ranks, one iteration of exchange)."""
+
+    def __init__(self, targets, mllogger):
+        self.targets = tuple(targets)
+        self.ml = mllogger
+        self.target_met = False        # every rank, once agreed
+        self.converged_epoch = None    # rank 0: the first epoch whose scores met both targets
+        self._seen = 0                 # rank 0: scored epochs read from the store
+        self._open_epoch = None
+        self._epoch_ended = False
+        self._decision = None
+
+    def _state(self):
+        """Rank 0's state for the decision (0 on the other ranks)."""
+        if not comm.is_main_process():
+            return 0
+        s = self.trainer.storage
+        history = s.history(EPOCH)
+        for (_, epoch), (_, bbox), (_, segm) in zip(history[self._seen:], s.history(BBOX)[self._seen:],
+                                                    s.history(SEGM)[self._seen:]):
+            if self.converged_epoch is None and bbox >= self.targets[0] and segm >= self.targets[1]:
+                self.converged_epoch = int(epoch)
+                logger.info("epoch %d reached the targets (box AP >= %.3f, mask AP >= %.3f)", int(epoch),
+                            *self.targets)
+        self._seen = len(history)
+        latest = s.latest()
+        if latest.get(FAILED):
+            return StopDecision.FAILED
+        if self.converged_epoch is not None:
+            return StopDecision.TARGET_MET
+        return StopDecision.PENDING if latest.get(PENDING) else 0
+
+    def _act(self, code):
+        if code & StopDecision.FAILED:
+            raise EvaluationFailed("evaluation failed on rank 0 (its log says why)")
+        if code & StopDecision.TARGET_MET:
+            self.target_met = True
+            self.trainer.request_stop("target reached")
+            return True
+        return False
+
+    def _start_epoch(self, epoch):
+        self.ml.epoch_start(epoch)
+        self._open_epoch = epoch
+
+    def _stop_epoch(self):
+        if self._open_epoch is not None:
+            self.ml.epoch_stop(self._open_epoch)
+            self._open_epoch = None
+
+    def before_train(self):
+        self._decision = StopDecision()
+        self._start_epoch(self.trainer.storage.epoch_of(self.trainer.start_iter + 1))
+
+    def after_step(self):
+        s = self.trainer.storage
+        if s.is_epoch_end():
+            self._stop_epoch()
+            self._epoch_ended = True
+
+    def before_step(self):
+        if self.trainer.iter == self.trainer.start_iter:
+            return  # nothing happened yet
+        state = self._state()
+        code = self._decision.agree(state) if self._epoch_ended else self._decision.exchange(state)
+        if self._act(code):
+            return
+        if self._epoch_ended:
+            self._epoch_ended = False
+            self._start_epoch(self.trainer.storage.epoch + 1)
+
+    def after_train(self):
+        t = self.trainer
+        try:
+            if t.error is None and not self.target_met:
+                self._act(self._decision.agree(self._state()))
+            elif t.error is None and self._decision is not None:
+                self._decision.close()  # target met: wait for the exchange in flight (after an error, wait for
+                #                         nothing: another rank may be gone)
+        finally:
+            self._stop_epoch()
+            self.ml.run_stop(self.target_met and t.error is None)

@@ -1,0 +1,63 @@
+"""Every automatic value of the config fixed once, before anything is built: :func:`resolve`.
+
+Four keys have a value that depends on where the run happens; every builder, program and check reads the resolved
+config, never the automatic value:
+
+=====================================  ===========================  ==========================================
+key                                    automatic value               resolved to
+=====================================  ===========================  ==========================================
+``COMPILE``                            None                          True on CUDA (the compiled static step),
+                                                                     False on the CPU (measured slower there)
+``COMPILE_MODE``                       "auto"                        "reduce-overhead" (CUDA graphs) on CUDA,
+                                                                     "default" on the CPU
+``DATALOADER.HYBRID``                  None                          True on CUDA (decode in the workers, resize
+                                                                     and normalize on the GPU), False on the CPU
+``MODEL.ROI_BOX_HEAD.NUM_CLASSES``     not given by the config       the data's categories + 1 (read from the
+                                                                     annotation files; the MLPerf configs give 81)
+=====================================  ===========================  ==========================================
+
+The training run resolves after the process group is up (it needs the device) and before the model is built, and
+logs the effective values; ``tools/check_recipe.py`` and ``tools/preflight.py`` judge the same resolved config.
+"""
+import logging
+
+from ..config import given_keys
+from ..config.config_utils import _note_given
+from ..data import num_classes_from_data
+from ..data.build import NUM_CLASSES_KEY
+
+logger = logging.getLogger(__name__)
+
+
+def _is_cuda(device):
+    return str(getattr(device, "type", device)).startswith("cuda")
+
+
+def resolve(cfg, device, world_size=1, is_train=True):
+    """A frozen copy of ``cfg`` with every automatic value fixed for ``device`` (a ``torch.device`` or its name)
+    and ``world_size`` processes; ``is_train`` False (tools/test_net.py): the number of classes from the test
+    data. Logs the resolved values, once per call."""
+    out = cfg.clone()
+    out.defrost()
+    cuda = _is_cuda(device)
+    notes = []
+    if out.COMPILE is None:
+        out.COMPILE = cuda
+        notes.append(f"COMPILE {out.COMPILE} (auto: {'CUDA' if cuda else 'CPU'})")
+    if out.COMPILE_MODE == "auto":
+        out.COMPILE_MODE = "reduce-overhead" if cuda else "default"
+        notes.append(f"COMPILE_MODE {out.COMPILE_MODE} (auto)")
+    if out.DATALOADER.HYBRID is None:
+        out.DATALOADER.HYBRID = cuda
+        notes.append(f"DATALOADER.HYBRID {out.DATALOADER.HYBRID} (auto)")
+    if NUM_CLASSES_KEY not in given_keys(cfg):
+        n, what = num_classes_from_data(out, is_train)
+        out.MODEL.ROI_BOX_HEAD.NUM_CLASSES = n
+        notes.append(f"{NUM_CLASSES_KEY} {n} (from the {'training' if is_train else 'test'} data: {what}, "
+                     "+ background)")
+        _note_given(out, {NUM_CLASSES_KEY})  # resolved: a second resolve reads no data
+    out.freeze()
+    per_gpu = out.SOLVER.IMS_PER_BATCH // max(int(world_size), 1)
+    logger.info("resolved for %s, %d process(es), %d training images per process: %s", device, world_size, per_gpu,
+                "; ".join(notes) if notes else "nothing automatic")
+    return out
