@@ -53,8 +53,8 @@ def resolve(cfg, device, world_size=1, is_train=True):
     if NUM_CLASSES_KEY not in given_keys(cfg):
         n, what = num_classes_from_data(out, is_train)
         out.MODEL.ROI_BOX_HEAD.NUM_CLASSES = n
-        notes.append(f"{NUM_CLASSES_KEY} {n} (from the {'training' if is_train else 'test'} data: {what}, "
-                     "+ background)")
+        notes.append(f"{NUM_CLASSES_KEY} {n} (not set: from the {'training' if is_train else 'test'} data, "
+                     f"{what}, + background)")
         _note_given(out, {NUM_CLASSES_KEY})  # resolved: a second resolve reads no data
     out.freeze()
     per_gpu = out.SOLVER.IMS_PER_BATCH // max(int(world_size), 1)
