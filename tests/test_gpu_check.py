@@ -1,6 +1,4 @@
 """make gpu-check (tools/gpu_check.py): one line without CUDA; the whole pipeline with tiny sizes on the CPU."""
-import importlib.util
-import os
 import re
 import subprocess
 import sys
@@ -10,17 +8,35 @@ import torch
 
 from helpers import REPO
 
-_spec = importlib.util.spec_from_file_location("gpu_check", os.path.join(REPO, "tools", "gpu_check.py"))
-gpu_check = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gpu_check)
+from maskrcnn_benchmark.cli import gpu_check
+from maskrcnn_benchmark.engine import preflight
 
 
-def test_without_cuda_it_says_so_in_one_line_and_exits_0(tmp_path, capsys, monkeypatch):
+def test_without_a_usable_gpu_it_fails_in_one_line_never_passes(tmp_path, capsys, monkeypatch):
+    """No GPU at all, or NVIDIA devices torch cannot use (an old driver, a container without --nv): one error
+    line naming it, exit 15 (NoGPU), nothing measured, nothing written. (Exit 0 with "nothing to check" before.)"""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert gpu_check.main(["--out", str(tmp_path / "gc")]) == 0
-    out = capsys.readouterr().out
-    assert len(out.splitlines()) == 1 and "no CUDA device" in out
+    monkeypatch.setattr(preflight, "_nvidia_devices", lambda: [])
+    monkeypatch.setattr(preflight, "_driver_version", lambda: None)
+    assert gpu_check.main(["--out", str(tmp_path / "gc")]) == 15
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.splitlines()) == 1 and "no GPU is visible" in captured.err
+    monkeypatch.setattr(preflight, "_nvidia_devices", lambda: ["nvidia0", "nvidia1"])
+    monkeypatch.setattr(preflight, "_driver_version", lambda: "535.104.05")
+    assert gpu_check.main(["--out", str(tmp_path / "gc")]) == 15
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "driver 535.104.05" in err and "torch cannot use them" in err
     assert not (tmp_path / "gc").exists()
+
+
+def test_a_check_that_did_not_run_is_not_a_pass(tmp_path, monkeypatch):
+    """A check squeezed out by its time cap or the budget is NOT RUN, and the verdict is a failure."""
+    checks = [gpu_check.Check("parity", "p", [], 1, status="passed"),
+              gpu_check.Check("allreduce", "a", [], 1, status="skipped (no time left in the budget)")]
+    monkeypatch.setattr(gpu_check, "plan", lambda args, out_dir: checks)
+    monkeypatch.setattr(gpu_check, "run", lambda check, out_dir, deadline: check)
+    monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: None)
+    assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path / "gc")]) == 1
 
 
 def test_training_check_counts_skipped_float16_steps():
@@ -46,6 +62,7 @@ def test_quick_cpu_run_writes_the_report_with_every_check_and_its_command(tmp_pa
     r = subprocess.run([sys.executable, "tools/gpu_check.py", "--device", "cpu", "--quick", "--out", str(out)],
                        cwd=REPO, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.stdout.splitlines()[-1] == "gpu-check: passed: all 5 checks measured"
     report = (out / "report.md").read_text()
     assert "not GPU figures" in report
     for title in ("golden parity tests", "training step img/s", "hybrid input pipeline", "synthetic training run",

@@ -202,11 +202,6 @@ class BackgroundEvaluator(DatasetEvaluator):
             if block:
                 return
 
-    def wait(self):
-        """The scores of every pending epoch, ``[(epoch, scores)]`` in order (waits; raises on a failure)."""
-        futures = [f for f, _ in self._waiting]
-        return [(f.epoch, f.result()) for f in futures]
-
     def _stop_process(self):
         proc, self._proc = self._proc, None
         if proc is None:

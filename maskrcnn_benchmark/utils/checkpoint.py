@@ -1,11 +1,12 @@
 """Checkpoints: the reference's ``Checkpointer``/``DetectronCheckpointer`` API, atomic saves, safe loads.
 
 ``Checkpointer(model, optimizer, scheduler, save_dir, save_to_disk)`` has the reference's ``save``,
-``load(f=None)``, ``has_checkpoint``, ``get_checkpoint_file`` and ``tag_last_checkpoint``. Differences, on
-purpose: files are written atomically (temp file + rename, so a kill never leaves a half-written checkpoint);
-they are read with ``torch.load(weights_only=True)`` (a checkpoint cannot run code); and an explicit ``f`` is
-never replaced by ``last_checkpoint`` (only ``load()`` without a file picks the latest one), so nothing resumes
-by surprise. Keys load through :func:`~maskrcnn_benchmark.utils.model_serialization.load_state_dict`
+``has_checkpoint``, ``get_checkpoint_file`` and ``tag_last_checkpoint``, and two ways to load, each named for
+what it restores: :meth:`DetectronCheckpointer.load_weights` (the model only) and :meth:`Checkpointer.resume`
+(everything a run needs to continue exactly); the reference's ``load(f=None)``, which picked the folder's last
+checkpoint when given none, is not kept: nothing resumes by surprise. Differences, on purpose: files are written
+atomically (temp file + rename, so a kill never leaves a half-written checkpoint); they are read with
+``torch.load(weights_only=True)`` (a checkpoint cannot run code). Keys load through :func:`~maskrcnn_benchmark.utils.model_serialization.load_state_dict`
 (``module.`` prefixes, suffix matching, this package's 0.1.0 names).
 
 The trainer uses :meth:`DetectronCheckpointer.load_weights` for ``MODEL.WEIGHT`` (weights only: a Detectron
@@ -143,18 +144,6 @@ class Checkpointer:
         if not isinstance(checkpoint, dict):
             raise WeightsError(f"weights file '{path}' holds a {type(checkpoint).__name__}, not a checkpoint")
         self._load_model(checkpoint, path)
-        return checkpoint
-
-    def load(self, f=None, use_latest=True):
-        """The reference's ``load``: model, then optimizer/scheduler (and scaler) when given and present; returns
-        the checkpoint's other entries. Without ``f`` (and ``use_latest``), the folder's last checkpoint."""
-        if not f and use_latest and self.has_checkpoint():
-            f = self.get_checkpoint_file()
-        if not f:
-            self.logger.info("No checkpoint found. Initializing model from scratch")
-            return {}
-        checkpoint = self._load_into_model(f)
-        self._load_training_state(checkpoint, f)
         return checkpoint
 
     def _load_training_state(self, checkpoint, path):

@@ -49,7 +49,7 @@ def test_synthetic_r50_pkl_maps_completely(tmp_path):
     with open(path, "wb") as f:
         pickle.dump({"blobs": blobs}, f, protocol=2)
     ckpt = DetectronCheckpointer(r50_cfg(), model)
-    ckpt.load(str(path))
+    ckpt.load_weights(str(path))
     from maskrcnn_benchmark.utils.c2_model_loading import load_c2_weights
 
     loaded, unmatched, missing = load_c2_weights(model, str(path))
@@ -80,7 +80,7 @@ def test_corrupt_and_missing_weights_give_clear_errors(tmp_path):
     with pytest.raises(WeightsError, match="bad.pkl"):
         load_c2_pickle(str(bad))
     with pytest.raises(WeightsError, match="nope.pth"):
-        DetectronCheckpointer(r50_cfg(), torch.nn.Linear(1, 1)).load(str(tmp_path / "nope.pth"))
+        DetectronCheckpointer(r50_cfg(), torch.nn.Linear(1, 1)).load_weights(str(tmp_path / "nope.pth"))
 
 
 def test_torch_checkpoint_roundtrip_is_weights_only_and_atomic(tmp_path):
@@ -91,14 +91,14 @@ def test_torch_checkpoint_roundtrip_is_weights_only_and_atomic(tmp_path):
     assert os.path.basename(path) == "model_0001.pth" and ckpt.get_checkpoint_file() == path
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp")]
     other = torch.nn.Linear(3, 2)
-    extra = DetectronCheckpointer(None, other).load(path)
+    extra = DetectronCheckpointer(None, other).load_weights(path)
     assert extra == {"iteration": 1}
     torch.testing.assert_close(other.weight, model.weight)
     # a checkpoint carrying arbitrary objects is refused by weights_only loading
     evil = tmp_path / "evil.pth"
     torch.save({"model": {}, "x": _Evil()}, evil)
     with pytest.raises(WeightsError, match="evil.pth"):
-        DetectronCheckpointer(None, other).load(str(evil))
+        DetectronCheckpointer(None, other).load_weights(str(evil))
 
 
 def test_atomic_save_keeps_old_file_when_writing_fails(tmp_path):

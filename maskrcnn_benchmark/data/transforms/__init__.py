@@ -1,2 +1,1 @@
-from .transforms import (Compose, Normalize, RandomHorizontalFlip, Resize, ToNormalizedTensor,  # noqa: F401
-                         ToTensor, build_transforms)
+from .transforms import Compose, RandomHorizontalFlip, Resize, ToNormalizedTensor, build_transforms  # noqa: F401

@@ -75,28 +75,8 @@ class RandomHorizontalFlip:
         return image, target
 
 
-class ToTensor:
-    def __call__(self, image, target, rng=None):
-        t = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8)
-        return t.view(image.size[1], image.size[0], 3).permute(2, 0, 1).float().div_(255), target
-
-
-class Normalize:
-    """Caffe2 convention when ``to_bgr255``: BGR channel order, 0-255 range, then ``(x - mean) / std``."""
-
-    def __init__(self, mean, std, to_bgr255=True):
-        self.mean = torch.tensor(mean).view(-1, 1, 1)
-        self.std = torch.tensor(std).view(-1, 1, 1)
-        self.to_bgr255 = to_bgr255
-
-    def __call__(self, image, target, rng=None):
-        if self.to_bgr255:
-            image = image[[2, 1, 0]] * 255
-        return (image - self.mean) / self.std, target
-
-
 class ToNormalizedTensor:
-    """``ToTensor`` + ``Normalize`` in one pass: PIL RGB ``uint8`` (H, W, 3) -> float32 (3, H, W), Caffe2
+    """The reference's ``ToTensor`` + ``Normalize`` in one pass: PIL RGB ``uint8`` (H, W, 3) -> float32 (3, H, W), Caffe2
     convention when ``to_bgr255`` (BGR channel order, 0-255 range: the ``uint8`` values themselves), then
     ``(x - mean) / std``. Each output channel is written once, straight from the ``uint8`` pixels (no arithmetic
     on a permuted float copy). The hybrid path's device transform computes the same values."""
