@@ -39,12 +39,15 @@ class EvaluationHook(HookBase):
     and, there, a future of the scores), ``eval_stop``. On rank 0, every iteration: the scores that arrived, oldest
     first, as ``eval_accuracy`` and in the store.
 
-    ``evaluator``: a :class:`~maskrcnn_benchmark.evaluation.BackgroundEvaluator` (``evaluate``, ``poll``).
+    ``evaluator``: a :class:`~maskrcnn_benchmark.evaluation.COCOEvaluator` whose scorer is a
+    :class:`~maskrcnn_benchmark.evaluation.BackgroundScorer` (``evaluate(epoch)`` returns a future on rank 0);
+    ``poll``: the background scorer's one pipe check (every iteration, rank 0).
     Rank-0-only work that fails is kept (:attr:`failure`) and reported as ``eval/failed``, so that every rank stops
     at the same iteration instead of the others waiting for rank 0 in a collective."""
 
-    def __init__(self, evaluator, infer, mllogger, per_epoch=True):
+    def __init__(self, evaluator, infer, mllogger, per_epoch=True, poll=None):
         self.evaluator = evaluator
+        self.poll = poll
         self.infer = infer
         self.ml = mllogger
         self.per_epoch = per_epoch
@@ -73,7 +76,8 @@ class EvaluationHook(HookBase):
     def _collect(self):
         """Rank 0: record the scores that arrived. One pipe check, which also notices (and restarts) a scoring
         process that died."""
-        self.evaluator.poll()
+        if self.poll is not None:
+            self.poll()
         while self.pending and self.pending[0].done():
             future = self.pending.pop(0)
             self._record(future.epoch, future.result())

@@ -23,7 +23,7 @@ import torch
 
 from ..config import ignored_settings
 from ..data import check_num_classes, make_data_loader, make_device_loader, static_sizes
-from ..evaluation import BackgroundEvaluator, COCOEvaluator, COCOScorer, run_inference
+from ..evaluation import BackgroundScorer, COCOEvaluator, COCOScorer, run_inference
 from ..modeling import build_detection_model
 from ..solver import make_lr_scheduler, make_optimizer
 from ..utils import comm
@@ -200,13 +200,14 @@ class MLPerfRun:
         logger.info("%d training images, %d iterations per epoch, up to %d iterations", len(train_set), ipe,
                     cfg.SOLVER.MAX_ITER)
 
-        scorer = COCOScorer.for_dataset(test_set, backend=opts.coco_backend or cfg.TEST.COCO_BACKEND,
-                                        workers=cfg.TEST.COCO_WORKERS)
-        evaluator = BackgroundEvaluator(COCOEvaluator(test_set, scorer, mask_method=cfg.TEST.MASK_ENCODING),
-                                        asynchronous=not opts.sync_eval)
+        background = BackgroundScorer(COCOScorer.for_dataset(test_set, backend=opts.coco_backend or
+                                                             cfg.TEST.COCO_BACKEND, workers=cfg.TEST.COCO_WORKERS),
+                                      asynchronous=not opts.sync_eval)
+        evaluator = COCOEvaluator(test_set, background, mask_method=cfg.TEST.MASK_ENCODING)
         bare_model = model.module if hasattr(model, "module") else model
         evaluation = EvaluationHook(evaluator, lambda: run_inference(bare_model, test_loader, evaluator, device,
-                                                                     cfg.DTYPE), ml, per_epoch=cfg.PER_EPOCH_EVAL)
+                                                                     cfg.DTYPE), ml, per_epoch=cfg.PER_EPOCH_EVAL,
+                                    poll=background.poll)
         protocol = MLPerfStopHook(self.targets, ml)
         hooks = [ProfilerHook(rank), MetricsHook(20, reduce=not cfg.DISABLE_REDUCED_LOGGING), protocol, evaluation]
         if cfg.SAVE_CHECKPOINTS:
@@ -228,11 +229,11 @@ class MLPerfRun:
                 raise evaluation.failure from None
             raise
         finally:
-            evaluator.shutdown()
-        return self.outcome(trainer, protocol, evaluation, train_seconds=time.time() - t0,
+            background.shutdown()
+        return self.outcome(trainer, protocol, evaluation, background.asynchronous, train_seconds=time.time() - t0,
                             run_seconds=time.time() - run_start)
 
-    def outcome(self, trainer, protocol, evaluation, train_seconds=0.0, run_seconds=0.0):
+    def outcome(self, trainer, protocol, evaluation, background_scoring, train_seconds=0.0, run_seconds=0.0):
         """The run's outcome, read from its hooks and the loop's store."""
         eval_seconds = evaluation.eval_seconds
         return RunOutcome(
@@ -240,7 +241,7 @@ class MLPerfRun:
             scores=list(evaluation.scores), images=trainer.storage.images_seen,
             train_seconds=train_seconds - sum(eval_seconds), run_seconds=run_seconds,
             eval_seconds=list(eval_seconds), scoring_seconds=[s.seconds for s in evaluation.scores],
-            background_scoring=getattr(evaluation.evaluator, "asynchronous", False))
+            background_scoring=background_scoring)
 
     def _load_weights(self, checkpointer, seed):
         """``--resume`` (everything, exactly) or MODEL.WEIGHT (weights only); returns the iteration to start

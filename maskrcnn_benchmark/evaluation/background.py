@@ -1,10 +1,12 @@
-"""COCO scoring beside training: :class:`BackgroundEvaluator` wraps an evaluator and scores in another process.
+"""COCO scoring beside training: :class:`BackgroundScorer`, an executor around the one scorer.
 
-Its ``evaluate(epoch)`` gathers the epoch's detections (a collective, on every rank) and, on rank 0, hands them to
-a scoring process that runs the wrapped evaluator's own :class:`~maskrcnn_benchmark.evaluation.COCOScorer`; it
-returns a :class:`ScoresFuture` at once. ``poll()`` costs one pipe check, so the trainer asks every iteration:
-it collects finished scores and notices a scoring process that died. ``asynchronous=False`` scores in-process
-(``--sync-eval``; what the asynchronous path is tested against): the future is done when ``evaluate`` returns.
+``BackgroundScorer(scorer)`` is called like the :class:`~maskrcnn_benchmark.evaluation.COCOScorer` it wraps,
+``background(detections, epoch)``, and returns a :class:`ScoresFuture` at once: a scoring process runs the same
+scorer object on the detections. A :class:`~maskrcnn_benchmark.evaluation.COCOEvaluator` built with it as its
+scorer has the one ``evaluate(epoch)`` (gather, write, score) and returns that future. ``poll()`` costs one pipe
+check, so the training loop asks every iteration: it collects finished scores and notices a scoring process that
+died. ``asynchronous=False`` scores in-process (``--sync-eval``; what the asynchronous path is tested against): the
+future is done when the call returns.
 
 A scoring process that dies costs nothing: the detections of every epoch stay here until their scores arrive,
 so a process that dies while scoring is restarted and the same detections are scored again; only a second death
@@ -22,7 +24,6 @@ import os
 import signal
 
 from ..utils.processes import die_with_parent
-from .evaluator import DatasetEvaluator
 from .scoring import ScoringError
 
 logger = logging.getLogger(__name__)
@@ -77,15 +78,13 @@ class ScoresFuture:
         return self._scores
 
 
-class BackgroundEvaluator(DatasetEvaluator):
-    """Asynchronous COCO scoring around ``evaluator`` (a :class:`~maskrcnn_benchmark.evaluation.COCOEvaluator`).
+class BackgroundScorer:
+    """``scorer`` (a :class:`~maskrcnn_benchmark.evaluation.COCOScorer`) run in a scoring process of its own:
+    ``background(detections, epoch)`` returns a :class:`ScoresFuture`. Rank 0 only (the detections are gathered
+    there)."""
 
-    ``reset`` and ``process`` are the evaluator's; ``evaluate(epoch)`` returns a :class:`ScoresFuture` on rank 0
-    and ``None`` on the other ranks.
-    """
-
-    def __init__(self, evaluator, asynchronous=True):
-        self.evaluator = evaluator
+    def __init__(self, scorer, asynchronous=True):
+        self.scorer = scorer
         self.asynchronous = asynchronous
         self._proc = None
         self._conn = None
@@ -102,21 +101,12 @@ class BackgroundEvaluator(DatasetEvaluator):
         """Epochs handed over whose scores have not arrived."""
         return len(self._waiting)
 
-    # -- the evaluator protocol -----------------------------------------------------------------------------------
-    def reset(self):
-        self.evaluator.reset()
-
-    def process(self, inputs, outputs):
-        self.evaluator.process(inputs, outputs)
-
-    def evaluate(self, epoch=None):
-        detections = self.evaluator.gather()
-        if detections is None:
-            return None
+    # -- the scorer's interface ------------------------------------------------------------------------------------
+    def __call__(self, detections, epoch=None):
         future = ScoresFuture(self, epoch)
         if not self.asynchronous:
             try:
-                future._set(scores=self.evaluator.scorer(detections))
+                future._set(scores=self.scorer(detections))
             except ScoringError as e:
                 future._set(error=f"COCO scoring of epoch {epoch} failed: {e}")
             return future
@@ -132,7 +122,7 @@ class BackgroundEvaluator(DatasetEvaluator):
         self._conn, child = ctx.Pipe()
         # not daemonic (a daemon may not have the scoring pool as children): shut down at exit, before
         # multiprocessing's own exit handler would wait for it
-        self._proc = ctx.Process(target=_serve, args=(child, os.getpid(), self.evaluator.scorer),
+        self._proc = ctx.Process(target=_serve, args=(child, os.getpid(), self.scorer),
                                  name="coco-scorer", daemon=False)
         # Ctrl-C reaches the whole foreground process group; the trainer decides what happens, the scorer (and
         # its pool) ignore it from the first instruction on: an ignored signal stays ignored across exec

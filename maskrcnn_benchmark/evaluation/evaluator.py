@@ -1,13 +1,17 @@
 """The evaluator protocol (``reset / process(inputs, outputs) / evaluate``), the COCO evaluator, and the inference
 loop that feeds an evaluator.
 
-One contract for training (every epoch), ``tools/test_net.py`` and the predictor:
+One contract for training (every epoch) and ``tools/test_net.py``:
 
 * ``process(inputs, outputs)`` turns a batch of model outputs into COCO results (:func:`detections_to_coco`, on
   the outputs' device);
-* ``evaluate()`` returns the scores: ``{"bbox": {"stats": {...}, "per_class": {...}}, "segm": ..., "backend",
-  "seconds"}`` on rank 0, ``None`` on the other ranks. :class:`BackgroundEvaluator` wraps an evaluator and
-  returns a :class:`ScoresFuture` instead, whose result is the same dict, scored in a separate process.
+* ``evaluate(epoch=None)`` gathers them on rank 0, writes them (``output_folder``) and scores them with its
+  scorer: ``{"bbox": {"stats": {...}, "per_class": {...}}, "segm": ..., "backend", "seconds"}`` on rank 0,
+  ``None`` on the other ranks. With a :class:`~maskrcnn_benchmark.evaluation.BackgroundScorer` as its scorer (a
+  training run) it returns a :class:`~maskrcnn_benchmark.evaluation.ScoresFuture` of that dict instead, scored
+  in a separate process.
+
+(The predictor, ``tools/predict.py``, shares only the post-processing: :func:`to_original`.)
 """
 import json
 import logging
@@ -88,7 +92,8 @@ class COCOEvaluator(DatasetEvaluator):
         write_text(os.path.join(self.output_folder, "bbox.json"), json.dumps(bbox), what="results json")
         write_text(os.path.join(self.output_folder, "segm.json"), json.dumps(segm), what="results json")
 
-    def evaluate(self):
+    def evaluate(self, epoch=None):
+        """Gather (a collective: every rank calls it), write, score; the scores (or their future) on rank 0."""
         detections = self.gather()
         if detections is None:
             return None
@@ -96,7 +101,7 @@ class COCOEvaluator(DatasetEvaluator):
             self.write_results(detections)
         if self.scorer is None:
             return {"detections": len(detections)}
-        return self.scorer(detections)
+        return self.scorer(detections, epoch=epoch)
 
 
 @torch.no_grad()

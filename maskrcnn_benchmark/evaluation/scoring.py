@@ -253,8 +253,8 @@ class COCOScorer:
 
     It holds the settings of scoring (the annotation file, the images scored, the IoU types, the backend and the
     number of worker processes) and nothing else, so it is cheap to send to the background scoring process: an
-    evaluator scores through it in-process, and :class:`~maskrcnn_benchmark.evaluation.BackgroundEvaluator` runs
-    the same object in its own process.
+    evaluator scores through it in-process, and :class:`~maskrcnn_benchmark.evaluation.BackgroundScorer` runs
+    the same object in its own process. ``epoch`` (what the evaluator passes) is not needed to score.
     """
 
     def __init__(self, ann_file, image_ids=None, iou_types=("bbox", "segm"), backend="auto", workers=0):
@@ -268,7 +268,7 @@ class COCOScorer:
     def for_dataset(cls, dataset, backend="auto", workers=0, iou_types=("bbox", "segm")):
         return cls(dataset.ann_file, dataset.ids, iou_types, backend, workers)
 
-    def __call__(self, detections):
+    def __call__(self, detections, epoch=None):
         import time
 
         t0 = time.perf_counter()
