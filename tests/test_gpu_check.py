@@ -12,20 +12,22 @@ from maskrcnn_benchmark.cli import gpu_check
 from maskrcnn_benchmark.engine import preflight
 
 
-def test_without_a_usable_gpu_it_fails_in_one_line_never_passes(tmp_path, capsys, monkeypatch):
-    """No GPU at all, or NVIDIA devices torch cannot use (an old driver, a container without --nv): one error
-    line naming it, exit 15 (NoGPU), nothing measured, nothing written. (Exit 0 with "nothing to check" before.)"""
+def test_without_a_gpu_one_line_exit_0_with_an_unusable_one_a_failure(tmp_path, capsys, monkeypatch):
+    """No NVIDIA GPU at all: one line, exit 0, nothing written. NVIDIA devices that torch cannot use (an old
+    driver, a container without --nv; simulated: device files and a driver version): one error line naming the
+    driver, exit 15 (NoGPU), nothing measured. (Both were exit 0 "nothing to check" before.)"""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(preflight, "_nvidia_devices", lambda: [])
     monkeypatch.setattr(preflight, "_driver_version", lambda: None)
-    assert gpu_check.main(["--out", str(tmp_path / "gc")]) == 15
-    captured = capsys.readouterr()
-    assert captured.out == "" and len(captured.err.splitlines()) == 1 and "no GPU is visible" in captured.err
+    assert gpu_check.main(["--out", str(tmp_path / "gc")]) == 0
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) == 1 and "no NVIDIA GPU" in out
     monkeypatch.setattr(preflight, "_nvidia_devices", lambda: ["nvidia0", "nvidia1"])
     monkeypatch.setattr(preflight, "_driver_version", lambda: "535.104.05")
     assert gpu_check.main(["--out", str(tmp_path / "gc")]) == 15
-    err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and "driver 535.104.05" in err and "torch cannot use them" in err
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.splitlines()) == 1
+    assert "driver 535.104.05" in captured.err and "torch cannot use them" in captured.err
     assert not (tmp_path / "gc").exists()
 
 

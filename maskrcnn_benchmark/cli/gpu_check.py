@@ -14,9 +14,10 @@ Runs what exists of these, each as its own program with a time cap, and writes `
 6. the projected time to train on 8 GPUs from these figures and the RCP's epochs, the arithmetic shown.
 
 It runs from a checkout (the parity tests and bench/ scripts are the checkout's; ``tools/gpu_check.py`` is its
-entry point). Asked for CUDA where torch sees no GPU, it fails with one line (exit 15, ``NoGPU``), and names the
-likely cause when the kernel shows NVIDIA devices that torch cannot use (a driver older than the wheel's CUDA,
-a container started without ``--nv``): it never passes without measuring. ``--device cpu --quick`` runs the same
+entry point). On a machine with no NVIDIA GPU at all it says so in one line and exits 0; where the kernel shows
+NVIDIA devices (``/dev/nvidia*``, ``nvidia-smi``) that torch cannot use (a driver older than the wheel's CUDA, a
+container started without ``--nv``) it fails with one line naming the driver (exit 15, ``NoGPU``): it never
+passes on a GPU node without measuring. ``--device cpu --quick`` runs the same
 pipeline with tiny sizes on the CPU (what the tests run; its figures are not GPU figures and the report says so).
 Exit code 0 only when every check ran and passed; a check that failed, or did not run (its time cap or the
 budget ran out), makes the last line ``gpu-check: FAILED: ...; NOT RUN: ...`` and the exit code 1.
@@ -278,11 +279,15 @@ def main(argv=None):
 def _main(args):
     import torch
 
-    from ..engine.preflight import check_gpus
+    from ..engine.preflight import _driver_version, _nvidia_devices, check_gpus
 
     args.torch_version = torch.__version__
-    if args.device == "cuda":
-        check_gpus(_CudaConfig(), 1, torch.cuda)  # NoGPU: one line naming why; never a pass without measuring
+    if args.device == "cuda" and not torch.cuda.is_available():
+        if not (_nvidia_devices() or _driver_version()):  # no NVIDIA GPU at all: nothing to check, one line
+            print(f"gpu-check: no NVIDIA GPU on this machine (torch {torch.__version__}, CUDA build "
+                  f"{torch.version.cuda or 'none'}): nothing to check; run `make gpu-check` on a GPU node")
+            return 0
+        check_gpus(_CudaConfig(), 1, torch.cuda)  # a GPU torch cannot use: NoGPU, one line naming the driver
     device_name = (f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}" if args.device == "cuda"
                    else f"CPU ({os.cpu_count()} cores)")
     out_dir = Path(args.out)
