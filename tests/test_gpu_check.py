@@ -82,3 +82,23 @@ def test_quick_cpu_run_writes_the_report_with_every_check_and_its_command(tmp_pa
     assert re.search(r"training: [\d.]+ x 117266 images / \d+ img/s = \d+ s", report)
     for name in ("parity", "model_step", "input", "training", "allreduce"):
         assert (out / f"{name}.log").read_text().strip()
+
+
+def test_the_projection_shows_every_term_and_writes_the_trials_time_limits(tmp_path):
+    """From the best measured per-GPU rate of our step (torchvision's is not ours): 1, 4, 8 and 32 nodes, each
+    term shown, the assumptions stated, NVIDIA's runs recomputed beside; projection.json for run_experiments.sh."""
+    import json
+
+    step = gpu_check.Check("model_step", "t", [], 1, status="passed")
+    step.figures = [("training step img/s, eager", "100.0"), ("training step img/s, compiled (default)", "150.0"),
+                    ("training step img/s, torchvision", "400.0")]
+    lines = gpu_check.projection(step, tmp_path)
+    assert lines[0].startswith("per GPU: 150.0 img/s (compiled (default)") and "8 x 150.0 = 1200 img/s" in lines[0]
+    assert any(line.startswith("1 node(s), global batch 96: 14.06 epochs x (117266 images / 1,200 img/s")
+               for line in lines)
+    assert any("assumption: scaling efficiency" in line for line in lines)
+    assert any("NVIDIA DGX H100, 8 nodes" in line and "published 246 s" in line for line in lines)
+    written = json.loads((tmp_path / "projection.json").read_text())
+    assert sorted(written["nodes"], key=int) == ["1", "4", "8", "32"]
+    one = written["nodes"]["1"]
+    assert one["minutes"] == pytest.approx(14.0556 * (117266 / 1200 + 3.1) / 60, abs=0.01)

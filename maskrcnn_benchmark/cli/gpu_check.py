@@ -35,8 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: tests/, bench/, tools/
-COCO_TRAIN_IMAGES = 117266  # COCO 2017 train images after the reference's filter (an epoch of train_samples)
-NVIDIA_EVAL_GAP_S = 3.1     # published: DGX H100, v3.0, seconds of evaluation per epoch not overlapped
 
 
 @dataclass
@@ -166,36 +164,36 @@ def read_allreduce(c):
 
 
 # ---------------------------------------------------------------------------------------------------- projection
-def rcp_epochs(batch=96, ruleset="3.1.0"):
-    from mlperf_logging.rcp_checker.rcp_checker import RCP_Checker
+def projection(model_step, out_dir=None, gpus_per_node=8):
+    """Lines of the projected time to train at 1, 4, 8 and 32 nodes (:mod:`mlperf_review.projection`: every term
+    shown, the assumptions stated), from the best measured per-GPU rate of our step; ``out_dir``: also writes
+    ``projection.json`` (``{"nodes": {"N": {"minutes": ...}}}``, what slurm/run_experiments.sh reads for the trials'
+    time limit)."""
+    from mlperf_review import projection as paper
 
-    record = RCP_Checker("training", ruleset, "maskrcnn", verbose=False)._find_rcp(batch, "full_rcps")
-    return record["RCP Mean"]
-
-
-def projection(model_step, gpus=8):
-    """Lines of the projected time to train (8 GPUs, RCP 96: 12 images per GPU; measured at 8 per GPU)."""
     rates = {name: float(v) for name, v in model_step.figures if name.startswith("training step img/s, ")
              and re.fullmatch(r"[\d.]+", v)}
     ours = {k: v for k, v in rates.items() if "torchvision" not in k}
     if not ours:
         return ["no training-step figure: nothing to project"]
     best_name, per_gpu = max(ours.items(), key=lambda kv: kv[1])
-    epochs = rcp_epochs()
-    node = gpus * per_gpu
-    train_s = epochs * COCO_TRAIN_IMAGES / node
-    eval_s = epochs * NVIDIA_EVAL_GAP_S
-    return [
-        f"per GPU: {per_gpu:.1f} img/s ({best_name.replace('training step img/s, ', '')}, measured above, one GPU)",
-        f"{gpus} GPUs: {gpus} x {per_gpu:.1f} = {node:.0f} img/s (assumes data-parallel scaling of 1.0: the all-reduce "
-        "overlapped with the backward, not measured here)",
-        f"epochs: {epochs:.2f} (the mean of RCP maskrcnn_ref_96, mlperf-logging training 3.1.0)",
-        f"training: {epochs:.2f} x {COCO_TRAIN_IMAGES} images / {node:.0f} img/s = {train_s:.0f} s",
-        f"evaluation: {epochs:.2f} epochs x {NVIDIA_EVAL_GAP_S} s (NVIDIA's published v3.0 DGX H100 gap, not "
-        f"measured) = {eval_s:.0f} s",
-        f"projected time to train: {train_s + eval_s:.0f} s = {(train_s + eval_s) / 60:.1f} min "
-        f"(NVIDIA v3.0 DGX H100, for scale: about 1,444 img/s per node)",
-    ]
+    node_rate = gpus_per_node * per_gpu
+    rows = paper.project(node_rate, paper.NVIDIA_ANCHORS[0].eval_gap_s)
+    lines = [f"per GPU: {per_gpu:.1f} img/s ({best_name.replace('training step img/s, ', '')}, measured above, one "
+             f"GPU); one node: {gpus_per_node} x {per_gpu:.1f} = {node_rate:.0f} img/s (assumed: no loss within a "
+             "node, not measured here)"]
+    lines += [row.line() for row in rows]
+    lines += [f"assumption: {a}" for a in paper.assumptions(eval_gap_measured=False)]
+    checks = [paper.reproduce(anchor) for anchor in paper.NVIDIA_ANCHORS]
+    lines += [f"the same arithmetic on {anchor.name} ({anchor.source}): {p.time_to_train_s:,.0f} s, published "
+              f"{anchor.time_to_train_s:,.0f} s" for anchor, p in zip(paper.NVIDIA_ANCHORS, checks)]
+    if out_dir is not None:
+        (Path(out_dir) / "projection.json").write_text(json.dumps(
+            {"per_gpu_img_s": per_gpu, "form": best_name,
+             "nodes": {str(r.nodes): {"minutes": round(r.time_to_train_s / 60, 2), "global_batch": r.global_batch,
+                                      "epochs": r.epochs, "img_s": round(r.throughput, 1),
+                                      "eval_gap_s": round(r.eval_gap_s, 3)} for r in rows}}, indent=1))
+    return lines
 
 
 # ------------------------------------------------------------------------------------------------------ the checks
@@ -255,9 +253,10 @@ def report(checks, out_dir, args, device_name, started):
             lines.append(f"| {head} | {what} | {str(value).replace('|', ',')} |")
     lines += ["", "## Commands", ""]
     lines += [f"- {c.name}: `{c.command}`" for c in checks]
-    lines += ["", "## Projected time to train, 8 GPUs (RCP 96)", ""]
+    lines += ["", "## Projected time to train (mlperf_review/projection.py: every term shown)", ""]
     model = next((c for c in checks if c.name == "model_step"), None)
-    lines += [f"- {line}" for line in (projection(model) if model else ["the training step was not measured"])]
+    lines += [f"- {line}" for line in (projection(model, out_dir) if model else
+                                       ["the training step was not measured"])]
     text = "\n".join(lines) + "\n"
     (out_dir / "report.md").write_text(text)
     return text
