@@ -32,10 +32,19 @@ demo: venv
 bench: venv
 	$(PY) bench/model_step.py --device cpu
 
-# First contact with a GPU node (about 10 minutes on one H100): results/gpu-check/report.md. Without CUDA it says
-# so in one line and exits 0.
+# First contact with a GPU node (about 10 minutes on one H100): results/gpu-check/report.md. Without an NVIDIA GPU
+# it says so in one line and exits 0. IMAGE=path/to/maskrcnn.sif: every stage runs inside the training image
+# (singularity exec --nv, the checkout bound over the image's copy as the Slurm job binds it; no venv, no package
+# index needed); without IMAGE: this checkout's venv, and the report says so.
+ifdef IMAGE
+gpu-check:
+	mkdir -p results
+	CONTAINER=$(IMAGE) CONTAINER_BINDS=$(CURDIR):/workspace/object_detection:ro,$(CURDIR)/results:/results \
+	  MASKRCNN_GPU_CHECK_IMAGE=$(IMAGE) slurm/in_container.sh python3 tools/gpu_check.py --out /results/gpu-check
+else
 gpu-check: venv
 	$(PY) tools/gpu_check.py
+endif
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -34,7 +34,7 @@ def test_without_a_gpu_one_line_exit_0_with_an_unusable_one_a_failure(tmp_path, 
 def test_a_check_that_did_not_run_is_not_a_pass(tmp_path, monkeypatch):
     """A check squeezed out by its time cap or the budget is NOT RUN, and the verdict is a failure."""
     checks = [gpu_check.Check("parity", "p", [], 1, status="passed"),
-              gpu_check.Check("allreduce", "a", [], 1, status="skipped (no time left in the budget)")]
+              gpu_check.Check("allreduce", "a", [], 1, status="NOT RUN (no time left in the budget)")]
     monkeypatch.setattr(gpu_check, "plan", lambda args, out_dir: checks)
     monkeypatch.setattr(gpu_check, "run", lambda check, out_dir, deadline: check)
     monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: None)
@@ -102,3 +102,17 @@ def test_the_projection_shows_every_term_and_writes_the_trials_time_limits(tmp_p
     assert sorted(written["nodes"], key=int) == ["1", "4", "8", "32"]
     one = written["nodes"]["1"]
     assert one["minutes"] == pytest.approx(14.0556 * (117266 / 1200 + 3.1) / 60, abs=0.01)
+
+
+@pytest.mark.slow  # starts make (a second)
+def test_make_gpu_check_with_an_image_runs_inside_it_without_the_venv():
+    """``make gpu-check IMAGE=...`` goes through slurm/in_container.sh (singularity exec --nv --cleanenv, the
+    checkout bound read-only over the image's copy, results bound out) and builds no venv (a dry run: the
+    container path itself is exercised by the cluster tests' stand-in)."""
+    r = subprocess.run(["make", "-n", "gpu-check", "IMAGE=/images/maskrcnn.sif"], cwd=REPO, capture_output=True,
+                       text=True, check=True)
+    assert "venv" not in r.stdout and "pip" not in r.stdout
+    assert "CONTAINER=/images/maskrcnn.sif" in r.stdout and "slurm/in_container.sh python3 tools/gpu_check.py" \
+        in r.stdout
+    assert f"{REPO}:/workspace/object_detection:ro" in r.stdout and "MASKRCNN_GPU_CHECK_IMAGE=/images/maskrcnn.sif" \
+        in r.stdout

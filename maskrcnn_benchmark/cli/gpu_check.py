@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -59,7 +60,7 @@ class Check:
 def run(check, out_dir, deadline):
     cap = min(check.cap, max(deadline - time.monotonic(), 0))
     if cap < 5:
-        check.status = "skipped (no time left in the budget)"
+        check.status = "NOT RUN (no time left in the budget)"
         return check
     t = time.monotonic()
     env = dict(os.environ, **{k: str(v) for k, v in check.env.items()})
@@ -70,7 +71,7 @@ def run(check, out_dir, deadline):
         check.status = "passed" if r.returncode in check.ok_codes else f"FAILED (exit {r.returncode})"
     except subprocess.TimeoutExpired as e:
         check.output = _text(e.stdout) + _text(e.stderr)
-        check.status = f"did not finish in its {cap:.0f} s cap"
+        check.status = f"NOT RUN (did not finish in its {cap:.0f} s cap)"
     check.seconds = time.monotonic() - t
     (out_dir / f"{check.name}.log").write_text(check.command + "\n\n" + check.output)
     return check
@@ -87,6 +88,8 @@ def read_parity(c):
     s = re.search(r"(\d+) skipped", c.output)
     c.figures.append(("parity tests", f"{m.group(1) if m else 0} passed, {f.group(1) if f else 0} failed, "
                                       f"{s.group(1) if s else 0} skipped"))
+    if c.status == "passed" and not m:  # every test skipped: no oracle here (../shared/golden is not beside us)
+        c.status = "NOT RUN (no parity test ran: the golden outputs, ../shared/golden, are not beside the checkout)"
 
 
 def read_model_step(c):
@@ -231,11 +234,65 @@ def plan(args, out_dir):
                                            else []),
               60 if q else 45),
     ]
+    # the caps share the budget: they add up to it, in these proportions
+    total = sum(c.cap for c in checks)
+    for c in checks:
+        c.cap = c.cap * args.budget / total
     return checks
 
 
 READERS = {"parity": read_parity, "model_step": read_model_step, "input": read_input, "training": read_training,
            "allreduce": read_allreduce}
+
+
+def _smi(*query):
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        r = subprocess.run([smi, *query], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def stack(device):
+    """What the figures were measured on: where (the training image or this Python environment), the GPUs,
+    driver, CUDA, cuDNN, NCCL, torch, torchvision, apex (and so the optimizer a compiled run uses), inductor's graph
+    partition, clocks and power limits, the GPUs' topology."""
+    import torch
+    import torchvision
+
+    image = os.environ.get("MASKRCNN_GPU_CHECK_IMAGE", "")
+    lines = [f"ran in the image {image} (make gpu-check IMAGE=...)" if image else
+             f"ran in this Python environment ({sys.executable}), not in a training image: `make gpu-check "
+             "IMAGE=path/to/maskrcnn.sif` measures the stack that trains"]
+    lines.append(f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none'}, cuDNN "
+                 f"{torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else 'none'}), torchvision "
+                 f"{torchvision.__version__}")
+    if device == "cuda":
+        nccl = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else "?"
+        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        lines.append(f"{len(names)} GPU(s): {', '.join(sorted(set(names)))}; NCCL {nccl}")
+    try:
+        import apex  # noqa: F401
+        apex_line = "apex present: a compiled run uses apex FusedSGD"
+    except ImportError:
+        apex_line = "apex absent: a compiled run uses torch's fused SGD"
+    lines.append(apex_line)
+    try:
+        from torch._inductor import config as inductor_config
+        lines.append(f"inductor graph_partition: {getattr(inductor_config, 'graph_partition', 'not in this torch')} "
+                     "(a compiled run sets it on for CUDA graphs)")
+    except ImportError:
+        lines.append("inductor: not importable")
+    driver = _smi("--query-gpu=driver_version,clocks.max.sm,clocks.sm,power.limit", "--format=csv,noheader")
+    if driver:
+        lines.append(f"driver, max/current SM clock, power limit: {driver.splitlines()[0]}")
+    topo = _smi("topo", "-m")
+    if topo:
+        lines.append("nvidia-smi topo -m:\n\n```\n" + topo + "\n```")
+    return lines
 
 
 def report(checks, out_dir, args, device_name, started):
@@ -245,6 +302,7 @@ def report(checks, out_dir, args, device_name, started):
              f"`results/gpu-check/<check>.log`.", ""]
     if args.device == "cpu":
         lines += ["**CPU run (`--quick`): these are not GPU figures.**", ""]
+    lines += ["## Stack", ""] + [f"- {line}" for line in stack(args.device)] + [""]
     lines += ["| check | status | seconds | figure | value |", "|---|---|---:|---|---|"]
     for c in checks:
         rows = c.figures or [("", "")]
