@@ -79,7 +79,8 @@ def test_quick_cpu_run_writes_the_report_with_every_check_and_its_command(tmp_pa
                 "tools/train_mlperf.py --config-file", "bench/allreduce.py --backend gloo",
                 "MASKRCNN_TEST_DEVICE=cpu"):
         assert cmd in report, cmd
-    assert re.search(r"training: [\d.]+ x 117266 images / \d+ img/s = \d+ s", report)
+    assert re.search(r"1 node\(s\), global batch 96: 14.06 epochs x \(117266 images / [\d,]+ img/s", report)
+    assert (out / "projection.json").exists() and "## Stack" in report
     for name in ("parity", "model_step", "input", "training", "allreduce"):
         assert (out / f"{name}.log").read_text().strip()
 
