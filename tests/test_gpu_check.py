@@ -67,7 +67,7 @@ def test_quick_cpu_run_writes_the_report_with_every_check_and_its_command(tmp_pa
     assert r.stdout.splitlines()[-1] == "gpu-check: passed: all 5 checks measured"
     report = (out / "report.md").read_text()
     assert "not GPU figures" in report
-    for title in ("golden parity tests", "training step img/s", "hybrid input pipeline", "synthetic training run",
+    for title in ("parity tests on the device", "training step img/s", "hybrid input pipeline", "synthetic training run",
                   "all-reduce"):
         row = next(line for line in report.splitlines() if title in line)
         assert "| passed |" in row, row

@@ -3,7 +3,9 @@
 Runs what exists of these, each as its own program with a time cap, and writes ``results/gpu-check/report.md``
 (every figure with the command that produced it; each program's full output beside it as ``<check>.log``):
 
-1. the golden parity tests on CUDA, TF32 off (``MASKRCNN_TEST_DEVICE=cuda pytest tests/parity``);
+1. the parity tests on CUDA, TF32 off (``MASKRCNN_TEST_DEVICE=cuda pytest tests/parity``): against the same ops
+   and training step on the node's CPU (tests/parity/test_device_against_the_cpu.py, an oracle present on any
+   node) and against the reference's golden outputs when ../shared/golden is beside the checkout;
 2. the training step at 800x1333, batch 8, AMP (float16), channels_last: eager, compiled (inductor) and CUDA-graphed
    (``reduce-overhead``), against torchvision's Mask R-CNN in the same run, with peak GPU memory
    (``bench/model_step.py``);
@@ -206,7 +208,8 @@ def plan(args, out_dir):
     dev = args.device
     data = out_dir / "synthetic"
     checks = [
-        Check("parity", "golden parity tests on the device (TF32 off)",
+        Check("parity", "parity tests on the device: against the node's CPU, and the golden outputs where present "
+                        "(TF32 off)",
               [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/parity"]
               + (["-k", "nms and not compiled"] if q else []),
               60 if q else 90, env={"MASKRCNN_TEST_DEVICE": dev}),

@@ -1,0 +1,64 @@
+"""The package on the test device against the same code on this node's CPU: the parity oracle that is there on
+any node, with or without ../shared/golden (``make gpu-check`` runs it with ``MASKRCNN_TEST_DEVICE=cuda``; on a
+CPU run it compares the CPU with itself and must be exact).
+
+Float32, TF32 off (conftest). Tolerances, stated once: NMS keep sets exact (the "+1" IoU is computed in float32 on
+both and compared with the same threshold; a last-bit difference at the threshold would show as a mismatch and is
+reported, not tolerated); ROIAlign within 1e-5 absolute (bilinear weights, the same formula, another summation
+order); mask targets exact (integer rasterization); the training losses within 1e-3 relative (a whole forward:
+convolutions whose algorithms differ between devices), with every sampler taking all candidates so that no random
+draw (different generators on the two devices) enters the comparison."""
+import math
+
+import pytest
+import torch
+
+from helpers import shapes_image, small_cfg
+from maskrcnn_benchmark.layers.nms import nms_keep_padded
+from maskrcnn_benchmark.layers.roi_align import multilevel_roi_align
+from maskrcnn_benchmark.modeling import build_detection_model
+from maskrcnn_benchmark.modeling.compat import train_forward
+
+
+def _boxes(g, k, seed):
+    gen = torch.Generator().manual_seed(seed)
+    xy = torch.rand(g, k, 2, generator=gen) * 200
+    wh = torch.rand(g, k, 2, generator=gen) * 60 + 1
+    scores = torch.rand(g, k, generator=gen)
+    scores[:, ::7] = 0.5  # exact ties
+    return torch.cat((xy, xy + wh), -1), scores, torch.rand(g, k, generator=gen) > 0.1
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_nms_keep_sets_equal_the_cpus(device, seed):
+    boxes, scores, valid = _boxes(10, 700, seed)
+    ours = nms_keep_padded(boxes.to(device), scores.to(device), valid.to(device), 0.7).cpu()
+    assert torch.equal(ours, nms_keep_padded(boxes, scores, valid, 0.7))
+
+
+def test_multilevel_roi_align_equals_the_cpus(device):
+    gen = torch.Generator().manual_seed(0)
+    features = [torch.randn(2, 8, 64 // 2 ** i, 96 // 2 ** i, generator=gen) for i in range(4)]
+    xy = torch.rand(300, 2, generator=gen) * 300
+    wh = torch.rand(300, 2, generator=gen) * 200 + 1
+    rois = torch.cat((torch.randint(0, 2, (300, 1), generator=gen).float(), xy, xy + wh), 1)
+    levels = torch.randint(0, 4, (300,), generator=gen)
+    scales = [1 / 4, 1 / 8, 1 / 16, 1 / 32]
+    ours = multilevel_roi_align([f.to(device) for f in features], rois.to(device), levels.to(device), 7, scales, 2)
+    ref = multilevel_roi_align(features, rois, levels, 7, scales, 2)
+    torch.testing.assert_close(ours.cpu(), ref, rtol=0, atol=1e-5)
+
+
+def test_the_training_losses_equal_the_cpus(device):
+    take_all = ("MODEL.RPN.BATCH_SIZE_PER_IMAGE", 100000000, "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", 100000000,
+                "MODEL.RPN.PRE_NMS_TOP_N_TRAIN", 100000, "MODEL.RPN.POST_NMS_TOP_N_TRAIN", 100000,
+                "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", 100000, "MODEL.RPN.NMS_THRESH", 1.0)
+    torch.manual_seed(0)
+    model = build_detection_model(small_cfg(*take_all)).train()
+    image, target = shapes_image()
+    ref = {k: float(v) for k, v in train_forward(model, [image], [target]).items()}
+    model.to(device)
+    ours = {k: float(v) for k, v in train_forward(model, [image.to(device)], [target.to(device)]).items()}
+    assert ours.keys() == ref.keys()
+    for k in ref:
+        assert math.isclose(ours[k], ref[k], rel_tol=1e-3, abs_tol=1e-5), (k, ours[k], ref[k])
