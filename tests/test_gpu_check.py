@@ -64,11 +64,11 @@ def test_quick_cpu_run_writes_the_report_with_every_check_and_its_command(tmp_pa
     r = subprocess.run([sys.executable, "tools/gpu_check.py", "--device", "cpu", "--quick", "--out", str(out)],
                        cwd=REPO, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert r.stdout.splitlines()[-1] == "gpu-check: passed: all 5 checks measured"
+    assert r.stdout.splitlines()[-1] == "gpu-check: passed: all 6 checks measured"
     report = (out / "report.md").read_text()
     assert "not GPU figures" in report
-    for title in ("parity tests on the device", "training step img/s", "hybrid input pipeline", "synthetic training run",
-                  "all-reduce"):
+    for title in ("parity tests on the device", "training step img/s", "hybrid input pipeline",
+                  "synthetic training run", "blocking evaluation", "all-reduce"):
         row = next(line for line in report.splitlines() if title in line)
         assert "| passed |" in row, row
     for figure in ("training step img/s, eager", "training step img/s, compiled (default)",
@@ -77,11 +77,12 @@ def test_quick_cpu_run_writes_the_report_with_every_check_and_its_command(tmp_pa
     assert re.search(r"\| loss \| [\d.]+ at iteration 20 -> [\d.]+ at 40 \(falls\)", report)
     for cmd in ("bench/model_step.py --device cpu", "bench/input_pipeline.py --device cpu",
                 "tools/train_mlperf.py --config-file", "bench/allreduce.py --backend gloo",
-                "MASKRCNN_TEST_DEVICE=cpu"):
+                "MASKRCNN_TEST_DEVICE=cpu", "bench/eval_step.py --device cpu --json"):
         assert cmd in report, cmd
     assert re.search(r"1 node\(s\), global batch 96: 14.06 epochs x \(117266 images / [\d,]+ img/s", report)
     assert (out / "projection.json").exists() and "## Stack" in report
-    for name in ("parity", "model_step", "input", "training", "allreduce"):
+    assert "evaluation gap on one node: 625 images (COCO val / 8 GPUs) x" in report
+    for name in ("parity", "model_step", "input", "training", "evaluation", "allreduce"):
         assert (out / f"{name}.log").read_text().strip()
 
 
@@ -117,3 +118,19 @@ def test_make_gpu_check_with_an_image_runs_inside_it_without_the_venv():
         in r.stdout
     assert f"{REPO}:/workspace/object_detection:ro" in r.stdout and "MASKRCNN_GPU_CHECK_IMAGE=/images/maskrcnn.sif" \
         in r.stdout
+
+
+def test_a_measured_evaluation_replaces_nvidias_gap(tmp_path):
+    import json
+
+    step = gpu_check.Check("model_step", "t", [], 1, status="passed")
+    step.figures = [("training step img/s, compiled (default)", "150.0")]
+    evaluation = gpu_check.Check("evaluation", "e", [], 1, status="passed")
+    evaluation.output = '{"event": "summary", "images": 625, "seconds": 5.0, "ms_per_image": 8.0, "size": ' \
+                        '"800x1333", "batch": 8}'
+    gpu_check.read_evaluation(evaluation)
+    lines = gpu_check.projection(step, tmp_path, evaluation=evaluation)
+    assert "evaluation gap on one node: 625 images (COCO val / 8 GPUs) x 8.0 ms (measured above) = 5.00 s per " \
+           "epoch" in lines
+    assert not any("not measured here" in line and "gap" in line for line in lines)
+    assert json.loads((tmp_path / "projection.json").read_text())["nodes"]["1"]["eval_gap_s"] == 5.0

@@ -10,10 +10,13 @@ Runs what exists of these, each as its own program with a time cap, and writes `
    (``reduce-overhead``), against torchvision's Mask R-CNN in the same run, with peak GPU memory
    (``bench/model_step.py``);
 3. the hybrid input pipeline's device time per batch (``bench/input_pipeline.py --device cuda``);
-4. a 200-iteration synthetic training run with AMP (the compiled step, as a CUDA run defaults to): the loss must
+4. the blocking evaluation per image (inference and post-processing of 625 images at 800x1333, COCO val's share
+   of one GPU on one node; ``bench/eval_step.py``), which the projection uses;
+5. a 200-iteration synthetic training run with AMP (the compiled step, as a CUDA run defaults to): the loss must
    fall and the float16 loss scale must stop halving (skipped steps) after the first few iterations;
-5. NCCL all-reduce bus bandwidth when there is more than one GPU (``bench/allreduce.py``);
-6. the projected time to train on 8 GPUs from these figures and the RCP's epochs, the arithmetic shown.
+6. NCCL all-reduce bus bandwidth when there is more than one GPU (``bench/allreduce.py``);
+7. the projected time to train at 1, 4, 8 and 32 nodes from these figures and the RCP's epochs, every term shown
+   (:mod:`mlperf_review.projection`), also as ``projection.json``.
 
 It runs from a checkout (the parity tests and bench/ scripts are the checkout's; ``tools/gpu_check.py`` is its
 entry point). On a machine with no NVIDIA GPU at all it says so in one line and exits 0; where the kernel shows
@@ -163,13 +166,37 @@ def read_training(c):
         c.status = "FAILED (loss does not fall)"
 
 
+ONE_NODE_EVAL_IMAGES = 5000 // 8  # COCO val over one node's 8 GPUs: each GPU's share of an epoch's evaluation
+
+
+def read_evaluation(c):
+    rows = [json.loads(line) for line in c.output.splitlines() if line.startswith("{")]
+    summary = next((r for r in rows if r.get("event") == "summary"), None)
+    if summary is None:
+        if c.status == "passed":
+            c.status = "FAILED (no summary line)"
+        return
+    c.figures.append(("blocking evaluation, ms per image", f"{summary['ms_per_image']}"))
+    c.figures.append((f"blocking evaluation, {summary['images']} images of {summary['size']}, batch "
+                      f"{summary['batch']}", f"{summary['seconds']} s"))
+
+
+def measured_eval_gap(evaluation):
+    """Seconds of blocking evaluation per epoch on one node: 625 images (COCO val / 8 GPUs) at the measured
+    ms per image, or None."""
+    if evaluation is None:
+        return None
+    per_image = dict(evaluation.figures).get("blocking evaluation, ms per image")
+    return None if per_image is None else ONE_NODE_EVAL_IMAGES * float(per_image) / 1000
+
+
 def read_allreduce(c):
     m = re.search(r"^allreduce: (.*)$", c.output, re.M)
     c.figures.append(("all-reduce", m.group(1) if m else "no result line"))
 
 
 # ---------------------------------------------------------------------------------------------------- projection
-def projection(model_step, out_dir=None, gpus_per_node=8):
+def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None):
     """Lines of the projected time to train at 1, 4, 8 and 32 nodes (:mod:`mlperf_review.projection`: every term
     shown, the assumptions stated), from the best measured per-GPU rate of our step; ``out_dir``: also writes
     ``projection.json`` (``{"nodes": {"N": {"minutes": ...}}}``, what slurm/run_experiments.sh reads for the trials'
@@ -183,12 +210,17 @@ def projection(model_step, out_dir=None, gpus_per_node=8):
         return ["no training-step figure: nothing to project"]
     best_name, per_gpu = max(ours.items(), key=lambda kv: kv[1])
     node_rate = gpus_per_node * per_gpu
-    rows = paper.project(node_rate, paper.NVIDIA_ANCHORS[0].eval_gap_s)
+    gap = measured_eval_gap(evaluation)
+    rows = paper.project(node_rate, paper.NVIDIA_ANCHORS[0].eval_gap_s if gap is None else gap)
     lines = [f"per GPU: {per_gpu:.1f} img/s ({best_name.replace('training step img/s, ', '')}, measured above, one "
              f"GPU); one node: {gpus_per_node} x {per_gpu:.1f} = {node_rate:.0f} img/s (assumed: no loss within a "
              "node, not measured here)"]
+    if gap is not None:
+        lines.append(f"evaluation gap on one node: {ONE_NODE_EVAL_IMAGES} images (COCO val / 8 GPUs) x "
+                     f"{dict(evaluation.figures)['blocking evaluation, ms per image']} ms (measured above) = "
+                     f"{gap:.2f} s per epoch")
     lines += [row.line() for row in rows]
-    lines += [f"assumption: {a}" for a in paper.assumptions(eval_gap_measured=False)]
+    lines += [f"assumption: {a}" for a in paper.assumptions(eval_gap_measured=gap is not None)]
     checks = [paper.reproduce(anchor) for anchor in paper.NVIDIA_ANCHORS]
     lines += [f"the same arithmetic on {anchor.name} ({anchor.source}): {p.time_to_train_s:,.0f} s, published "
               f"{anchor.time_to_train_s:,.0f} s" for anchor, p in zip(paper.NVIDIA_ANCHORS, checks)]
@@ -232,6 +264,11 @@ def plan(args, out_dir):
                "SOLVER.MAX_ITER", 40 if q else 200, "DATASETS.DATA_DIR", data, "OUTPUT_DIR", out_dir / "train",
                "MLPERF.MIN_BBOX_MAP", 0.99, "MLPERF.MIN_SEGM_MAP", 0.99, "DATALOADER.NUM_WORKERS", 1],
               150 if q else 150, ok_codes=(0, 3)),  # 3: the targets (set out of reach) not reached
+        Check("evaluation", "blocking evaluation: inference and post-processing per image",
+              [py, "bench/eval_step.py", "--device", dev, "--json"]
+              + (["--images", "4", "--height", "96", "--width", "128", "--batch", "2"] if q else
+                 ["--images", "625", "--height", "800", "--width", "1333", "--batch", "8", "--dtype", "float16"]),
+              60 if q else 90),
         Check("allreduce", "NCCL all-reduce bus bandwidth",
               [py, "bench/allreduce.py"] + (["--backend", "gloo", "--mbytes", "4", "--iters", "3"] if dev == "cpu"
                                            else []),
@@ -245,7 +282,7 @@ def plan(args, out_dir):
 
 
 READERS = {"parity": read_parity, "model_step": read_model_step, "input": read_input, "training": read_training,
-           "allreduce": read_allreduce}
+           "evaluation": read_evaluation, "allreduce": read_allreduce}
 
 
 def _smi(*query):
@@ -316,7 +353,8 @@ def report(checks, out_dir, args, device_name, started):
     lines += [f"- {c.name}: `{c.command}`" for c in checks]
     lines += ["", "## Projected time to train (mlperf_review/projection.py: every term shown)", ""]
     model = next((c for c in checks if c.name == "model_step"), None)
-    lines += [f"- {line}" for line in (projection(model, out_dir) if model else
+    evaluation = next((c for c in checks if c.name == "evaluation"), None)
+    lines += [f"- {line}" for line in (projection(model, out_dir, evaluation=evaluation) if model else
                                        ["the training step was not measured"])]
     text = "\n".join(lines) + "\n"
     (out_dir / "report.md").write_text(text)
