@@ -199,10 +199,12 @@ class Out:
 
 
 def memory_alone(args, out):
-    """Each model's peak GPU memory, alone in a process (one step after one warm-up step)."""
-    for model in args.models.split(","):
+    """Each model's peak GPU memory, alone in a process (one step after one warm-up step), at each of
+    ``--memory-batches`` (default: ``--batch``)."""
+    batches = [int(b) for b in (args.memory_batches or str(args.batch)).split(",")]
+    for model, batch in [(m, b) for b in batches for m in args.models.split(",")]:
         cmd = [sys.executable, os.path.abspath(__file__), "--device", args.device, "--height", str(args.height),
-               "--width", str(args.width), "--batch", str(args.batch), "--dtype", args.dtype, "--models", model,
+               "--width", str(args.width), "--batch", str(batch), "--dtype", args.dtype, "--models", model,
                "--iters", "1", "--warmup", "1", "--json", "--peak", "--compile-backend", args.compile_backend]
         cmd += ["--nhwc"] if args.nhwc else []
         cmd += ["--compile-mode", args.compile_mode] if args.compile_mode else []
@@ -210,11 +212,11 @@ def memory_alone(args, out):
         for raw in r.stdout.splitlines():
             rec = json.loads(raw) if raw.startswith("{") else {}
             if rec.get("event") == "peak":
-                rec["event"] = "memory"
-                out.line(f"peak GPU memory, {rec['model']} alone, batch {args.batch}: {rec['gib']:.2f} GiB", **rec)
+                rec["event"], rec["batch"] = "memory", batch
+                out.line(f"peak GPU memory, {rec['model']} alone, batch {batch}: {rec['gib']:.2f} GiB", **rec)
         if r.returncode:
-            out.line(f"peak GPU memory, {model} alone: FAILED (exit {r.returncode})", event="memory",
-                     model=model, failed=r.stderr.strip().splitlines()[-1:] or [""])
+            out.line(f"peak GPU memory, {model} alone, batch {batch}: FAILED (exit {r.returncode})", event="memory",
+                     model=model, batch=batch, failed=r.stderr.strip().splitlines()[-1:] or [""])
 
 
 def build(args, device, dtype, out):
@@ -273,6 +275,8 @@ def main(argv=None):
     p.add_argument("--baseline", default="", metavar="DIR",
                    help="also time the eager step of the package checked out in DIR (e.g. a git worktree)")
     p.add_argument("--memory", action="store_true", help="also each model's peak GPU memory, alone (CUDA)")
+    p.add_argument("--memory-batches", default="", help="images per GPU of the memory runs, comma-separated "
+                   "(default: --batch; the H100 recipes train 12 per GPU)")
     p.add_argument("--json", action="store_true", help="JSON lines instead of text")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--peak", action="store_true", help=argparse.SUPPRESS)

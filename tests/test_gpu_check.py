@@ -134,3 +134,21 @@ def test_a_measured_evaluation_replaces_nvidias_gap(tmp_path):
            "epoch" in lines
     assert not any("not measured here" in line and "gap" in line for line in lines)
     assert json.loads((tmp_path / "projection.json").read_text())["nodes"]["1"]["eval_gap_s"] == 5.0
+
+
+def test_a_compile_failure_keeps_the_other_models_figures():
+    """bench/model_step.py --json lines as a GPU run prints them, the compiled model failing: the eager and
+    torchvision rows and every memory row survive, the failure is a figure with its reason."""
+    c = gpu_check.Check("model_step", "t", [], 1, status="passed")
+    c.output = "\n".join([
+        '{"event": "summary", "model": "eager", "img_s": 20.5}',
+        '{"event": "failed", "model": "compiled (reduce-overhead)", "reason": "InductorError: boom"}',
+        '{"event": "summary", "model": "torchvision", "img_s": 15.0}',
+        '{"event": "memory", "model": "eager", "batch": 8, "gib": 30.25}',
+        '{"event": "memory", "model": "eager", "batch": 12, "gib": 41.5}'])
+    gpu_check.read_model_step(c)
+    figures = dict(c.figures)
+    assert figures["training step img/s, eager"] == "20.5" and figures["training step img/s, torchvision"] == "15.0"
+    assert figures["compiled (reduce-overhead)"] == "FAILED (InductorError: boom)"
+    assert figures["peak GPU memory alone, eager, batch 8"] == "30.25 GiB"
+    assert figures["peak GPU memory alone, eager, batch 12"] == "41.50 GiB"
