@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from pycocotools import mask as mask_utils  # a hard dependency of the package: imported, never skipped
+from pycocotools.coco import COCO
+
 from maskrcnn_benchmark.cli.make_synthetic_coco import main as make_synthetic_main
 from maskrcnn_benchmark import synthetic as syn
-
-pycocotools = pytest.importorskip("pycocotools")
-from pycocotools import mask as mask_utils  # noqa: E402
-from pycocotools.coco import COCO  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 # pycocotools' own numpy-2 deprecation noise
