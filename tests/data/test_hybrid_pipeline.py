@@ -144,8 +144,10 @@ def test_a_missing_file_is_named_when_the_dataset_is_built(tmp_path):
     assert path in str(e.value) and "does not exist" in str(e.value)
 
 
-def test_a_truncated_jpeg_decodes_as_pil_does_or_is_named(tmp_path):
-    """A JPEG cut in the middle of its data: both decoders may fill the rest; what they give must agree."""
+def test_a_truncated_jpeg_is_named_on_both_paths(tmp_path):
+    """A JPEG cut in the middle of its data: PIL refuses it (LOAD_TRUNCATED_IMAGES is off, as in the reference's
+    loader), and the hybrid path's decoder must refuse it too rather than train on pixels it made up: one line
+    naming the file on both paths."""
     image_dir, ann_file, path = _dataset_with(tmp_path, None)
     data = open(path, "rb").read()
     with open(path, "wb") as f:
@@ -159,7 +161,7 @@ def test_a_truncated_jpeg_decodes_as_pil_does_or_is_named(tmp_path):
         except DatasetError as e:
             assert path in str(e) and "\n" not in str(e)
             outcomes.append(None)
-    assert outcomes[0] is None and outcomes[1] is None or outcomes[0] is not None and outcomes[1] is not None
+    assert outcomes == [None, None]
 
 
 @pytest.mark.parametrize("mode,fmt", [("L", "JPEG"), ("CMYK", "JPEG"), ("RGB", "PNG")])
