@@ -36,7 +36,21 @@ def test_test_net_writes_results_and_scores(tiny_data, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     folder = tmp_path / "inference" / "coco_2017_val"
     bbox = json.loads((folder / "bbox.json").read_text())
+    segm = json.loads((folder / "segm.json").read_text())
     assert bbox and {"image_id", "category_id", "bbox", "score"} <= set(bbox[0])
+    # the results are COCO's, for this dataset: its image ids and category ids, each image's own size in the RLE,
+    # at most DETECTIONS_PER_IMG per image, one mask per box
+    gt = json.loads(open(os.path.join(tiny_data, "annotations", "instances_val2017.json")).read())
+    sizes = {im["id"]: (im["height"], im["width"]) for im in gt["images"]}
+    categories = {c["id"] for c in gt["categories"]}
+    assert {d["image_id"] for d in bbox} <= set(sizes) and {d["category_id"] for d in bbox} <= categories
+    per_image = {}
+    for d in bbox:
+        per_image[d["image_id"]] = per_image.get(d["image_id"], 0) + 1
+        assert d["bbox"][2] > 0 and d["bbox"][3] > 0
+    assert max(per_image.values()) <= 100
+    assert len(segm) == len(bbox)
+    assert all(tuple(d["segmentation"]["size"]) == sizes[d["image_id"]] for d in segm)
     assert not (folder / "coco_eval.md").exists()
     r = subprocess.run(base + common, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -59,7 +73,8 @@ def test_predictor_draws_png_with_masks_of_image_size(tiny_data, tmp_path):
     out = tmp_path / "found.png"
     pred.draw(image, found, str(out))
     drawn = Image.open(out)
-    assert drawn.format == "PNG" and drawn.size[0] > 50
+    # the image drawn at least at its own size (figure 2x the image at 100 dpi, tight: the axes and the labels)
+    assert drawn.format == "PNG" and drawn.size[0] >= image.size[0] and drawn.size[1] >= image.size[1]
     r = subprocess.run([sys.executable, os.path.join(REPO, "tools", "predict.py"), "--config-file", CPU_YAML,
                         "--weights", weights, "--image", str(tmp_path / "nope.jpg"), "--out", str(out)] + OPTS,
                        capture_output=True, text=True, timeout=300)
