@@ -3,8 +3,8 @@ scoring backends (pycocotools, faster-coco-eval), parallel scoring, and scoring 
 
 Training (every epoch) and ``tools/test_net.py`` use :class:`COCOEvaluator`; training gives it a
 :class:`BackgroundScorer` (an executor around the one :class:`COCOScorer`) as its scorer. ``evaluate()`` returns
-the scores (a :class:`ScoresFuture` of them in the background). This package uses :mod:`maskrcnn_benchmark.layers` and :mod:`maskrcnn_benchmark.structures`, never
-the model's internals.
+the scores (a :class:`ScoresFuture` of them in the background). This package uses
+:mod:`maskrcnn_benchmark.layers` and :mod:`maskrcnn_benchmark.structures`, never the model's internals.
 """
 from .background import BackgroundScorer, ScoresFuture
 from .detections import Detections

@@ -2,7 +2,8 @@
 
 :func:`synthetic_batch` gives ``batch`` random images of ``height x width`` with ``objects`` elliptical objects
 each (12-vertex polygons), as the three inputs a step needs: the image tensors, per-image BoxList targets (what
-the data loader's collator takes: ``BatchCollator.collate``) and torchvision's target dicts (for comparing with its Mask R-CNN).
+the data loader's collator takes: ``BatchCollator.collate``) and torchvision's target dicts (for comparing with
+its Mask R-CNN).
 """
 import math
 

@@ -76,8 +76,8 @@ class RandomHorizontalFlip:
 
 
 class ToNormalizedTensor:
-    """The reference's ``ToTensor`` + ``Normalize`` in one pass: PIL RGB ``uint8`` (H, W, 3) -> float32 (3, H, W), Caffe2
-    convention when ``to_bgr255`` (BGR channel order, 0-255 range: the ``uint8`` values themselves), then
+    """The reference's ``ToTensor`` + ``Normalize`` in one pass: PIL RGB ``uint8`` (H, W, 3) -> float32 (3, H, W),
+    Caffe2 convention when ``to_bgr255`` (BGR channel order, 0-255 range: the ``uint8`` values themselves), then
     ``(x - mean) / std``. Each output channel is written once, straight from the ``uint8`` pixels (no arithmetic
     on a permuted float copy). The hybrid path's device transform computes the same values."""
 
