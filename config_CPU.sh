@@ -32,6 +32,9 @@ export DGXNGPU="${DGXNGPU:-1}"            # processes per node
 export DGXSOCKETCORES="${DGXSOCKETCORES-}"
 export DGXNSOCKET="${DGXNSOCKET-}"
 export DGXHT="${DGXHT-}"
+# Bus-bandwidth floor (GB/s) of the all-reduce across nodes (NCCL_CHECK, gpu_check.sbatch): gloo over the
+# sandbox's network namespaces; the floor only says the data moved.
+export NCCL_MIN_BUSBW="${NCCL_MIN_BUSBW:-0.01}"
 
 # CPU training threads: this node's cores shared by its processes (at least 1).
 _cores="$(nproc 2> /dev/null || echo 1)"

@@ -29,3 +29,7 @@ export DGXNGPU="${DGXNGPU:-8}"
 export DGXSOCKETCORES="${DGXSOCKETCORES-}"
 export DGXNSOCKET="${DGXNSOCKET-}"
 export DGXHT="${DGXHT-}"
+# Bus-bandwidth floor (GB/s) of the all-reduce across nodes (NCCL_CHECK, gpu_check.sbatch): a quarter of the
+# node's line rate (8 x 400 Gb/s NDR InfiniBand = 400 GB/s). NCCL over every HCA clears it by far at 256 MB;
+# a fall-back to TCP sockets or to one HCA does not. A requirement, not a measured figure.
+export NCCL_MIN_BUSBW="${NCCL_MIN_BUSBW:-100}"

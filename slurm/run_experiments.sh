@@ -176,12 +176,41 @@ if [[ "${NCCL_CHECK:-$([[ ${NNODES} -gt 1 ]] && echo 1 || echo 0)}" == 1 && "${N
   nccl_rc=0
   MASTER_PORT="$((port0 + 999))" "${srun_cmd[@]}" "${in_image[@]}" "${python}" -m bind_launch \
     "--nproc_per_node=${NPROC_PER_NODE:-${DGXNGPU:-1}}" bench/allreduce.py --launched --mbytes "${NCCL_CHECK_MB:-64}" \
-    --iters 5 --min-busbw "${NCCL_MIN_BUSBW:-0}" || nccl_rc=$?
+    --iters 5 --min-busbw "${NCCL_MIN_BUSBW:-0}" 2>&1 | tee "${LOGDIR}/nccl_check.log" || nccl_rc=$?
+  if [[ "${GPU_CHECK:-0}" == 1 ]]; then  # gpu-check judges it in its report (below), with the training step
+    mkdir -p "${LOGDIR}/gpu-check"
+    mv "${LOGDIR}/nccl_check.log" "${LOGDIR}/gpu-check/allreduce_2node.log"
+    echo "${nccl_rc}" > "${LOGDIR}/gpu-check/allreduce_2node.rc"
+    nccl_rc=0
+  fi
   if [[ "${nccl_rc}" -ne 0 ]]; then
     echo "error: the all-reduce across nodes failed (exit ${nccl_rc}): check NCCL_SOCKET_IFNAME, NCCL_IB_HCA and" \
          "the fabric before spending the trials" >&2
     exit "${nccl_rc}"
   fi
+fi
+
+# ------------------------------------------------------------------------------ gpu-check across nodes (GPU_CHECK=1)
+# slurm/gpu_check.sbatch: a 20-iteration training run on two nodes (the system's recipe and data, through
+# run_and_time.sh as a trial runs), then tools/gpu_check.py --across-nodes judges it and the all-reduce above
+# against NCCL_MIN_BUSBW and adds both to the report. Its exit code is the job's.
+if [[ "${GPU_CHECK:-0}" == 1 ]]; then
+  mkdir -p "${LOGDIR}/gpu-check"
+  if [[ "${NNODES}" -gt 1 ]]; then
+    echo "run_experiments: gpu-check: 20 training iterations on 2 nodes"
+    srun_on 2
+    train2_rc=0
+    MASTER_PORT="$((port0 + 998))" TRIAL_NAME=gpu-check/training_2node NOT_CONVERGED_EXIT_CODE=0 \
+      "${srun_cmd[@]}" "${run_cmd[@]}" SOLVER.MAX_ITER 20 2>&1 | tee "${LOGDIR}/gpu-check/training_2node.log" ||
+      train2_rc=$?
+    echo "${train2_rc}" > "${LOGDIR}/gpu-check/training_2node.rc"
+  fi
+  across_rc=0
+  srun_on 1
+  "${srun_cmd[@]}" "${in_image[@]}" "${python}" tools/gpu_check.py --across-nodes --min-busbw "${NCCL_MIN_BUSBW:-0}" \
+    --out "$([[ "${CONTAINER_RUNTIME}" == none ]] && echo "${LOGDIR}" || echo /results)/gpu-check" || across_rc=$?
+  echo "run_experiments: gpu-check across nodes exit code ${across_rc} (report ${LOGDIR}/gpu-check/report.md)"
+  exit "${across_rc}"
 fi
 
 # ------------------------------------------------------------------------------ the trials

@@ -1,5 +1,7 @@
 """make gpu-check (tools/gpu_check.py): one line without CUDA; the whole pipeline with tiny sizes on the CPU."""
+import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -29,6 +31,89 @@ def test_without_a_gpu_one_line_exit_0_with_an_unusable_one_a_failure(tmp_path, 
     assert captured.out == "" and len(captured.err.splitlines()) == 1
     assert "driver 535.104.05" in captured.err and "torch cannot use them" in captured.err
     assert not (tmp_path / "gc").exists()
+
+
+@pytest.mark.slow  # starts tools/gpu_check.py
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (tests/cluster/install_deps.sh installs it)")
+def test_a_fake_gpu_node_with_an_old_driver_fails_naming_the_driver(tmp_path):
+    """The program itself, on a "GPU node" torch cannot use: a device node /dev/nvidia0 and an ``nvidia-smi`` that
+    reports driver 535 (a private /dev and PATH through bubblewrap; nothing in the code is stubbed). One error line
+    naming the driver, exit 15, no report."""
+    (tmp_path / "bin").mkdir()
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 535.104.05\n")
+    smi.chmod(0o755)
+    (tmp_path / "nvidia0").touch()
+    out = tmp_path / "gc"
+    r = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--dev", "/dev", "--ro-bind", str(tmp_path / "nvidia0"),
+                        "/dev/nvidia0", "--setenv", "PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+                        sys.executable, "tools/gpu_check.py", "--out", str(out)],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 15, r.stdout + r.stderr
+    assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "1 device files, driver 535.104.05" in r.stderr and "torch cannot use them" in r.stderr
+    assert not out.exists()
+
+
+def _across_nodes_logs(tmp_path, capsys, busbw_seconds=0.01, allreduce_rc=0, train_rc=0, throughput=True):
+    """The two logs slurm/run_experiments.sh leaves for ``--across-nodes``, with the lines the real programs print
+    (bench/allreduce.py's report and the trainer's RunOutcome.summary)."""
+    import argparse
+    import importlib.util
+
+    from maskrcnn_benchmark.engine.run import RunOutcome
+
+    spec = importlib.util.spec_from_file_location("allreduce_bench", os.path.join(REPO, "bench", "allreduce.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    capsys.readouterr()
+    bench._report(16, busbw_seconds, argparse.Namespace(mbytes=256.0, backend="nccl", min_busbw=0.0))
+    (tmp_path / "allreduce_2node.log").write_text(capsys.readouterr().out)
+    (tmp_path / "allreduce_2node.rc").write_text(f"{allreduce_rc}\n")
+    outcome = RunOutcome(success=False, converged_epoch=None, targets=(0.377, 0.339), images=20 * 192,
+                         train_seconds=4.0, run_seconds=60.0)
+    lines = outcome.summary() if throughput else ["Traceback (most recent call last):", "RuntimeError: NCCL error"]
+    (tmp_path / "training_2node.log").write_text("\n".join(lines) + "\n")
+    (tmp_path / "training_2node.rc").write_text(f"{train_rc}\n")
+
+
+def test_across_nodes_verdicts_against_the_floor(tmp_path, capsys):
+    """slurm/gpu_check.sbatch's two checks between nodes: the all-reduce judged against NCCL_MIN_BUSBW (stated in
+    the report), the 2-node training run by its exit code and throughput line; a 1-node job or no floor is NOT RUN,
+    never a pass."""
+    import json
+
+    (tmp_path / "report.md").write_text("# gpu-check: the node's report\n")
+    _across_nodes_logs(tmp_path, capsys)  # 256 MB in 10 ms on 16 ranks: busbw 48 GB/s
+    assert gpu_check.main(["--across-nodes", "--min-busbw", "10", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "gpu-check across nodes: passed: both checks measured"
+    report = (tmp_path / "report.md").read_text()
+    assert report.startswith("# gpu-check: the node's report") and "## Across nodes" in report
+    assert "| bus bandwidth floor | 10 GB/s (NCCL_MIN_BUSBW) |" in report
+    assert re.search(r"\| all-reduce between 2 nodes \| passed \| inter-node all-reduce \| 16 ranks, 256 MB, "
+                     r"algbw 25.60 GB/s, busbw 48.00 GB/s", report)
+    assert "| training step on 2 nodes, 20 iterations | passed | 2-node training throughput | 960.0 img/s" in report
+    assert json.loads((tmp_path / "summary.json").read_text())["training_2node"]["status"] == "passed"
+
+    assert gpu_check.main(["--across-nodes", "--min-busbw", "100", "--out", str(tmp_path)]) == 1
+    assert "FAILED (busbw 48 GB/s is below the floor of 100 GB/s)" in capsys.readouterr().out
+    assert gpu_check.main(["--across-nodes", "--out", str(tmp_path)]) == 1  # no floor: not judged
+    assert "allreduce_2node: NOT RUN (no bus-bandwidth floor" in capsys.readouterr().out
+
+    _across_nodes_logs(tmp_path, capsys, train_rc=1, throughput=False)
+    assert gpu_check.main(["--across-nodes", "--min-busbw", "10", "--out", str(tmp_path)]) == 1
+    assert "training_2node: FAILED (exit 1: RuntimeError: NCCL error)" in capsys.readouterr().out
+    _across_nodes_logs(tmp_path, capsys, throughput=False)  # exit 0 but training never finished
+    assert gpu_check.main(["--across-nodes", "--min-busbw", "10", "--out", str(tmp_path)]) == 1
+    assert "training_2node: FAILED (no throughput line" in capsys.readouterr().out
+
+    one_node = tmp_path / "one"
+    one_node.mkdir()
+    assert gpu_check.main(["--across-nodes", "--min-busbw", "10", "--out", str(one_node)]) == 1
+    out = capsys.readouterr().out
+    assert "allreduce_2node: NOT RUN (no all-reduce across nodes ran" in out
+    assert "training_2node: NOT RUN (a 1-node job" in out
 
 
 def test_a_check_that_did_not_run_is_not_a_pass(tmp_path, monkeypatch):

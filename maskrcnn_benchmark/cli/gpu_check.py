@@ -16,6 +16,9 @@ Runs what exists of these, each as its own program with a time cap, and writes `
 5. a 200-iteration synthetic training run with AMP (the compiled step, as a CUDA run defaults to): the loss must
    fall and the float16 loss scale must stop halving (skipped steps) after the first few iterations;
 6. NCCL all-reduce bus bandwidth when there is more than one GPU (``bench/allreduce.py``);
+   between two nodes, ``slurm/gpu_check.sbatch`` adds the all-reduce across them against the bus-bandwidth floor
+   ``NCCL_MIN_BUSBW`` and a 2-node, 20-iteration training run, judged by ``--across-nodes``
+   (:func:`across_nodes`) into the same report;
 7. the projected time to train at 1, 4, 8 and 32 nodes from these figures and the RCP's epochs, every term shown
    (:mod:`mlperf_review.projection`), also as ``projection.json``.
 
@@ -197,6 +200,80 @@ def read_allreduce(c):
     c.figures.append(("all-reduce", m.group(1) if m else "no result line"))
 
 
+# ------------------------------------------------------------------------------------------------ across nodes
+def across_nodes(out_dir, floor):
+    """The checks between two nodes that slurm/gpu_check.sbatch runs (slurm/run_experiments.sh, GPU_CHECK=1),
+    judged from what it left in ``out_dir``: ``allreduce_2node.log`` (bench/allreduce.py --launched across the
+    nodes) and ``training_2node.log`` (run_and_time.sh on both nodes, ``SOLVER.MAX_ITER 20``), each with its exit
+    code in ``<name>.rc``. ``floor``: the inter-node bus bandwidth in GB/s (``NCCL_MIN_BUSBW``) below which the
+    all-reduce fails; with no floor (0) the all-reduce is not judged: NOT RUN, never a pass."""
+    def read(name):
+        log, rc = out_dir / f"{name}.log", out_dir / f"{name}.rc"
+        if not log.is_file():
+            return None, None
+        text = log.read_text(errors="replace")
+        return text, int(rc.read_text().strip() or 1) if rc.is_file() else 1
+
+    def last_line(text):
+        return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "no output")
+
+    ar = Check("allreduce_2node", "all-reduce between 2 nodes", [], 0)
+    text, rc = read(ar.name)
+    if text is None:
+        ar.status = "NOT RUN (no all-reduce across nodes ran: a 1-node job, or NCCL_CHECK=0)"
+    else:
+        ar.output = text
+        m = re.search(r"^allreduce: (\d+) ranks, .*busbw ([\d.]+) GB/s.*$", text, re.M)
+        ar.figures.append(("inter-node all-reduce", m.group(0)[len("allreduce: "):] if m else "no result line"))
+        ar.figures.append(("bus bandwidth floor", f"{floor:g} GB/s (NCCL_MIN_BUSBW)" if floor > 0 else
+                           "none set (NCCL_MIN_BUSBW)"))
+        if not m:
+            ar.status = f"FAILED (exit {rc}: {last_line(text)})"
+        elif floor <= 0:
+            ar.status = "NOT RUN (no bus-bandwidth floor to judge against: set NCCL_MIN_BUSBW)"
+        elif float(m.group(2)) < floor:
+            ar.status = f"FAILED (busbw {float(m.group(2)):g} GB/s is below the floor of {floor:g} GB/s)"
+        else:
+            ar.status = "passed" if rc == 0 else f"FAILED (exit {rc})"
+    tr = Check("training_2node", "training step on 2 nodes, 20 iterations", [], 0)
+    text, rc = read(tr.name)
+    if text is None:
+        tr.status = "NOT RUN (a 1-node job: submit slurm/gpu_check.sbatch on 2 nodes)"
+    else:
+        tr.output = text
+        m = re.search(r"&&&& MLPERF METRIC THROUGHPUT=([\d.]+) images / s", text)
+        tr.figures.append(("2-node training throughput", f"{float(m.group(1)):.1f} img/s (20 iterations, "
+                                                         "first-iteration warm-up included)" if m else
+                           "no throughput line"))
+        if rc != 0:
+            tr.status = f"FAILED (exit {rc}: {last_line(text)})"
+        elif not m:
+            tr.status = "FAILED (no throughput line: training did not finish)"
+        else:
+            tr.status = "passed"
+    return [ar, tr]
+
+
+def append_across_nodes(out_dir, checks):
+    """Adds the across-node checks to ``report.md`` and ``summary.json`` (the node's checks are already there)."""
+    lines = ["", "## Across nodes (slurm/gpu_check.sbatch)", "", "| check | status | figure | value |",
+             "|---|---|---|---|"]
+    for c in checks:
+        for i, (what, value) in enumerate(c.figures or [("", "")]):
+            head = f"{c.title} | {c.status}" if i == 0 else " | "
+            lines.append(f"| {head} | {what} | {str(value).replace('|', ',')} |")
+    text = "\n".join(lines) + "\n"
+    with open(out_dir / "report.md", "a") as f:
+        f.write(text)
+    summary_path = out_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    summary.update({c.name: {"status": c.status, "figures": c.figures} for c in checks})
+    tmp = summary_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=1))
+    os.replace(tmp, summary_path)
+    return text
+
+
 # ---------------------------------------------------------------------------------------------------- projection
 def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None):
     """Lines of the projected time to train at 1, 4, 8 and 32 nodes (:mod:`mlperf_review.projection`: every term
@@ -371,10 +448,25 @@ def main(argv=None):
     p.add_argument("--out", default=str(ROOT / "results" / "gpu-check"))
     p.add_argument("--budget", type=float, default=570.0, help="seconds for all checks together (default 570)")
     p.add_argument("--only", default="", help="comma-separated subset of: " + ",".join(READERS))
+    p.add_argument("--across-nodes", action="store_true",
+                   help="judge the checks slurm/gpu_check.sbatch ran between two nodes (their logs in --out) and "
+                        "add them to the report")
+    p.add_argument("--min-busbw", type=float, default=0.0, metavar="GBPS",
+                   help="with --across-nodes: the inter-node bus bandwidth floor (NCCL_MIN_BUSBW)")
     args = p.parse_args(argv)
     from .exit_codes import run_program
 
-    return run_program(lambda: _main(args))
+    return run_program(lambda: _across_nodes(args) if args.across_nodes else _main(args))
+
+
+def _across_nodes(args):
+    out_dir = Path(args.out)
+    checks = across_nodes(out_dir, args.min_busbw)
+    print(append_across_nodes(out_dir, checks), end="")
+    bad = [f"{c.name}: {c.status}" for c in checks if c.status != "passed"]
+    print(f"gpu-check across nodes: {'FAILED: ' + '; '.join(bad) if bad else 'passed: both checks measured'}",
+          flush=True)
+    return 1 if bad else 0
 
 
 def _main(args):

@@ -245,8 +245,8 @@ export SINGULARITY_STANDIN_BASE_PATH={VENV_BIN}
         env.pop(k, None)  # the site file's to set
     t0 = time.monotonic()
     r = cluster.run(["bash", str(script)], check=False, timeout=900, cwd=str(ROOT), env=env)
-    outputs = "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(w.glob("slurm-*.out")))
-    assert r.returncode == 0 and "STEPS DONE" in r.stdout, f"{r.stdout[-4000:]}\n{r.stderr[-6000:]}\n{outputs}"
+    outputs = "\n".join(p.read_text(errors="replace") for p in sorted(w.glob("slurm-*.out")))
+    assert r.returncode == 0 and "STEPS DONE" in r.stdout, f"{r.stdout[-4000:]}\n{r.stderr[-6000:]}\n{outputs[-9000:]}"
     jobid = re.search(r"STEPS DONE JOBID=(\d+)", r.stdout).group(1)
     logs = w / "results" / f"maskrcnn_4node-{jobid}"
     assert sorted(p.name for p in logs.glob("result_*.txt")) == [f"result_{i}.txt" for i in range(5)]
@@ -257,6 +257,17 @@ export SINGULARITY_STANDIN_BASE_PATH={VENV_BIN}
         assert (logs / f"trial_{i}" / "mlperf_log.txt").is_file()  # the trainer wrote into the bound LOGDIR
     assert "make gpu-check exit code 0" in outputs and "no NVIDIA GPU on this machine" in outputs
     assert "all-reduce across 2 nodes" in outputs and re.search(r"allreduce: 2 ranks, .* busbw", outputs)
+    assert "gpu-check across nodes exit code 0" in outputs
+    [gpu_report] = (w / "results").glob("gpu_check-*/gpu-check/report.md")
+    across = gpu_report.read_text()  # no GPU: the node's checks wrote nothing; the 2-node verdicts are there
+    assert "| bus bandwidth floor | 0.01 GB/s (NCCL_MIN_BUSBW) |" in across, across  # config_CPU.sh's floor
+    assert re.search(r"\| all-reduce between 2 nodes \| passed \| inter-node all-reduce \| 2 ranks, 256 MB", across)
+    assert re.search(r"\| training step on 2 nodes, 20 iterations \| passed \| 2-node training throughput \| "
+                     r"[\d.]+ img/s", across), across
+    two_node = (gpu_report.parent / "training_2node.log").read_text()
+    two_hosts = set(re.findall(r"fake_train: rank=\d+/2 local_rank=0 host=(\w+)", two_node))
+    assert len(two_hosts) == 2 and two_hosts <= set(NODES), two_node[-3000:]
+    assert "SOLVER.MAX_ITER 20" in two_node
     assert re.search(r"pilot: time to train [\d.]+ min, init [\d.]+ min: set DGXRUNMINUTES=\d+", outputs)
     assert "package checker (3.1.0, on this folder): PASS" in r.stdout and "result summarizer score:" in r.stdout
     org = w / "results" / f"submission-{jobid}" / "ci"
