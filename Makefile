@@ -36,14 +36,18 @@ bench: venv
 # it says so in one line and exits 0. IMAGE=path/to/maskrcnn.sif: every stage runs inside the training image
 # (singularity exec --nv, the checkout bound over the image's copy as the Slurm job binds it; no venv, no package
 # index needed); without IMAGE: this checkout's venv, and the report says so.
+# GPU_CHECK_ARGS: more arguments for tools/gpu_check.py (e.g. --budget 900; the tests: --device cpu --quick);
+# GPU_CHECK_RESULTS: the folder that receives gpu-check/ (default: results/ in the checkout).
+GPU_CHECK_RESULTS ?= $(CURDIR)/results
 ifdef IMAGE
 gpu-check:
-	mkdir -p results
-	CONTAINER=$(IMAGE) CONTAINER_BINDS=$(CURDIR):/workspace/object_detection:ro,$(CURDIR)/results:/results \
-	  MASKRCNN_GPU_CHECK_IMAGE=$(IMAGE) slurm/in_container.sh python3 tools/gpu_check.py --out /results/gpu-check
+	mkdir -p $(GPU_CHECK_RESULTS)
+	CONTAINER=$(IMAGE) CONTAINER_BINDS=$(CURDIR):/workspace/object_detection:ro,$(GPU_CHECK_RESULTS):/results \
+	  MASKRCNN_GPU_CHECK_IMAGE=$(IMAGE) slurm/in_container.sh python3 tools/gpu_check.py --out /results/gpu-check \
+	  $(GPU_CHECK_ARGS)
 else
 gpu-check: venv
-	$(PY) tools/gpu_check.py
+	$(PY) tools/gpu_check.py --out $(GPU_CHECK_RESULTS)/gpu-check $(GPU_CHECK_ARGS)
 endif
 
 clean:

@@ -143,6 +143,8 @@ fi
 # ------------------------------------------------------------------------------ make gpu-check (GPU_CHECK=1)
 if [[ "${GPU_CHECK:-0}" == 1 ]]; then  # slurm/gpu_check.sbatch: the node's stages in the image, into LOGDIR
   gpu_check_rc=0
+  # the report's stack names the image it ran in (in_container.sh passes MASKRCNN_* into it)
+  if [[ "${CONTAINER_RUNTIME}" != none ]]; then export MASKRCNN_GPU_CHECK_IMAGE="${CONTAINER}"; fi
   srun_on 1
   "${srun_cmd[@]}" "${in_image[@]}" "${python}" tools/gpu_check.py \
     --out "$([[ "${CONTAINER_RUNTIME}" == none ]] && echo "${LOGDIR}" || echo /results)/gpu-check" ||

@@ -1,4 +1,5 @@
 """make gpu-check (tools/gpu_check.py): one line without CUDA; the whole pipeline with tiny sizes on the CPU."""
+import json
 import os
 import re
 import shutil
@@ -143,12 +144,42 @@ def test_training_check_counts_skipped_float16_steps():
     assert late.status.startswith("FAILED") and "1 after it" in dict(late.figures)["skipped float16 steps"]
 
 
+STANDIN = os.path.join(REPO, "tests", "cluster", "container", "singularity")
+
+
+def _git_state():
+    out = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--ignored", "--untracked-files=all"],
+                         capture_output=True, text=True).stdout
+    return sorted(line for line in out.splitlines() if "__pycache__" not in line)
+
+
 @pytest.mark.slow
-def test_quick_cpu_run_writes_the_report_with_every_check_and_its_command(tmp_path):
-    out = tmp_path / "gc"
-    r = subprocess.run([sys.executable, "tools/gpu_check.py", "--device", "cpu", "--quick", "--out", str(out)],
-                       cwd=REPO, capture_output=True, text=True, timeout=600)
+@pytest.mark.skipif(shutil.which("bwrap") is None or os.geteuid() != 0,
+                    reason="runs in the read-only image stand-in: needs bubblewrap and root "
+                           "(tests/cluster/install_deps.sh installs it)")
+def test_quick_cpu_run_in_the_image_writes_the_report_with_every_check_and_its_command(tmp_path):
+    """``make gpu-check IMAGE=...`` as a submitter runs it, through slurm/in_container.sh into the read-only image
+    (the cluster tests' Singularity stand-in, built by singularity/build.sh), every stage of the CPU rehearsal
+    (``--device cpu --quick``) inside it: each stage passed, the report's stack says it ran in the image, and
+    nothing was written into the checkout (bound read-only) or outside the results folder."""
+    image = tmp_path / "image" / "maskrcnn.sif"
+    build_env = dict(os.environ, SINGULARITY=STANDIN, SINGULARITY_STANDIN_BASE_PATH=os.path.dirname(sys.executable))
+    subprocess.run([os.path.join(REPO, "singularity", "build.sh"), str(image)], cwd=REPO, env=build_env,
+                   check=True, capture_output=True, timeout=120)
+    runtime = tmp_path / "runtime-bin"
+    runtime.mkdir()
+    (runtime / "singularity").symlink_to(STANDIN)
+    results = tmp_path / "results"
+    before = _git_state()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+    env.update(PATH=f"{runtime}:{os.environ['PATH']}", SINGULARITY_STANDIN_BASE_PATH=os.path.dirname(sys.executable))
+    r = subprocess.run(["make", "gpu-check", f"IMAGE={image}", "GPU_CHECK_ARGS=--device cpu --quick",
+                        f"GPU_CHECK_RESULTS={results}"], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert _git_state() == before, "gpu-check wrote into the checkout (read-only in the image)"
+    out = results / "gpu-check"
+    assert f"- ran in the image {image} (make gpu-check IMAGE=...)" in (out / "report.md").read_text()
     assert r.stdout.splitlines()[-1] == "gpu-check: passed: all 6 checks measured"
     report = (out / "report.md").read_text()
     assert "not GPU figures" in report
@@ -237,3 +268,54 @@ def test_a_compile_failure_keeps_the_other_models_figures():
     assert figures["compiled (reduce-overhead)"] == "FAILED (InductorError: boom)"
     assert figures["peak GPU memory alone, eager, batch 8"] == "30.25 GiB"
     assert figures["peak GPU memory alone, eager, batch 12"] == "41.50 GiB"
+
+
+def test_each_verdict_of_a_stage(tmp_path, monkeypatch):
+    """One stage's verdicts from its program (subprocess.run stubbed, nothing started): exit 0 passed; another exit
+    FAILED with the code; its time cap reached NOT RUN (its partial output kept in its log); no time left in the
+    budget NOT RUN without starting it; a parity stage whose tests were all skipped (no oracle) NOT RUN."""
+    import time
+
+    def program(returncode=0, stdout="", timeout=False):
+        def fake(cmd, **kwargs):
+            if timeout:
+                raise subprocess.TimeoutExpired(cmd, kwargs["timeout"], output=b"half a line", stderr=b"")
+            return subprocess.CompletedProcess(cmd, returncode, stdout, "")
+        monkeypatch.setattr(gpu_check.subprocess, "run", fake)
+
+    later = time.monotonic() + 100
+
+    def stage(**kw):
+        program(**kw)
+        return gpu_check.run(gpu_check.Check("input", "t", ["prog"], 60), tmp_path, later)
+
+    assert stage().status == "passed"
+    assert stage(returncode=2).status == "FAILED (exit 2)"
+    capped = stage(timeout=True)
+    assert capped.status == "NOT RUN (did not finish in its 60 s cap)"
+    assert "half a line" in (tmp_path / "input.log").read_text()
+    program()
+    squeezed = gpu_check.run(gpu_check.Check("input", "t", ["prog"], 60), tmp_path, time.monotonic() + 2)
+    assert squeezed.status == "NOT RUN (no time left in the budget)"
+
+    parity = gpu_check.Check("parity", "p", [], 60, status="passed", output="3 skipped in 0.1s")
+    gpu_check.read_parity(parity)
+    assert parity.status.startswith("NOT RUN (no parity test ran")
+    parity = gpu_check.Check("parity", "p", [], 60, status="passed", output="12 passed, 3 skipped in 9s")
+    gpu_check.read_parity(parity)
+    assert parity.status == "passed"
+
+
+def test_a_failing_stage_fails_the_verdict_and_the_caps_add_up_to_the_budget(tmp_path, monkeypatch):
+    import argparse
+
+    for quick in (True, False):
+        checks = gpu_check.plan(argparse.Namespace(quick=quick, device="cpu", budget=570.0), tmp_path)
+        assert sum(c.cap for c in checks) == pytest.approx(570.0)
+    checks = [gpu_check.Check("input", "i", [], 1, status="passed"),
+              gpu_check.Check("allreduce", "a", [], 1, status="FAILED (exit 1)")]
+    monkeypatch.setattr(gpu_check, "plan", lambda args, out_dir: checks)
+    monkeypatch.setattr(gpu_check, "run", lambda check, out_dir, deadline: check)
+    monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: None)
+    assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path / "gc")]) == 1
+    assert json.loads((tmp_path / "gc" / "summary.json").read_text())["allreduce"]["status"] == "FAILED (exit 1)"

@@ -3,6 +3,7 @@ compliance checker, RCP file and RCP checker; and the shipped H100/H200 configs 
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -145,3 +146,18 @@ def test_config_dgx1_warns_that_its_warmup_differs_from_the_rcp():
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "maskrcnn_ref_48" in r.stderr and "opt_learning_rate_warmup_steps 625 (RCP 800)" in r.stderr
+
+
+def test_check_recipe_refuses_image_sizes_other_than_800_1333(capsys):
+    """closed_maskrcnn.yaml only checks the logged sizes are >= 0; the package's own 800/1333 rule
+    (mlperf_review/rules.py) refuses 640/1066 in tools/check_recipe.py, with exit 10 (recipe refused) and one line
+    naming each value. The same recipe at 800/1333 passes."""
+    from maskrcnn_benchmark.cli import check_recipe as program
+
+    base = ["--world-size=8", "--config-file", str(ROOT / "configs" / "e2e_mask_rcnn_R_50_FPN_1x.yaml"),
+            *re.search(r'EXTRA_CONFIG="\$\{EXTRA_CONFIG:-(.*)\}"', (ROOT / "config_DGXH100.sh").read_text()).group(1).split()]
+    assert program.main(base) == 0
+    capsys.readouterr()
+    assert program.main(base + ["INPUT.MIN_SIZE_TRAIN", "(640,)", "INPUT.MAX_SIZE_TRAIN", "1066"]) == 10
+    err = capsys.readouterr().err
+    assert "640 is not 800" in err and "1066 is not 1333" in err, err
