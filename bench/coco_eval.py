@@ -3,6 +3,7 @@
 
     python bench/coco_eval.py                       # 5000 images, ~7 objects and 100 detections each, 80 classes
     python bench/coco_eval.py --images 500 --post-images 100     # quicker
+    python bench/coco_eval.py --ours-only           # our scoring alone, one JSON line (make gpu-check's stage)
 
 Synthetic data, generated once (``--cache DIR`` keeps it): 640x480 / 480x640 images, ground-truth polygons
 (1 % crowd RLE regions), detections around them and at random, each with a box and an RLE mask. Prints a table:
@@ -151,6 +152,9 @@ def main(argv=None):
     p.add_argument("--backend", default="auto")
     p.add_argument("--post-images", type=int, default=100, help="images for the post-processing timing")
     p.add_argument("--cache", default="", help="folder to keep the generated data in")
+    p.add_argument("--ours-only", action="store_true",
+                   help="time only our scoring (what a run's background process does with an epoch's results) and "
+                        "print one JSON line {\"event\": \"scoring\", ...}: make gpu-check's scoring stage")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     folder = args.cache or tempfile.mkdtemp(prefix="coco_eval_bench_")
@@ -160,6 +164,13 @@ def main(argv=None):
     print(f"data: {args.images} images, {len(dets)} detections with masks, {args.classes} classes "
           f"({time.perf_counter() - t0:.1f} s to make or load, in {folder})")
 
+    if args.ours_only:
+        t0 = time.perf_counter()
+        ours = score_coco(ann_file, dets, backend=args.backend, workers=args.workers)
+        print(json.dumps({"event": "scoring", "images": args.images, "detections": len(dets),
+                          "seconds": round(time.perf_counter() - t0, 2), "backend": ours["backend"],
+                          "workers": scoring.default_workers() if args.workers <= 0 else args.workers}), flush=True)
+        return 0
     ref_stats, ref_per_class, ref_seconds = reference(ann_file, dets)
     scoring._GT_CACHE.clear()  # ours loads the ground truth too, as the first epoch does
     t0 = time.perf_counter()

@@ -180,25 +180,26 @@ def test_quick_cpu_run_in_the_image_writes_the_report_with_every_check_and_its_c
     assert _git_state() == before, "gpu-check wrote into the checkout (read-only in the image)"
     out = results / "gpu-check"
     assert f"- ran in the image {image} (make gpu-check IMAGE=...)" in (out / "report.md").read_text()
-    assert r.stdout.splitlines()[-1] == "gpu-check: passed: all 6 checks measured"
+    assert r.stdout.splitlines()[-1] == "gpu-check: passed: all 7 checks measured"
     report = (out / "report.md").read_text()
     assert "not GPU figures" in report
     for title in ("parity tests on the device", "training step img/s", "hybrid input pipeline",
-                  "synthetic training run", "blocking evaluation", "all-reduce"):
+                  "synthetic training run", "blocking evaluation", "background COCO scoring", "all-reduce"):
         row = next(line for line in report.splitlines() if title in line)
         assert "| passed |" in row, row
     for figure in ("training step img/s, eager", "training step img/s, compiled (default)",
-                   "hybrid input, device side, batch of 8", "loss", "all-reduce"):
+                   "hybrid input, device side, batch of 8", "loss", "COCO scoring, 200 images", "all-reduce"):
         assert f"| {figure}" in report, figure
     assert re.search(r"\| loss \| [\d.]+ at iteration 20 -> [\d.]+ at 40 \(falls\)", report)
     for cmd in ("bench/model_step.py --device cpu", "bench/input_pipeline.py --device cpu",
                 "tools/train_mlperf.py --config-file", "bench/allreduce.py --backend gloo",
-                "MASKRCNN_TEST_DEVICE=cpu", "bench/eval_step.py --device cpu --json"):
+                "MASKRCNN_TEST_DEVICE=cpu", "bench/eval_step.py --device cpu --json", "bench/coco_eval.py --ours-only"):
         assert cmd in report, cmd
     assert re.search(r"1 node\(s\), global batch 96: 14.06 epochs x \(117266 images / [\d,]+ img/s", report)
     assert (out / "projection.json").exists() and "## Stack" in report
     assert "evaluation gap on one node: 625 images (COCO val / 8 GPUs) x" in report
-    for name in ("parity", "model_step", "input", "training", "evaluation", "allreduce"):
+    assert "background scoring of an epoch's results: " in report
+    for name in ("parity", "model_step", "input", "training", "evaluation", "scoring", "allreduce"):
         assert (out / f"{name}.log").read_text().strip()
 
 
