@@ -35,7 +35,7 @@ bench: venv
 # First contact with a GPU node (about 10 minutes on one H100): results/gpu-check/report.md. Without an NVIDIA GPU
 # it says so in one line and exits 0. IMAGE=path/to/maskrcnn.sif: every stage runs inside the training image
 # (singularity exec --nv, the checkout bound over the image's copy as the Slurm job binds it; no venv, no package
-# index needed); without IMAGE: this checkout's venv, and the report says so.
+# index needed); without IMAGE: the current Python environment (no venv is built on the node), and the report says so.
 # GPU_CHECK_ARGS: more arguments for tools/gpu_check.py (e.g. --budget 900; the tests: --device cpu --quick);
 # GPU_CHECK_RESULTS: the folder that receives gpu-check/ (default: results/ in the checkout).
 GPU_CHECK_RESULTS ?= $(CURDIR)/results
@@ -46,8 +46,11 @@ gpu-check:
 	  MASKRCNN_GPU_CHECK_IMAGE=$(IMAGE) slurm/in_container.sh python3 tools/gpu_check.py --out /results/gpu-check \
 	  $(GPU_CHECK_ARGS)
 else
-gpu-check: venv
-	$(PY) tools/gpu_check.py --out $(GPU_CHECK_RESULTS)/gpu-check $(GPU_CHECK_ARGS)
+# No image: the current Python environment (this checkout's venv when there is one, else python3 on PATH: a host
+# install, or a shell already inside the image); nothing is installed on the node. The report's stack says which.
+GPU_CHECK_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
+gpu-check:
+	$(GPU_CHECK_PYTHON) tools/gpu_check.py --out $(GPU_CHECK_RESULTS)/gpu-check $(GPU_CHECK_ARGS)
 endif
 
 clean:
