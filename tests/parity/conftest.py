@@ -3,7 +3,7 @@ import os
 import pytest
 import torch
 
-from helpers import REPO
+from helpers import REPO, require_shared
 
 GOLDEN_DIR = os.path.join(os.path.dirname(REPO), "shared", "golden")
 
@@ -11,8 +11,7 @@ GOLDEN_DIR = os.path.join(os.path.dirname(REPO), "shared", "golden")
 @pytest.fixture(scope="session")
 def golden():
     """Loads ``../shared/golden/<name>.pt`` (outputs of the original maskrcnn-benchmark; see its README)."""
-    if not os.path.isdir(GOLDEN_DIR):
-        pytest.skip(f"reference golden outputs not found at {GOLDEN_DIR} (../shared/golden beside the checkout)")
+    require_shared(GOLDEN_DIR, "reference golden outputs")
     cache = {}
 
     def load(name):

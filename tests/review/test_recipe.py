@@ -10,11 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from helpers import require_shared
 from mlperf_review.recipe import check_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 REF = ROOT.parent / "shared" / "reference_logs" / "v0.7" / "dgxa100_ngc20.06_pytorch"
-needs_ref = pytest.mark.skipif(not REF.is_dir(), reason=f"reference logs not found at {REF} (shared folder absent)")
+needs_ref = pytest.mark.usefixtures("reference_logs")
+
+
+@pytest.fixture
+def reference_logs():
+    require_shared(str(REF), "NVIDIA's v0.7 reference logs")
 H_CONFIGS = ["DGXH100", "DGXH200", "DGXH100_4x8x4", "DGXH200_4x8x4"]
 
 

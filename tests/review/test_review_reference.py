@@ -10,6 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+from helpers import require_shared  # noqa: E402
 from official_reference import official_answer  # noqa: E402
 
 from mlperf_review import review_folder  # noqa: E402
@@ -21,8 +22,9 @@ SYSTEMS = {
     "dgxa100_ngc20.06_pytorch": 82.16,
 }
 
-pytestmark = pytest.mark.skipif(not (REF / "v0.7").is_dir(),
-                                reason=f"reference logs not found at {REF} (shared data folder absent)")
+@pytest.fixture(autouse=True, scope="module")
+def _reference_logs():
+    require_shared(str(REF / "v0.7"), "NVIDIA's v0.7 reference logs")
 
 
 @pytest.fixture(scope="module", params=sorted(SYSTEMS))
