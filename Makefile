@@ -50,7 +50,7 @@ else
 # install, or a shell already inside the image); nothing is installed on the node. The report's stack says which.
 GPU_CHECK_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
 gpu-check:
-	$(GPU_CHECK_PYTHON) tools/gpu_check.py --out $(GPU_CHECK_RESULTS)/gpu-check $(GPU_CHECK_ARGS)
+	@$(GPU_CHECK_PYTHON) tools/gpu_check.py --out $(GPU_CHECK_RESULTS)/gpu-check $(GPU_CHECK_ARGS)
 endif
 
 clean:

@@ -34,6 +34,22 @@ def test_without_a_gpu_one_line_exit_0_with_an_unusable_one_a_failure(tmp_path, 
     assert not (tmp_path / "gc").exists()
 
 
+@pytest.mark.slow  # starts make and tools/gpu_check.py
+def test_make_gpu_check_on_a_machine_without_a_gpu_is_one_line_and_exit_0(tmp_path):
+    """``make gpu-check`` itself, as a user types it on this CPU-only machine: the one line, exit 0, nothing
+    written."""
+    if any(os.path.exists(f"/dev/nvidia{i}") for i in range(8)) or shutil.which("nvidia-smi"):
+        pytest.skip("this machine shows an NVIDIA GPU")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+    r = subprocess.run(["make", "--no-print-directory", "gpu-check", f"GPU_CHECK_PYTHON={sys.executable}",
+                        f"GPU_CHECK_RESULTS={tmp_path}"], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(r.stdout.splitlines()) == 1 and r.stdout.startswith("gpu-check: no NVIDIA GPU on this machine"), \
+        r.stdout + r.stderr
+    assert not (tmp_path / "gpu-check").exists()
+
+
 @pytest.mark.slow  # starts tools/gpu_check.py
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (tests/cluster/install_deps.sh installs it)")
 def test_a_fake_gpu_node_with_an_old_driver_fails_naming_the_driver(tmp_path):
