@@ -110,11 +110,7 @@ def _rows(rois, levels, shapes, pos):
 
 def _roi_align_gather(features, rois, levels, output_size, scales, sampling_ratio, chunk=64):
     """Forward, tensor ops only: the samples' neighbours gathered from a channels-last concatenation of the levels
-    and summed as torchvision's kernel sums them (``w1 v1 + w2 v2 + w3 v3 + w4 v4``, samples in order, / count).
-
-    The neighbours are gathered sample- and corner-major (``(G*G, 4, bins, C)``), so that each of the sums' terms is
-    one contiguous block (about half the time of the bin-major layout's strided slices; the same operations in the
-    same order, so the same bits)."""
+    and summed as torchvision's kernel sums them (``w1 v1 + w2 v2 + w3 v3 + w4 v4``, samples in order, / count)."""
     shapes = [tuple(f.shape) for f in features]
     c = shapes[0][1]
     dtype = _compute_dtype(features[0].dtype)
@@ -125,19 +121,17 @@ def _roi_align_gather(features, rois, levels, output_size, scales, sampling_rati
     for r0 in range(0, k, chunk):
         r = slice(r0, r0 + chunk)
         pos, weights, _ = _sample_grid(rois[r], levels[r], shapes, scales, s, g)
-        rows = _rows(rois[r], levels[r], shapes, pos)  # (kc, S, S, G, G, 4)
+        rows = _rows(rois[r], levels[r], shapes, pos)
         kc = rows.shape[0]
-        bins = kc * s * s
-        rows = rows.reshape(bins, g * g, 4).permute(1, 2, 0)
-        wt = weights.to(dtype).reshape(bins, g * g, 4).permute(1, 2, 0)[..., None]
-        v = table.index_select(0, rows.reshape(-1)).view(g * g, 4, bins, c)
-        acc = None
+        v = table.index_select(0, rows.reshape(-1)).view(kc, s, s, g * g, 4, c)
+        wt = weights.to(dtype).view(kc, s, s, g * g, 4, 1)
+        acc = torch.zeros((kc, s, s, c), dtype=dtype, device=table.device)
         for sample in range(g * g):
-            val = wt[sample, 0] * v[sample, 0]
+            val = wt[:, :, :, sample, 0] * v[:, :, :, sample, 0]
             for corner in range(1, 4):
-                val += wt[sample, corner] * v[sample, corner]
-            acc = val if acc is None else acc.add_(val)
-        out[r] = (acc / count).view(kc, s, s, c).permute(0, 3, 1, 2)
+                val = val + wt[:, :, :, sample, corner] * v[:, :, :, sample, corner]
+            acc = acc + val
+        out[r] = (acc / count).permute(0, 3, 1, 2)
     return out
 
 
