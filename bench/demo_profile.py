@@ -98,7 +98,7 @@ def main(argv=None):
     from maskrcnn_benchmark.data.build import make_device_loader
     from maskrcnn_benchmark.engine.hooks import MetricsHook
     from maskrcnn_benchmark.engine.resolve import resolve
-    from maskrcnn_benchmark.engine.trainer import Trainer, iterations_per_epoch
+    from maskrcnn_benchmark.engine.trainer import HookBase, Trainer, iterations_per_epoch
     from maskrcnn_benchmark.evaluation import COCOEvaluator, run_inference
     from maskrcnn_benchmark.evaluation.scoring import COCOScorer
     from maskrcnn_benchmark.modeling import build_detection_model
@@ -171,20 +171,9 @@ def main(argv=None):
             watch.reset()
             Clock.start = time.perf_counter()
 
-    class WarmupHook:
-        trainer = None
-
-        def before_train(self):
-            pass
-
-        def before_step(self):
-            pass
-
+    class WarmupHook(HookBase):
         def after_step(self):
             after_step()
-
-        def after_train(self):
-            pass
 
     trainer.hooks.append(WarmupHook())
     if args.warmup == 0:
