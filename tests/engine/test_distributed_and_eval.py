@@ -6,6 +6,7 @@ import torch
 
 from train_runs import CPU_YAML, mllog_events, run_train
 from maskrcnn_benchmark.config import get_cfg, merge_cfg_from_file, merge_cfg_from_list
+from maskrcnn_benchmark.engine.test_net import evaluate_checkpoint
 from maskrcnn_benchmark.modeling import build_detection_model
 from maskrcnn_benchmark.utils.checkpoint import DetectronCheckpointer
 
@@ -14,10 +15,13 @@ LOW_TARGET = ("MLPERF.MIN_BBOX_MAP", "0.0", "MLPERF.MIN_SEGM_MAP", "0.0")
 
 @pytest.mark.slow
 def test_two_process_gloo_run_trains_evaluates_and_stops_together(tiny_data, tmp_path):
-    out = str(tmp_path)
+    out = str(tmp_path / "run")
+    os.makedirs(out)
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29631"]
+    # 16 training images at a global batch of 4: epoch 1 ends at iteration 4, where the checkpoint is taken
     r = run_train(tiny_data, out, "SOLVER.MAX_ITER", 40, "SOLVER.IMS_PER_BATCH", 4, "TEST.IMS_PER_BATCH", 4,
-                  *LOW_TARGET, launcher=launcher, timeout=900)
+                  "SAVE_CHECKPOINTS", True, "SOLVER.CHECKPOINT_PERIOD", 4, *LOW_TARGET, launcher=launcher,
+                  timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     events = mllog_events(r.stdout)
     # one process logs: exactly one run_start/run_stop, success; both ranks exited 0 (torchrun's code)
@@ -25,7 +29,22 @@ def test_two_process_gloo_run_trains_evaluates_and_stops_together(tiny_data, tmp
     stops = [e for e in events if e["key"] == "run_stop"]
     assert len(stops) == 1 and stops[0]["metadata"]["status"] == "success"
     assert [e["value"] for e in events if e["key"] == "global_batch_size"] == [4]
+    assert [e["value"] for e in events if e["key"] == "train_samples"] == [16]
     assert "world size 2" in r.stdout
+    accuracy = [e for e in events if e["key"] == "eval_accuracy"]
+    assert accuracy[0]["metadata"]["epoch_num"] == 1  # later epochs may be scored before the stop (background)
+
+    # The same weights evaluated by one process (the library behind tools/test_net.py, no process group): each
+    # rank inferred half of the validation images and rank 0 scored what it gathered; one process infers all of
+    # them. Lost, duplicated or mis-attributed images would change the scores.
+    cfg = get_cfg()
+    merge_cfg_from_file(cfg, CPU_YAML)
+    merge_cfg_from_list(cfg, ["DATASETS.DATA_DIR", tiny_data, "OUTPUT_DIR", str(tmp_path / "one"),
+                              "DATALOADER.NUM_WORKERS", 0, "INPUT.MIN_SIZE_TEST", 96, "INPUT.MAX_SIZE_TEST", 96,
+                              "TEST.IMS_PER_BATCH", 4])
+    scores = evaluate_checkpoint(cfg, weights=os.path.join(out, "model_0000004.pth"))
+    (one,) = scores.values()
+    assert accuracy[0]["value"] == {"BBOX": one["bbox"]["stats"]["AP"], "SEGM": one["segm"]["stats"]["AP"]}
 
 
 def _small_cfg(data_dir):
