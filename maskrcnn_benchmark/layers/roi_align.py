@@ -129,6 +129,12 @@ def _rows_matrix(rows, values, columns):
                                        check_invariants=False)
 
 
+def _product(matrix, dense):
+    """``matrix @ dense`` in the dense operand's dtype (float32 here): autocast would run it in bf16."""
+    with torch.autocast(dense.device.type, enabled=False):
+        return matrix @ dense
+
+
 def _roi_align_gather(features, rois, levels, output_size, scales, sampling_ratio, chunk=256):
     """Forward on the CPU: each sample's bilinear value is a row of a sparse product (its four neighbours' rows of
     a channels-last concatenation of the levels, weighted: ``w1 v1 + w2 v2 + w3 v3 + w4 v4`` in that order, as
@@ -150,7 +156,7 @@ def _roi_align_gather(features, rois, levels, output_size, scales, sampling_rati
         weights = weights.to(dtype).view(kc * s * s, g * g, 4)
         acc = None
         for sample in range(g * g):
-            val = _rows_matrix(rows[:, sample], weights[:, sample], table.shape[0]) @ table
+            val = _product(_rows_matrix(rows[:, sample], weights[:, sample], table.shape[0]), table)
             acc = val if acc is None else acc + val
         out[r] = (acc / count).view(kc, s, s, c).permute(0, 3, 1, 2)
     return out
@@ -169,7 +175,7 @@ def _roi_align_scatter(grad, rois, levels, shapes, scales, sampling_ratio):
     rows = torch.where(inside[..., None], _rows(rois, levels, shapes, pos), total)  # total: a spill row
     per = g * g * 4
     matrix = _rows_matrix(rows.view(k * s * s, per), (weights.to(grad.dtype) / count).view(k * s * s, per), total + 1)
-    acc = matrix.t() @ grad.permute(0, 2, 3, 1).reshape(k * s * s, c)
+    acc = _product(matrix.t(), grad.permute(0, 2, 3, 1).reshape(k * s * s, c))
     out, start = [], 0
     for n, _, h, w in shapes:
         out.append(acc[start:start + n * h * w].view(n, h, w, c).permute(0, 3, 1, 2).contiguous())
