@@ -20,11 +20,15 @@ $(STAMP): requirements.txt pyproject.toml
 test: venv
 	@echo "make test: the Slurm cluster and launch tests need slurm-wlm, munge, numactl and shellcheck; missing ones are installed now with apt-get (tests/cluster/install_deps.sh)"
 	@bash tests/cluster/install_deps.sh
-	$(PY) -m pytest -q -ra --durations=12 tests
+	@rc=0; $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests || rc=$$?; \
+	  $(PY) -m pytest -q -ra --durations=12 -m slow tests || rc=$$?; exit $$rc
 
-# The fast loop: every test that neither trains nor starts a process (104 s on 2 cores, 2026-11-25).
+# The fast loop: every test that neither trains nor starts a process, in TEST_WORKERS pytest-xdist workers (they
+# share the cores: tests/conftest.py gives each cores / workers torch threads). make test runs it first, then the
+# slow tests one at a time (they start programs, Slurm jobs and containers that share the machine's resources).
+TEST_WORKERS ?= 2
 test-fast: venv
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests
 
 demo: venv
 	tools/demo.sh

@@ -25,6 +25,7 @@ checked by ``tests/review/test_official_pins.py``, which fails loudly when mlper
 from __future__ import annotations
 
 import contextlib
+import copy
 import gzip
 import io
 import json
@@ -113,10 +114,50 @@ class Captured:
     warned: List[str] = field(default_factory=list)
 
 
+class _RuleFiles:
+    """What the compliance checker's module sees as ``yaml`` while :func:`captured` runs: PyYAML itself, except that
+    ``load(f, Loader=BaseLoader)`` (its only call: every scalar a string) parses each distinct rule file once per
+    process, with libyaml's loader of the same semantics when PyYAML has it (``CBaseLoader``), and hands out a deep
+    copy. The checker re-reads its rule files for every log it checks; parsing them was most of a review's time
+    (tests/review/test_official_pins.py checks that both loaders give the same rules)."""
+
+    def __init__(self, yaml_module):
+        self._yaml = yaml_module
+        self._parsed: Dict[str, Any] = {}
+
+    def __getattr__(self, name):
+        return getattr(self._yaml, name)
+
+    def load(self, stream, Loader):  # noqa: N803 - PyYAML's keyword
+        if Loader is not self._yaml.BaseLoader:
+            return self._yaml.load(stream, Loader=Loader)
+        text = stream.read() if hasattr(stream, "read") else stream
+        if text not in self._parsed:
+            self._parsed[text] = self._yaml.load(text, Loader=getattr(self._yaml, "CBaseLoader",
+                                                                      self._yaml.BaseLoader))
+        return copy.deepcopy(self._parsed[text])
+
+
+_RULE_FILES: List[_RuleFiles] = []
+
+
+@contextlib.contextmanager
+def _parsed_once():
+    from mlperf_logging.compliance_checker import mlp_compliance
+
+    if not _RULE_FILES:
+        _RULE_FILES.append(_RuleFiles(mlp_compliance.yaml))
+    before, mlp_compliance.yaml = mlp_compliance.yaml, _RULE_FILES[0]
+    try:
+        yield
+    finally:
+        mlp_compliance.yaml = before
+
+
 @contextlib.contextmanager
 def captured():
     """Root-logger records, prints (stdout and stderr) and warnings of mlperf_logging code, kept off the
-    terminal: the tools report through all four."""
+    terminal: the tools report through all four. Their rule files are parsed once (:class:`_RuleFiles`)."""
     root = logging.getLogger()
     handler = _RecordHandler()
     old_handlers, old_level = root.handlers[:], root.level
@@ -126,7 +167,7 @@ def captured():
     cap = Captured()
     try:
         with warnings.catch_warnings(record=True) as warned, contextlib.redirect_stdout(out), \
-                contextlib.redirect_stderr(err):
+                contextlib.redirect_stderr(err), _parsed_once():
             warnings.simplefilter("always")
             yield cap
     finally:

@@ -7,7 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# Under pytest-xdist (make test-fast: -n 2) the workers share the cores: 2 threads each on 2 cores would make
+# every parallel region wait for a preempted thread.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _WORKERS)))
 
 
 def pytest_sessionstart(session):
@@ -26,16 +29,31 @@ def _seed():
     torch.manual_seed(0)
 
 
-@pytest.fixture(autouse=True)
-def _processes_only_in_slow_tests(request, monkeypatch):
-    """`make test-fast` runs the tests not marked slow, in minutes: a test that starts a process (a program, a
-    spawned rank, a loader worker, a scoring process) must be marked ``@pytest.mark.slow``; this fails it if not."""
-    if request.node.get_closest_marker("slow") is not None:
-        return
+_RUNNING = {"fast": False}  # True while a test not marked slow runs, its fixtures' setup and teardown included
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("this test starts a process: mark it @pytest.mark.slow (make test-fast skips those)")
 
-    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
-    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
-    monkeypatch.setattr(os, "fork", refuse)
+def _refusing(original):
+    def guarded(*args, **kwargs):
+        if _RUNNING["fast"]:
+            raise AssertionError("this test (or a fixture it uses) starts a process: mark it @pytest.mark.slow "
+                                 "(make test-fast skips those)")
+        return original(*args, **kwargs)
+    return guarded
+
+
+def pytest_configure(config):
+    """`make test-fast` runs the tests not marked slow, in a minute: a test that starts a process (a program, a
+    spawned rank, a loader worker, a scoring process), even from a module- or session-scoped fixture it uses, must
+    be marked ``@pytest.mark.slow``; the guards installed here fail it if not."""
+    subprocess.Popen.__init__ = _refusing(subprocess.Popen.__init__)
+    multiprocessing.process.BaseProcess.start = _refusing(multiprocessing.process.BaseProcess.start)
+    os.fork = _refusing(os.fork)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _RUNNING["fast"] = item.get_closest_marker("slow") is None
+    try:
+        yield
+    finally:
+        _RUNNING["fast"] = False

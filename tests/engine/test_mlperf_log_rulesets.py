@@ -25,6 +25,7 @@ def short_run(tiny_data, tmp_path_factory):
         return log, mllog_events(fh.read())
 
 
+@pytest.mark.slow  # its fixture trains (a process)
 def test_superset_of_keys_logged_once(short_run):
     _, events = short_run
     keys = [e["key"] for e in events]

@@ -27,6 +27,42 @@ def test_version_is_the_pinned_one():
         "mlperf-logging changed: re-run tests/review and update the pins in maskrcnn_benchmark/review/official.py")
 
 
+def test_rule_files_parse_the_same_with_libyaml_once_and_as_the_checker_reads_them():
+    """The review parses the compliance checker's rule files once, with libyaml's base loader (official._RuleFiles):
+    every rule file of mlperf-logging gives the same rules as the checker's own ``yaml.load(f, BaseLoader)``, the
+    checker's only YAML call is that one, and a rule file changed on disk is parsed again."""
+    import re
+
+    import yaml
+    from mlperf_logging.compliance_checker import mlp_compliance
+
+    source = inspect.getsource(mlp_compliance)
+    assert re.findall(r"yaml\.\w+\(.*\)", source) == ["yaml.load(f, Loader=yaml.BaseLoader)"]
+    assert yaml.__with_libyaml__, "PyYAML without libyaml: the review parses rule files in Python (slower)"
+    files = sorted(Path(mlp_compliance.__file__).parent.rglob("*.yaml"))
+    assert len(files) > 50
+    rule_files = official._RuleFiles(yaml)
+    for path in files:
+        with open(path) as f:
+            try:
+                want = yaml.load(f, Loader=yaml.BaseLoader)
+            except yaml.YAMLError:  # a broken rule file of another benchmark: libyaml refuses it too
+                with open(path) as g, pytest.raises(yaml.YAMLError):
+                    rule_files.load(g, Loader=yaml.BaseLoader)
+                continue
+        for _ in range(2):  # parsed, then from the cache: an equal deep copy, not the cached object
+            with open(path) as f:
+                got = rule_files.load(f, Loader=yaml.BaseLoader)
+            assert got == want, path
+        if isinstance(got, list) and got:
+            got.clear()
+            with open(path) as f:
+                assert rule_files.load(f, Loader=yaml.BaseLoader) == want, path
+    with official.captured():
+        assert mlp_compliance.yaml is not yaml
+    assert mlp_compliance.yaml is yaml
+
+
 def test_entry_point_signatures():
     from mlperf_logging.compliance_checker import mlp_compliance
     from mlperf_logging.package_checker import package_checker
