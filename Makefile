@@ -23,9 +23,10 @@ test: venv
 	@rc=0; $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests || rc=$$?; \
 	  $(PY) -m pytest -q -ra --durations=12 -m slow tests || rc=$$?; exit $$rc
 
-# The fast loop: every test that neither trains nor starts a process, in TEST_WORKERS pytest-xdist workers (they
-# share the cores: tests/conftest.py gives each cores / workers torch threads). make test runs it first, then the
-# slow tests one at a time (they start programs, Slurm jobs and containers that share the machine's resources).
+# The fast loop (60-65 s on 2 cores, 2026-11-26): every test that neither trains nor starts a process, in
+# TEST_WORKERS pytest-xdist workers (they share the cores: tests/conftest.py gives each cores / workers torch
+# threads). make test runs it first, then the slow tests one at a time (they start programs, Slurm jobs and
+# containers that share the machine's resources).
 TEST_WORKERS ?= 2
 test-fast: venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests

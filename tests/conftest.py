@@ -1,3 +1,4 @@
+import _posixsubprocess
 import multiprocessing.process
 import os
 import random
@@ -47,7 +48,13 @@ def pytest_configure(config):
     be marked ``@pytest.mark.slow``; the guards installed here fail it if not."""
     subprocess.Popen.__init__ = _refusing(subprocess.Popen.__init__)
     multiprocessing.process.BaseProcess.start = _refusing(multiprocessing.process.BaseProcess.start)
-    os.fork = _refusing(os.fork)
+    # and what starts a process without them: pty forks, multiprocessing's helpers (resource tracker,
+    # forkserver) through _posixsubprocess. (os.system and os.posix_spawn stay as they are: pickle must find them
+    # under their own names; nothing here uses them.)
+    _posixsubprocess.fork_exec = _refusing(_posixsubprocess.fork_exec)
+    for name in ("fork", "forkpty"):
+        if hasattr(os, name):
+            setattr(os, name, _refusing(getattr(os, name)))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -5,7 +5,8 @@ torchvision's ``aligned=False`` mode, bit for bit. MLPerf's reference accuracy d
 ``aligned=True`` here.
 
 :func:`multilevel_roi_align` pools each ROI from its own FPN level in one op whose output shape does not depend
-on how the ROIs fall into levels, and which reads no size back from the device (no host sync): under
+on how the ROIs fall into levels, and which reads no size back from the device (no host sync: the counter of
+bench/host_syncs.py finds none, tests/layers/test_roi_align.py): under
 ``torch.compile`` it is one opaque node (forward and backward) that a CUDA graph can hold.
 """
 import warnings
@@ -14,6 +15,11 @@ from typing import List
 import torch
 from torch import nn
 from torchvision.ops import roi_align as _tv_roi_align
+
+# torch's notices on first use of a sparse CSR tensor: the products below are tested bit for bit against
+# torchvision's kernel (tests/layers/test_roi_align.py), and their indices are in range by construction
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state", category=UserWarning)
+warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled", category=UserWarning)
 
 
 def _compute_dtype(dtype):
@@ -63,7 +69,7 @@ def _axis_samples(lo, extent, size, grid, limit):
     v = (lo[:, None, None] + p[None, :, None] * bin_size[:, None, None]) \
         + i[None, None, :] * bin_size[:, None, None] / grid
     n = limit.view(k, 1, 1).float()
-    inside = ~((v < -1.0) | (v > n))
+    inside = ~((v < -1.0) | (v > n)) & torch.isfinite(v)  # NaN: outside (weight 0, row 0), never a wild row
     v = torch.where(v <= 0, torch.zeros_like(v), v)
     low = v.trunc()
     edge = low >= n - 1
@@ -123,10 +129,8 @@ def _rows_matrix(rows, values, columns):
     entries per row, repeated columns added; no size read from the data)."""
     r, per = rows.shape
     crow = torch.arange(0, r * per + 1, per, device=rows.device)
-    with warnings.catch_warnings():  # "sparse CSR support is in beta": the product below is tested bit for bit
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(crow, rows.reshape(-1), values.reshape(-1), size=(r, columns),
-                                       check_invariants=False)
+    return torch.sparse_csr_tensor(crow, rows.reshape(-1), values.reshape(-1), size=(r, columns),
+                                   check_invariants=False)
 
 
 def _product(matrix, dense):
@@ -139,8 +143,8 @@ def _roi_align_gather(features, rois, levels, output_size, scales, sampling_rati
     """Forward on the CPU: each sample's bilinear value is a row of a sparse product (its four neighbours' rows of
     a channels-last concatenation of the levels, weighted: ``w1 v1 + w2 v2 + w3 v3 + w4 v4`` in that order, as
     torchvision's kernel sums them), the samples added in order and divided by their count, bitwise the kernel
-    (tests/layers/test_roi_align.py). The product reads the neighbours without materialising them: 3-4x faster
-    than gathering them (docs/benchmarks.md)."""
+    (tests/layers/test_roi_align.py). The product reads the neighbours without materialising them
+    (bench/roi_align.py; docs/benchmarks.md)."""
     shapes = [tuple(f.shape) for f in features]
     c = shapes[0][1]
     dtype = _compute_dtype(features[0].dtype)
@@ -162,20 +166,23 @@ def _roi_align_gather(features, rois, levels, output_size, scales, sampling_rati
     return out
 
 
-def _roi_align_scatter(grad, rois, levels, shapes, scales, sampling_ratio):
+def _roi_align_scatter(grad, rois, levels, shapes, scales, sampling_ratio, chunk=256):
     """Backward on the CPU: ``(grad * w) / count`` added to the four neighbours of every inside sample, in
-    torchvision's order (ROI, bin, sample, neighbour), as one transposed sparse product of the forward's weights
-    (``w / count``: an exact power-of-two scaling) with the gradient: bitwise the kernel's sequential sums (one
-    product for all ROIs: a product per chunk of ROIs would add the chunks' partial sums, another order)."""
+    torchvision's order (ROI, bin, sample, neighbour; ``index_add_``, sequential on the CPU, chunk after chunk),
+    with the kernel's arithmetic; the products laid out as (bin, sample and neighbour, channel)."""
     c = shapes[0][1]
     total = sum(n * h * w for n, _, h, w in shapes)
+    acc = grad.new_zeros((total + 1, c))  # the last row: a spill slot for samples outside their level
     k, s, g = rois.shape[0], grad.shape[-1], sampling_ratio
     count = float(max(g * g, 1))
-    pos, weights, inside = _sample_grid(rois, levels, shapes, scales, s, g)
-    rows = torch.where(inside[..., None], _rows(rois, levels, shapes, pos), total)  # total: a spill row
-    per = g * g * 4
-    matrix = _rows_matrix(rows.view(k * s * s, per), (weights.to(grad.dtype) / count).view(k * s * s, per), total + 1)
-    acc = _product(matrix.t(), grad.permute(0, 2, 3, 1).reshape(k * s * s, c))
+    for r0 in range(0, k, chunk):
+        r = slice(r0, r0 + chunk)
+        pos, weights, inside = _sample_grid(rois[r], levels[r], shapes, scales, s, g)
+        kc = pos.shape[0]
+        rows = torch.where(inside[..., None], _rows(rois[r], levels[r], shapes, pos), total)
+        gb = grad[r].permute(0, 2, 3, 1).reshape(kc * s * s, 1, c)  # grad_output_this_bin
+        contrib = torch.mul(gb, weights.to(grad.dtype).view(kc * s * s, -1, 1)).div_(count)
+        acc.index_add_(0, rows.reshape(-1), contrib.view(-1, c))
     out, start = [], 0
     for n, _, h, w in shapes:
         out.append(acc[start:start + n * h * w].view(n, h, w, c).permute(0, 3, 1, 2).contiguous())
@@ -199,8 +206,8 @@ def _roi_align_masked(features, rois, levels, output_size, scales, sampling_rati
 def multilevel_roi_align(features: List[torch.Tensor], rois: torch.Tensor, levels: torch.Tensor, output_size: int,
                          scales: List[float], sampling_ratio: int) -> torch.Tensor:
     """``(K, C, S, S)``: ROI ``k`` pooled from ``features[levels[k]]`` (legacy ROIAlign, fp32); zeros where
-    ``levels[k]`` is -1. No host sync: on the CPU one gather over all levels (bitwise torchvision's kernel), on
-    CUDA torchvision's kernel per level with each ROI's level selected."""
+    ``levels[k]`` is -1. No host sync: on the CPU sparse products over all levels (bitwise torchvision's
+    kernel), on CUDA torchvision's kernel per level with each ROI's level selected."""
     if features[0].device.type == "cuda" or sampling_ratio <= 0:  # adaptive grids have data-dependent sizes
         return _roi_align_masked(features, rois, levels, output_size, scales, sampling_ratio)
     return _roi_align_gather(features, rois, levels, output_size, scales, sampling_ratio)

@@ -141,15 +141,18 @@ def _per_level_oracle(feats, rois, levels, scales, size, sampling_ratio):
     return out
 
 
+@pytest.mark.parametrize("k", [4, 300])
 @pytest.mark.parametrize("size", [7, 14])
-def test_multilevel_roi_align_in_one_op_is_bitwise_torchvision(size):
+def test_multilevel_roi_align_in_one_op_is_bitwise_torchvision(size, k):
     """The static step's multi-level ROIAlign (one op, each ROI's level given, no size read back) equals
     torchvision's kernel applied per level, bit for bit, forward and backward, in float32 on the CPU (ROIs
-    partly outside, inverted, tiny, without a level)."""
-    feats, rois, levels, scales = _levels_case()
+    partly outside, inverted, tiny, without a level; a few, where several samples of a bin share a pixel, and
+    many)."""
+    feats, rois, levels, scales = _levels_case(k)
     want = _per_level_oracle(feats, rois, levels, scales, size, 2)
     grad = torch.randn_like(want)
-    want_grads = torch.autograd.grad(want, feats, grad)
+    want_grads = [torch.zeros_like(f) if g is None else g  # a level no ROI uses
+                  for f, g in zip(feats, torch.autograd.grad(want, feats, grad, allow_unused=True))]
     got = multilevel_roi_align(feats, rois, levels, size, list(scales), 2)
     got_grads = torch.autograd.grad(got, feats, grad)
     assert torch.equal(got, want)
@@ -161,6 +164,23 @@ def test_multilevel_roi_align_in_one_op_is_bitwise_torchvision(size):
                                                                list(scales), 2)
     # the same values; torchvision's backward adds +0.0 for the other levels' ROIs, which may turn a -0.0 into +0.0
     assert all(torch.equal(a, b) for a, b in zip(masked_grads, want_grads))
+
+
+def test_a_roi_with_nan_coordinates_pools_zeros_and_leaves_the_others_alone():
+    """A diverging run's NaN box: its samples count as outside (zeros, no gradient) instead of indexing memory
+    at a wild row; the other ROIs' results do not change."""
+    feats, rois, levels, scales = _levels_case(8)
+    levels = levels.clamp(min=0)
+    want = multilevel_roi_align(feats, rois, levels, 7, list(scales), 2)
+    bad = rois.clone()
+    bad[3, 1:] = float("nan")
+    bad[5, 2] = float("inf")
+    got = multilevel_roi_align(feats, bad, levels, 7, list(scales), 2)
+    grads = torch.autograd.grad(got, feats, torch.ones_like(got))
+    assert torch.equal(got[3], torch.zeros_like(got[3]))
+    keep = [i for i in range(8) if i not in (3, 5)]
+    assert torch.equal(got[keep], want[keep])
+    assert all(torch.isfinite(g).all() for g in grads)
 
 
 def test_multilevel_roi_align_reads_nothing_back():
