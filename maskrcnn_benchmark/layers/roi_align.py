@@ -161,7 +161,7 @@ def _roi_align_gather(features, rois, levels, output_size, scales, sampling_rati
         acc = None
         for sample in range(g * g):
             val = _product(_rows_matrix(rows[:, sample], weights[:, sample], table.shape[0]), table)
-            acc = val if acc is None else acc + val
+            acc = val if acc is None else acc.add_(val)
         out[r] = (acc / count).view(kc, s, s, c).permute(0, 3, 1, 2)
     return out
 
