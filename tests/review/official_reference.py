@@ -9,6 +9,7 @@ maskrcnn column, which applies the ``scaling.json`` the package checker wrote).
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import logging
@@ -40,6 +41,41 @@ class _Lines(logging.Handler):
         self.lines.append((record.levelname, record.getMessage()))
 
 
+class _RulesReadOnce:
+    """Stands in for the ``yaml`` module inside the compliance checker, which parses its rule files again for every
+    log it checks (with the pure-Python loader: most of a package check's time). The same text through the same
+    loader gives the same rules, so each (text, loader) is parsed once and a deep copy handed out; every other
+    attribute is yaml's own."""
+
+    def __init__(self, real):
+        self._real, self._rules = real, {}
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def load(self, stream, Loader):  # noqa: N803 - yaml's own keyword
+        text = stream.read() if hasattr(stream, "read") else stream
+        if (text, Loader) not in self._rules:
+            self._rules[text, Loader] = self._real.load(text, Loader=Loader)
+        return copy.deepcopy(self._rules[text, Loader])
+
+
+_RULES = []
+
+
+@contextlib.contextmanager
+def _rules_read_once():
+    from mlperf_logging.compliance_checker import mlp_compliance
+
+    if not _RULES:
+        _RULES.append(_RulesReadOnce(mlp_compliance.yaml))
+    before, mlp_compliance.yaml = mlp_compliance.yaml, _RULES[0]
+    try:
+        yield
+    finally:
+        mlp_compliance.yaml = before
+
+
 def lay_out(folder: Path, work: Path, division: str = "closed") -> Path:
     """Copy every file of ``folder`` into a package tree under ``work``; returns the org folder."""
     org = work / "TESTORG"
@@ -65,7 +101,8 @@ def official_answer(folder: Path, work: Path, ruleset: str, division: str = "clo
     saved = root.handlers[:], root.level
     root.handlers, root.level = [handler], logging.INFO
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                _rules_read_once():
             package_checker.check_training_package(str(org), "training", ruleset, False, False, False, False,
                                                    False, str(work / "package_checker.log"))
             scaling = bench / "scaling.json"
@@ -98,8 +135,9 @@ def official_compliance(path: Path, ruleset: str) -> bool:
     saved = root.handlers[:], root.level
     root.handlers, root.level = [logging.NullHandler()], logging.INFO
     try:
-        checker = mlp_compliance.make_checker("training", ruleset, False, False)
-        valid, _, _, _ = mlp_compliance.main(str(path), f"training_{ruleset}/common.yaml", checker)
+        with _rules_read_once():
+            checker = mlp_compliance.make_checker("training", ruleset, False, False)
+            valid, _, _, _ = mlp_compliance.main(str(path), f"training_{ruleset}/common.yaml", checker)
     finally:
         root.handlers, root.level = saved
     return bool(valid)
