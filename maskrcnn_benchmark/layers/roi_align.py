@@ -168,21 +168,36 @@ def _roi_align_gather(features, rois, levels, output_size, scales, sampling_rati
 
 def _roi_align_scatter(grad, rois, levels, shapes, scales, sampling_ratio, chunk=256):
     """Backward on the CPU: ``(grad * w) / count`` added to the four neighbours of every inside sample, in
-    torchvision's order (ROI, bin, sample, neighbour; ``index_add_``, sequential on the CPU, chunk after chunk),
-    with the kernel's arithmetic; the products laid out as (bin, sample and neighbour, channel)."""
+    torchvision's order (ROI, bin, sample, neighbour), with the kernel's arithmetic. With a power-of-two ``count``
+    (sampling ratio 1, 2, 4: the configs' 2) dividing by it is exact, so ``(grad * w) / count`` equals
+    ``w * (grad / count)`` (apart from results below 2**-124, where float32 turns subnormal): the whole gradient
+    is then one sparse product, the transpose of the forward's matrices built with a stable sort (every pixel's
+    row holds its entries in the kernel's order, summed in that order), times ``grad / count`` per bin; the
+    ``K*S*S x 4*count`` products are never materialised (bench/roi_align.py). Other counts: the products laid out
+    by bin and added with ``index_add_`` (sequential on the CPU, chunk after chunk)."""
     c = shapes[0][1]
-    total = sum(n * h * w for n, _, h, w in shapes)
-    acc = grad.new_zeros((total + 1, c))  # the last row: a spill slot for samples outside their level
+    total = sum(n * h * w for n, _, h, w in shapes)  # and a spill row for samples outside their level
     k, s, g = rois.shape[0], grad.shape[-1], sampling_ratio
-    count = float(max(g * g, 1))
-    for r0 in range(0, k, chunk):
-        r = slice(r0, r0 + chunk)
-        pos, weights, inside = _sample_grid(rois[r], levels[r], shapes, scales, s, g)
-        kc = pos.shape[0]
-        rows = torch.where(inside[..., None], _rows(rois[r], levels[r], shapes, pos), total)
-        gb = grad[r].permute(0, 2, 3, 1).reshape(kc * s * s, 1, c)  # grad_output_this_bin
-        contrib = torch.mul(gb, weights.to(grad.dtype).view(kc * s * s, -1, 1)).div_(count)
-        acc.index_add_(0, rows.reshape(-1), contrib.view(-1, c))
+    count = max(g * g, 1)
+    if count & (count - 1) == 0:
+        pos, weights, inside = _sample_grid(rois, levels, shapes, scales, s, g)
+        rows = torch.where(inside[..., None], _rows(rois, levels, shapes, pos), total).reshape(-1)
+        dest, entry = torch.sort(rows, stable=True)
+        crow = torch.searchsorted(dest, torch.arange(total + 2, device=rows.device))
+        matrix = torch.sparse_csr_tensor(crow, torch.div(entry, count * 4, rounding_mode="floor"),
+                                         weights.to(grad.dtype).reshape(-1)[entry], size=(total + 1, k * s * s),
+                                         check_invariants=False)
+        acc = _product(matrix, grad.permute(0, 2, 3, 1).reshape(k * s * s, c) / float(count))
+    else:
+        acc = grad.new_zeros((total + 1, c))
+        for r0 in range(0, k, chunk):
+            r = slice(r0, r0 + chunk)
+            pos, weights, inside = _sample_grid(rois[r], levels[r], shapes, scales, s, g)
+            kc = pos.shape[0]
+            rows = torch.where(inside[..., None], _rows(rois[r], levels[r], shapes, pos), total)
+            gb = grad[r].permute(0, 2, 3, 1).reshape(kc * s * s, 1, c)  # grad_output_this_bin
+            contrib = torch.mul(gb, weights.to(grad.dtype).view(kc * s * s, -1, 1)).div_(float(count))
+            acc.index_add_(0, rows.reshape(-1), contrib.view(-1, c))
     out, start = [], 0
     for n, _, h, w in shapes:
         out.append(acc[start:start + n * h * w].view(n, h, w, c).permute(0, 3, 1, 2).contiguous())

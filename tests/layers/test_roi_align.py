@@ -166,6 +166,27 @@ def test_multilevel_roi_align_in_one_op_is_bitwise_torchvision(size, k):
     assert all(torch.equal(a, b) for a, b in zip(masked_grads, want_grads))
 
 
+@pytest.mark.parametrize("sampling_ratio", [1, 3])
+def test_other_sampling_ratios_are_bitwise_torchvision(sampling_ratio):
+    """The backward's two forms: a power-of-two sample count (1: one sparse product, as for the configs' 2) and
+    another (9: the products added with index_add_), both bit for bit torchvision's kernel per level."""
+    feats, rois, levels, scales = _levels_case(300)
+    want = _per_level_oracle(feats, rois, levels, scales, 7, sampling_ratio)
+    grad = torch.randn_like(want)
+    want_grads = [torch.zeros_like(f) if g is None else g
+                  for f, g in zip(feats, torch.autograd.grad(want, feats, grad, allow_unused=True))]
+    got = multilevel_roi_align(feats, rois, levels, 7, list(scales), sampling_ratio)
+    assert torch.equal(got, want)
+    assert all(torch.equal(a, b) for a, b in zip(torch.autograd.grad(got, feats, grad), want_grads))
+
+
+def test_no_rois_pool_nothing_and_give_zero_gradients():
+    feats, rois, levels, scales = _levels_case(4)
+    got = multilevel_roi_align(feats, rois[:0], levels[:0], 7, list(scales), 2)
+    assert got.shape == (0, feats[0].shape[1], 7, 7)
+    assert all(torch.equal(g, torch.zeros_like(f)) for f, g in zip(feats, torch.autograd.grad(got.sum(), feats)))
+
+
 def test_a_roi_with_nan_coordinates_pools_zeros_and_leaves_the_others_alone():
     """A diverging run's NaN box: its samples count as outside (zeros, no gradient) instead of indexing memory
     at a wild row; the other ROIs' results do not change."""
