@@ -10,16 +10,19 @@ from .loss import bitmap_mask_targets, mask_rcnn_loss, padded_mask_targets
 
 
 def positive_slots(samples, num_images, capacity=None):
-    """The positive samples of each image in ``T`` slots: ``(rows (N*T,) into the sample slots, valid (N*T,))``,
-    each image's positives first, in sample order. ``capacity`` T: fixed (a static batch: the sampler's positive
-    budget), or None: the batch's largest count (one host read; an eager step computes no more mask-head rows
-    than it needs)."""
+    """The positive samples, each image's in sample order, images one after the other: ``(rows into the sample
+    slots, valid)``. ``capacity`` T: each image's positives in T slots of their own (``N*T`` rows; a static batch,
+    T the sampler's positive budget: shapes that do not depend on the data), or None: the batch's positives
+    packed, as many rows as there are positives (one host read, their count; an eager step computes no mask-head
+    row it does not need)."""
     positive = (samples.slot_valid & (samples.slot_labels > 0)).view(num_images, -1)
     s = positive.shape[1]
-    chosen = compact(positive, None if capacity is None else max(1, min(int(capacity), s)))
-    order, valid = chosen.index, chosen.valid
-    rows = order + torch.arange(num_images, device=order.device)[:, None] * s
-    return rows.reshape(-1), valid.reshape(-1)
+    if capacity is None:
+        chosen = compact(positive.view(1, -1))
+        return chosen.index.view(-1), chosen.valid.view(-1)
+    chosen = compact(positive, max(1, min(int(capacity), s)))
+    rows = chosen.index + torch.arange(num_images, device=positive.device)[:, None] * s
+    return rows.reshape(-1), chosen.valid.reshape(-1)
 
 
 def batch_mask_targets(targets, rois, image, matched, resolution):
