@@ -23,10 +23,11 @@ test: venv
 	@rc=0; $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests || rc=$$?; \
 	  $(PY) -m pytest -q -ra --durations=12 -n $(TEST_WORKERS) --dist loadgroup -m slow tests || rc=$$?; exit $$rc
 
-# The fast loop (60-65 s on 2 cores, 2026-11-26): every test that neither trains nor starts a process, in
+# The fast loop (56-57 s on 2 cores, 2026-11-26): every test that neither trains nor starts a process, in
 # TEST_WORKERS pytest-xdist workers (they share the cores: tests/conftest.py gives each cores / workers torch
-# threads). make test runs it first, then the slow tests one at a time (they start programs, Slurm jobs and
-# containers that share the machine's resources).
+# threads, and the programs the tests start one OpenMP thread). make test runs it first, then the slow tests in
+# as many workers, one test module per work unit (a module's fixtures, such as the Slurm sandbox cluster, are
+# built once), the longest modules first (tests/conftest.py).
 TEST_WORKERS ?= 2
 test-fast: venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests
