@@ -62,21 +62,14 @@ def pytest_configure(config):
             setattr(os, name, _refusing(getattr(os, name)))
 
 
-# The slow tests run in pytest-xdist workers with ``--dist loadgroup`` (make test): each module is one work unit
-# (its module fixtures are built once; the Slurm tests share one sandbox cluster), and the longest modules start
-# first so that the workers end together. Measured in make test (--durations), longest first:
+# The slow tests run in pytest-xdist workers with ``--dist loadfile`` (make test): each test module is one work
+# unit (its module fixtures are built once: the Slurm tests share one sandbox cluster), and the longest modules
+# start first so that the workers end together. Measured in make test (--durations), longest first:
 LONGEST_FIRST = ("tests/test_demo.py", "tests/cluster/test_slurm_cluster.py", "tests/test_gpu_check.py",
                  "tests/engine/test_robustness.py", "tests/engine/test_failures.py", "tests/launch/test_submit.py")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
-    if not getattr(config.option, "loadgroup", False):  # what pytest-xdist sets in its workers for --dist loadgroup
-        return
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-
     def rank(item):
         module = item.nodeid.split("::")[0]
         return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
