@@ -14,8 +14,8 @@ _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _WORKERS)))
 if _WORKERS > 1:
     # and the programs they start get one OpenMP thread: a 2-thread program beside another busy process spins
-    # waiting for its preempted thread (measured on 2 cores: the demo's iteration 3.3x slower beside one busy
-    # process with 2 threads, unchanged with 1).
+    # waiting for its preempted thread (measured on 2 cores: the demo's 2-thread iteration 3.3x slower beside one
+    # busy process; a 1-thread program has no sibling thread to wait for).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
