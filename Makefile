@@ -53,10 +53,11 @@ gpu-check:
 	  $(GPU_CHECK_ARGS)
 else
 # No image: the current Python environment (this checkout's venv when there is one, else python3 on PATH: a host
-# install, or a shell already inside the image); nothing is installed on the node. The report's stack says which.
+# install, or a shell already inside the image); nothing is installed on the node, so the checkout goes on
+# PYTHONPATH (the package need not be pip-installed there). The report's stack says which Python ran.
 GPU_CHECK_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
 gpu-check:
-	@$(GPU_CHECK_PYTHON) tools/gpu_check.py --out $(GPU_CHECK_RESULTS)/gpu-check $(GPU_CHECK_ARGS)
+	@PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_CHECK_PYTHON) tools/gpu_check.py --out $(GPU_CHECK_RESULTS)/gpu-check $(GPU_CHECK_ARGS)
 endif
 
 clean:

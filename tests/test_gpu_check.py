@@ -36,12 +36,24 @@ def test_without_a_gpu_one_line_exit_0_with_an_unusable_one_a_failure(tmp_path, 
 
 @pytest.mark.slow  # starts make and tools/gpu_check.py
 def test_make_gpu_check_on_a_machine_without_a_gpu_is_one_line_and_exit_0(tmp_path):
-    """``make gpu-check`` itself, as a user types it on this CPU-only machine: the one line, exit 0, nothing
+    """``make gpu-check`` itself, as a user types it on this CPU-only machine, with a Python that has torch but not
+    this package installed (a GPU node's python3: no venv is built there): the one line, exit 0, nothing
     written."""
     if any(os.path.exists(f"/dev/nvidia{i}") for i in range(8)) or shutil.which("nvidia-smi"):
         pytest.skip("this machine shows an NVIDIA GPU")
+    # the venv's Python without its site hooks (-S: no .pth files, so no editable install of this package), its
+    # site-packages on the path for torch; the script's folder first, as when Python runs a script
+    site_packages = os.path.dirname(os.path.dirname(torch.__file__))
+    (tmp_path / "run_script.py").write_text(
+        "import os, runpy, sys\n"
+        f"sys.argv = sys.argv[1:]; sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0])); "
+        f"sys.path.append({site_packages!r})\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    python = tmp_path / "python3"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S {tmp_path / "run_script.py"} "$@"\n')
+    python.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
-    r = subprocess.run(["make", "--no-print-directory", "gpu-check", f"GPU_CHECK_PYTHON={sys.executable}",
+    r = subprocess.run(["make", "--no-print-directory", "gpu-check", f"GPU_CHECK_PYTHON={python}",
                         f"GPU_CHECK_RESULTS={tmp_path}"], cwd=REPO, env=env, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -290,6 +302,26 @@ def test_a_compile_failure_keeps_the_other_models_figures():
     assert figures["compiled (reduce-overhead)"] == "FAILED (InductorError: boom)"
     assert figures["peak GPU memory alone, eager, batch 8"] == "30.25 GiB"
     assert figures["peak GPU memory alone, eager, batch 12"] == "41.50 GiB"
+
+
+def test_a_model_step_cut_by_its_cap_still_gives_img_s_from_its_rounds():
+    """bench/model_step.py killed at its cap after some rounds (no summary line): each model's img/s is the batch
+    over its median round, labelled as such; a model that failed stays a failure; the projection uses the
+    figure."""
+    c = gpu_check.Check("model_step", "t", [], 1, status="NOT RUN (did not finish in its 200 s cap)")
+    c.output = "\n".join([
+        '{"event": "setting", "device": "H100", "torch": "2.11", "height": 800, "width": 1333, "batch": 12, '
+        '"dtype": "float16", "nhwc": true}',
+        '{"event": "setup", "model": "compiled (default)", "seconds": 80.5}',
+        '{"event": "round", "round": 1, "seconds": {"eager": 0.5, "compiled (default)": 0.4}}',
+        '{"event": "round", "round": 2, "seconds": {"eager": 0.7, "compiled (default)": 0.2}}',
+        '{"event": "round", "round": 3, "seconds": {"eager": 0.6, "compiled (default)": 0.3}}'])
+    gpu_check.read_model_step(c)
+    figures = dict(c.figures)
+    assert figures["training step img/s, eager"] == "20.000 (median of the 3 rounds printed before the cap)"
+    assert figures["training step img/s, compiled (default)"].startswith("40.000 (median of the 3 rounds")
+    assert figures["compile time, compiled (default)"] == "80.5 s"
+    assert "per GPU: 40.0 img/s (compiled (default)" in "\n".join(gpu_check.projection(c))
 
 
 def test_each_verdict_of_a_stage(tmp_path, monkeypatch):

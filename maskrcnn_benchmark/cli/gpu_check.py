@@ -39,6 +39,7 @@ import os
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -103,7 +104,10 @@ def read_parity(c):
 
 
 def read_model_step(c):
-    """bench/model_step.py --json: one event per line (setting, setup, failed, round, summary, memory)."""
+    """bench/model_step.py --json: one event per line (setting, setup, failed, round, summary, memory). A run cut
+    by its cap before its summary still gives each model's img/s: the median step of the rounds it printed, each
+    such figure saying so."""
+    rounds, summarized, batch = {}, set(), None
     for line in c.output.splitlines():
         if not line.startswith("{"):
             continue
@@ -113,6 +117,7 @@ def read_model_step(c):
             continue
         kind = e.get("event")
         if kind == "setting":
+            batch = e["batch"]
             c.figures.append(("setting", f"{e['device']}, torch {e['torch']}, {e['height']}x{e['width']}, batch "
                                          f"{e['batch']}, {e['dtype']}{', channels_last' if e.get('nhwc') else ''}"))
         elif kind == "setup" and e["model"].startswith("compiled"):
@@ -120,10 +125,19 @@ def read_model_step(c):
         elif kind == "failed":
             c.figures.append((f"{e['model']}", f"FAILED ({e['reason']})"))
         elif kind == "summary":
+            summarized.add(e.get("model"))
             c.figures.append((f"training step img/s, {e['model']}", f"{e['img_s']}"))
+        elif kind == "round":
+            for model, seconds in e["seconds"].items():
+                rounds.setdefault(model, []).append(seconds)
         elif kind == "memory" and "gib" in e:
             c.figures.append((f"peak GPU memory alone, {e['model']}, batch {e.get('batch', '?')}",
                               f"{e['gib']:.2f} GiB"))
+    if batch and not summarized:  # cut before the summary: the rounds it printed
+        for model, seconds in rounds.items():
+            c.figures.append((f"training step img/s, {model}",
+                              f"{batch / statistics.median(seconds):.3f} (median of the {len(seconds)} rounds "
+                              "printed before the cap)"))
 
 
 def read_input(c):
@@ -295,8 +309,8 @@ def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None, scori
     time limit)."""
     from mlperf_review import projection as paper
 
-    rates = {name: float(v) for name, v in model_step.figures if name.startswith("training step img/s, ")
-             and re.fullmatch(r"[\d.]+", v)}
+    rates = {name: float(re.match(r"[\d.]+", v).group()) for name, v in model_step.figures
+             if name.startswith("training step img/s, ") and re.match(r"[\d.]+", v)}
     ours = {k: v for k, v in rates.items() if "torchvision" not in k}
     if not ours:
         return ["no training-step figure: nothing to project"]
