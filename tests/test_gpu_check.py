@@ -373,3 +373,13 @@ def test_a_failing_stage_fails_the_verdict_and_the_caps_add_up_to_the_budget(tmp
     monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: None)
     assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path / "gc")]) == 1
     assert json.loads((tmp_path / "gc" / "summary.json").read_text())["allreduce"]["status"] == "FAILED (exit 1)"
+
+
+def test_the_parity_stage_on_a_device_may_start_processes():
+    """On an H200 (torch 2.11, Triton 3.6) the parity tests' first Triton kernel ran ``ldconfig -p`` to find the
+    driver, and the fast-test guard (tests/conftest.py) failed every test that compiled one. The guard stays for
+    CPU sessions (make test-fast) and is off for the parity stage on a device."""
+    from conftest import guard_processes
+
+    assert guard_processes({}) and guard_processes({"MASKRCNN_TEST_DEVICE": "cpu"})
+    assert not guard_processes({"MASKRCNN_TEST_DEVICE": "cuda"})

@@ -4,14 +4,17 @@ CPU run it compares the CPU with itself and must be exact).
 
 Float32, TF32 off (conftest). Tolerances, stated once: NMS keep sets exact (the "+1" IoU is computed in float32 on
 both and compared with the same threshold; a last-bit difference at the threshold would show as a mismatch and is
-reported, not tolerated); ROIAlign within 1e-5 absolute (bilinear weights, the same formula, another summation
-order); mask targets exact (integer rasterization); the training losses within 1e-3 relative (a whole forward:
+reported, not tolerated); multi-level ROIAlign bitwise torchvision's kernel on the same device, level by level,
+and within 1e-4 absolute of the CPU (torchvision's CPU and CUDA kernels compute the sample points in float32 in
+another order: 1.5e-5 measured on an H200; ../shared/golden's README gives 1e-4 for such float32 coordinate
+differences); mask targets exact (integer rasterization); the training losses within 1e-3 relative (a whole forward:
 convolutions whose algorithms differ between devices), with every sampler taking all candidates so that no random
 draw (different generators on the two devices) enters the comparison."""
 import math
 
 import pytest
 import torch
+from torchvision.ops import roi_align
 
 from helpers import shapes_image, small_cfg
 from maskrcnn_benchmark.layers.nms import nms_keep_padded
@@ -45,8 +48,15 @@ def test_multilevel_roi_align_equals_the_cpus(device):
     levels = torch.randint(0, 4, (300,), generator=gen)
     scales = [1 / 4, 1 / 8, 1 / 16, 1 / 32]
     ours = multilevel_roi_align([f.to(device) for f in features], rois.to(device), levels.to(device), 7, scales, 2)
-    ref = multilevel_roi_align(features, rois, levels, 7, scales, 2)
-    torch.testing.assert_close(ours.cpu(), ref, rtol=0, atol=1e-5)
+    # torchvision's kernel on the same device, each level on its own ROIs: bitwise
+    kernel = torch.zeros_like(ours)
+    for level, (f, scale) in enumerate(zip(features, scales)):
+        mine = levels.to(device) == level
+        kernel[mine] = roi_align(f.to(device), rois.to(device)[mine], 7, scale, 2, aligned=False)
+    assert torch.equal(ours, kernel)
+    # and the CPU's result: the kernels' float32 sample points differ in the last bits (see the module docstring)
+    torch.testing.assert_close(ours.cpu(), multilevel_roi_align(features, rois, levels, 7, scales, 2), rtol=0,
+                               atol=1e-4)
 
 
 def test_the_training_losses_equal_the_cpus(device):

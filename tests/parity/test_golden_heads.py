@@ -64,8 +64,15 @@ def test_rpn_post_processing_identical_including_order(golden, device, mode):
             # batch: level order, unsorted; per image and test: by decreasing probability). Only the order among
             # *equal* probabilities is free: the reference leaves it to torch.topk, whose tie order depends on
             # the device and the tensor length; we keep level/rank order there.
-            # Boxes go through exp: last bits per BOX_ULPS (conftest); probabilities (sigmoid) are exact.
-            assert torch.equal(ours.get_field("objectness"), ref["objectness"]), v["name"]
+            # Boxes go through exp: last bits per BOX_ULPS (conftest); probabilities (sigmoid) are exact on the CPU
+            # (the reference's arithmetic). On CUDA the sigmoid's exp is CUDA's, not the CPU's vectorized one: last
+            # bits differ (seen on an H200), so there the golden README's bound for another fp32 implementation,
+            # 1e-6, applies.
+            if device.type == "cpu":
+                assert torch.equal(ours.get_field("objectness"), ref["objectness"]), v["name"]
+            else:
+                torch.testing.assert_close(ours.get_field("objectness"), ref["objectness"], rtol=0, atol=1e-6,
+                                           msg=v["name"])
             assert box_error_in_image_ulps(_by_score_then_box(ours.bbox, ours.get_field("objectness")),
                                            _by_score_then_box(ref["bbox_xyxy"], ref["objectness"]),
                                            ours.size) <= BOX_ULPS, v["name"]

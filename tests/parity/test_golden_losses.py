@@ -89,8 +89,10 @@ def test_box_losses_and_gradients(golden, device, mode):
         rows = offsets[samples.image_index] + samples.proposal_index
         assert torch.equal(rows.cpu(), ref_rows)
         assert torch.equal(samples.labels.cpu(), torch.cat(v["sampled_labels"]))
+        # 1e-5, or one float32 ulp where that is coarser (targets reach ~140, whose ulp is 1.5e-5): inductor on
+        # CUDA fuses the encoding's divisions and logs in another order, 1 ulp apart (seen on an H200)
         torch.testing.assert_close(samples.regression_targets.cpu(), torch.cat(v["sampled_regression_targets"]),
-                                   rtol=0, atol=1e-5)
+                                   rtol=2 ** -23, atol=1e-5)
         logits = g["box"]["inputs"]["class_logits_all_proposals"].detach().clone().to(device).requires_grad_(True)
         deltas = g["box"]["inputs"]["box_regression_all_proposals"].detach().clone().to(device).requires_grad_(True)
         # the sampled rows laid into the sample slots, then the loss in the mode under test
