@@ -202,7 +202,7 @@ def memory_alone(args, out):
     """Each model's peak GPU memory, alone in a process (one step after one warm-up step), at each of
     ``--memory-batches`` (default: ``--batch``)."""
     batches = [int(b) for b in (args.memory_batches or str(args.batch)).split(",")]
-    for model, batch in [(m, b) for b in batches for m in args.models.split(",")]:
+    for model, batch in [(m, b) for b in batches for m in (args.memory_models or args.models).split(",")]:
         cmd = [sys.executable, os.path.abspath(__file__), "--device", args.device, "--height", str(args.height),
                "--width", str(args.width), "--batch", str(batch), "--dtype", args.dtype, "--models", model,
                "--iters", "1", "--warmup", "1", "--json", "--peak", "--compile-backend", args.compile_backend]
@@ -275,6 +275,8 @@ def main(argv=None):
     p.add_argument("--baseline", default="", metavar="DIR",
                    help="also time the eager step of the package checked out in DIR (e.g. a git worktree)")
     p.add_argument("--memory", action="store_true", help="also each model's peak GPU memory, alone (CUDA)")
+    p.add_argument("--memory-models", default="", help="the models of the memory runs (default: --models; each "
+                   "compiled one compiles again in its own process)")
     p.add_argument("--memory-batches", default="", help="images per GPU of the memory runs, comma-separated "
                    "(default: --batch; the H100 recipes train 12 per GPU)")
     p.add_argument("--json", action="store_true", help="JSON lines instead of text")

@@ -267,7 +267,8 @@ def test_make_gpu_check_with_an_image_runs_inside_it_without_the_venv():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}  # not make test's sub-make
     r = subprocess.run(["make", "-n", "--no-print-directory", "gpu-check", "GPU_CHECK_PYTHON=/opt/site/bin/python3"],
                        cwd=REPO, env=env, capture_output=True, text=True, check=True)
-    assert r.stdout.strip() == f"/opt/site/bin/python3 tools/gpu_check.py --out {REPO}/results/gpu-check"
+    assert r.stdout.strip() == (f'PYTHONPATH="{REPO}${{PYTHONPATH:+:$PYTHONPATH}}" /opt/site/bin/python3 '
+                                f'tools/gpu_check.py --out {REPO}/results/gpu-check')
 
 
 def test_a_measured_evaluation_replaces_nvidias_gap(tmp_path):

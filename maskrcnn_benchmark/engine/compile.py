@@ -10,7 +10,8 @@ loss scaling, optimizer) for 2 and for 12 images, the package's custom ops (NMS,
 targets) included; the non-finite loss check and the metrics line read the device every 20 iterations, outside
 the step. So with ``mode="reduce-overhead"`` the whole step can be one CUDA graph; inductor's graph partition is
 set explicitly on (older torch in NGC images has it off), and a failed capture falls back to the eager step with
-one warning, like any compile failure.
+one warning, like any compile failure. On an H200 (torch 2.11) that mode failed and the default mode ran slower
+than the eager step (docs/benchmarks.md): ``COMPILE`` is off unless asked for (engine/resolve.py).
 
 Only the polygon buffers change size from batch to batch (the largest number of vertices and parts of a slot,
 rounded up to a power of two): those dimensions are marked dynamic, so they never cause a recompile. They only
@@ -136,9 +137,11 @@ def set_graph_partition(on=True):
 
 
 # Messages of a CUDA-graph capture that failed (an op that synchronizes or allocates while the stream is
-# captured): the compiled step cannot run, the eager one can.
+# captured), or of CUDA-graph trees refusing a tensor that a later replay overwrote (the static R-50 step under
+# reduce-overhead on an H200, torch 2.11): the compiled step cannot run, the eager one can.
 CAPTURE_ERRORS = ("operation not permitted when stream is capturing", "cudaErrorStreamCapture",
-                  "CUDA graph capture", "captures_underway", "stream is capturing")
+                  "CUDA graph capture", "captures_underway", "stream is capturing",
+                  "accessing tensor output of CUDAGraphs that has been overwritten")
 
 
 def _is_compile_error(e):
