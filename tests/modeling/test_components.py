@@ -26,6 +26,32 @@ def test_grid_anchor_order_is_location_major():
     assert vis.shape == (1, 18) and not vis[0, 0] and vis[0, 13]  # location (16, 16), ratio 1: [8, 8, 39, 39]
 
 
+def test_precomputed_anchors_are_found_however_the_device_was_spelled():
+    """The compiled step's anchors are precomputed for ``cfg``'s device and read back under the feature maps'
+    device: on a GPU ``cuda`` against ``cuda:0``, here ``cpu:0`` against ``cpu``. A miss made the traced step
+    compute the anchors and keep them in the module's cache (see the next test)."""
+    gen = AnchorGenerator()
+    sizes = [(8, 12), (4, 6), (2, 3), (1, 2), (1, 1)]
+    gen.precompute(sizes, torch.device("cpu", 0))
+    first = gen.grid_anchors(sizes, torch.device("cpu"))
+    assert gen.grid_anchors(sizes, torch.device("cpu")) is first and not gen._cache
+
+
+def test_a_traced_step_keeps_no_anchors_in_the_module():
+    """Anchors of a size that was not precomputed, under torch.compile: computed in the graph, never written to
+    the module's cache (such a write makes the anchors an output of the graph that the next step reads: with CUDA
+    graphs, memory a later replay overwrote; seen on an H200 as "accessing tensor output of CUDAGraphs that has
+    been overwritten by a subsequent run" in the RPN)."""
+    gen = AnchorGenerator()
+    features = [torch.zeros(1, 4, 8 // 2 ** i or 1, 12 // 2 ** i or 1) for i in range(5)]
+    torch._dynamo.reset()
+    traced = torch.compile(lambda fs: gen(None, fs), backend="eager", fullgraph=True)(features)
+    torch._dynamo.reset()
+    assert not gen._cache
+    for a, b in zip(traced, gen(None, features)):
+        assert torch.equal(a, b)
+
+
 def test_box_coder_roundtrip_and_reference_values():
     coder = BoxCoder((10.0, 10.0, 5.0, 5.0))
     props = torch.tensor([[0.0, 0.0, 9.0, 9.0], [10.0, 20.0, 49.0, 39.0]])

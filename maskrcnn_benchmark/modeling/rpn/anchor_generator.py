@@ -79,9 +79,14 @@ class AnchorGenerator(nn.Module):
     def precompute(self, grid_sizes, device):
         """Compute the anchors of ``grid_sizes`` now and keep them for good. A compiled step's fixed sizes are
         precomputed before it is traced: it then reads them as constants, and the cache of the other sizes
-        (evaluation) can change without invalidating the compiled graph."""
-        key = (tuple(tuple(int(v) for v in s) for s in grid_sizes), str(torch.device(device)))
-        self._pinned[key] = self._compute(grid_sizes, device)
+        (evaluation) can change without invalidating the compiled graph. Keyed by the device the anchors are on
+        (``cuda`` is read as ``cuda:0``, the device the feature maps will name)."""
+        anchors = self._compute(grid_sizes, device)
+        self._pinned[self._key(grid_sizes, anchors[0].device)] = anchors
+
+    @staticmethod
+    def _key(grid_sizes, device):
+        return tuple(tuple(int(v) for v in s) for s in grid_sizes), str(device)
 
     def _compute(self, grid_sizes, device):
         out = []
@@ -94,10 +99,15 @@ class AnchorGenerator(nn.Module):
         return out
 
     def grid_anchors(self, grid_sizes, device):
-        key = (tuple(grid_sizes), str(device))
+        key = self._key(grid_sizes, device)
         pinned = self._pinned.get(key)
         if pinned is not None:
             return pinned
+        if torch.compiler.is_compiling():
+            # no cache write from a traced graph: the anchors would be one of its outputs, kept in this module,
+            # and a CUDA-graph replay overwrites such an output (read in the next step: wrong anchors, or
+            # CUDA-graph trees' "overwritten by a subsequent run" error)
+            return self._compute(grid_sizes, device)
         if key not in self._cache:
             if len(self._cache) > 32:
                 self._cache.clear()
