@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import guard_processes
+
 # Under pytest-xdist (make test-fast: -n 2) the workers share the cores: 2 threads each on 2 cores would make
 # every parallel region wait for a preempted thread.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
@@ -45,14 +47,6 @@ def _refusing(original):
                                  "(make test-fast skips those)")
         return original(*args, **kwargs)
     return guarded
-
-
-def guard_processes(environ):
-    """Whether this session guards against processes started by fast tests: yes, except for the parity tests on a
-    device (gpu-check's parity stage, ``MASKRCNN_TEST_DEVICE`` naming an accelerator), where Triton starts
-    processes of its own to find the driver (``ldconfig -p``, seen on an H200 with torch 2.11 and Triton 3.6) and
-    no make target's time is at stake."""
-    return environ.get("MASKRCNN_TEST_DEVICE", "cpu") == "cpu"
 
 
 def pytest_configure(config):

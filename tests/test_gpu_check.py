@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from helpers import REPO
+from helpers import REPO, guard_processes
 
 from maskrcnn_benchmark.cli import gpu_check
 from maskrcnn_benchmark.engine import preflight
@@ -380,7 +380,5 @@ def test_the_parity_stage_on_a_device_may_start_processes():
     """On an H200 (torch 2.11, Triton 3.6) the parity tests' first Triton kernel ran ``ldconfig -p`` to find the
     driver, and the fast-test guard (tests/conftest.py) failed every test that compiled one. The guard stays for
     CPU sessions (make test-fast) and is off for the parity stage on a device."""
-    from conftest import guard_processes
-
     assert guard_processes({}) and guard_processes({"MASKRCNN_TEST_DEVICE": "cpu"})
     assert not guard_processes({"MASKRCNN_TEST_DEVICE": "cuda"})
