@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Host syncs of one training step of the static (compiled-form) R-50-FPN step, counted on the CPU.
+"""Host syncs of one training step of the static (compiled-form) R-50-FPN step, counted on the CPU (or on CUDA).
 
-    python bench/host_syncs.py [--images 2,12] [--size 320x480] [--dtype float32|bfloat16]
+    python bench/host_syncs.py [--images 2,12] [--size 320x480] [--dtype float32|bfloat16] [--device cpu|cuda]
 
 One step as the trainer runs it (``Trainer.run_step``: forward, backward, loss scaling, optimizer step, LR
 schedule) of the MLPerf config's model in its static form (ground truth padded to
@@ -42,20 +42,21 @@ def static_batch(cfg, n, height, width):
                          cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE).collate(images, targets)
 
 
-def build(images_per_gpu, dtype):
-    cfg = load_config(CONFIG, ["MODEL.DEVICE", "cpu", "DTYPE", dtype, "SOLVER.IMS_PER_BATCH", str(images_per_gpu),
-                               "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", str(1000 * images_per_gpu)])
+def build(images_per_gpu, dtype, device):
+    cfg = load_config(CONFIG, ["MODEL.DEVICE", device.type, "DTYPE", dtype, "SOLVER.IMS_PER_BATCH",
+                               str(images_per_gpu), "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", str(1000 * images_per_gpu)])
     torch.manual_seed(0)
-    model = build_detection_model(cfg).train()
+    model = build_detection_model(cfg).to(device).train()
     optimizer = make_optimizer(cfg, model, fused=True)
-    trainer = Trainer(model, optimizer, make_lr_scheduler(cfg, optimizer), None, torch.device("cpu"),
+    trainer = Trainer(model, optimizer, make_lr_scheduler(cfg, optimizer), None, device,
                       cfg.SOLVER.MAX_ITER, 100, dtype=dtype, hooks=[MetricsHook(20, reduce=False)])
     return cfg, trainer
 
 
-def count_step(n, height, width, dtype):
-    cfg, trainer = build(n, dtype)
+def count_step(n, height, width, dtype, device=torch.device("cpu")):
+    cfg, trainer = build(n, dtype, device)
     images, targets = static_batch(cfg, n, height, width)
+    images, targets = images.to(device), targets.to(device)
     trainer.run_step(images, targets)  # the first step (lazy initialization) is not the one counted
     with HostSyncCounter() as step:
         trainer.run_step(images, targets)
@@ -72,15 +73,18 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--images", default="2,12", help="images per step (comma-separated)")
     p.add_argument("--size", default="320x480", help="HxW of the padded batch")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="float16: CUDA only (its loss scaling is part of the step)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = p.parse_args(argv)
+    device = torch.device(args.device)
     height, width = (int(v) for v in args.size.split("x"))
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     totals = []
     for n in (int(v) for v in args.images.split(",")):
-        step, finite, metrics = count_step(n, height, width, args.dtype)
-        print(f"== one training step, static R-50-FPN, {n} images of {height}x{width}, {args.dtype}, torch "
-              f"{torch.__version__}")
+        step, finite, metrics = count_step(n, height, width, args.dtype, device)
+        print(f"== one training step, static R-50-FPN, {n} images of {height}x{width}, {args.dtype}, {device}, "
+              f"torch {torch.__version__}")
         print("\n".join(step.report()) or "  (no host read, no data-dependent shape, no masked write)")
         print(f"-- outside the step: non-finite loss check (every 20 iterations on CUDA, every iteration on the "
               f"CPU): {finite.total} host sync(s); metrics line (every 20 iterations): {metrics.total}")

@@ -208,26 +208,30 @@ def test_quick_cpu_run_in_the_image_writes_the_report_with_every_check_and_its_c
     assert _git_state() == before, "gpu-check wrote into the checkout (read-only in the image)"
     out = results / "gpu-check"
     assert f"- ran in the image {image} (make gpu-check IMAGE=...)" in (out / "report.md").read_text()
-    assert r.stdout.splitlines()[-1] == "gpu-check: passed: all 7 checks measured"
+    assert r.stdout.splitlines()[-1] == "gpu-check: passed: all 8 checks measured"
     report = (out / "report.md").read_text()
     assert "not GPU figures" in report
-    for title in ("parity tests on the device", "training step img/s", "hybrid input pipeline",
+    for title in ("parity tests on the device", "training step img/s", "host syncs in one static training step",
+                  "hybrid input pipeline",
                   "synthetic training run", "blocking evaluation", "background COCO scoring", "all-reduce"):
         row = next(line for line in report.splitlines() if title in line)
         assert "| passed |" in row, row
     for figure in ("training step img/s, eager", "training step img/s, compiled (default)",
-                   "hybrid input, device side, batch of 8", "loss", "COCO scoring, 200 images", "all-reduce"):
+                   "hybrid input, device side, batch of 8", "loss", "COCO scoring, 200 images", "all-reduce",
+                   "host syncs per step, 2 images"):
         assert f"| {figure}" in report, figure
     assert re.search(r"\| loss \| [\d.]+ at iteration 20 -> [\d.]+ at 40 \(falls\)", report)
     for cmd in ("bench/model_step.py --device cpu", "bench/input_pipeline.py --device cpu",
                 "tools/train_mlperf.py --config-file", "bench/allreduce.py --backend gloo",
-                "MASKRCNN_TEST_DEVICE=cpu", "bench/eval_step.py --device cpu --json", "bench/coco_eval.py --ours-only"):
+                "MASKRCNN_TEST_DEVICE=cpu", "bench/eval_step.py --device cpu --json", "bench/coco_eval.py --ours-only",
+                "bench/host_syncs.py --device cpu"):
         assert cmd in report, cmd
     assert re.search(r"1 node\(s\), global batch 96: 14.06 epochs x \(117266 images / [\d,]+ img/s", report)
     assert (out / "projection.json").exists() and "## Stack" in report
     assert "evaluation gap on one node: 625 images (COCO val / 8 GPUs) x" in report
     assert "background scoring of an epoch's results: " in report
-    for name in ("parity", "model_step", "input", "training", "evaluation", "scoring", "allreduce"):
+    assert "| host syncs per step, 2 images | 0 |" in report
+    for name in ("parity", "model_step", "host_syncs", "input", "training", "evaluation", "scoring", "allreduce"):
         assert (out / f"{name}.log").read_text().strip()
 
 
@@ -359,6 +363,16 @@ def test_each_verdict_of_a_stage(tmp_path, monkeypatch):
     parity = gpu_check.Check("parity", "p", [], 60, status="passed", output="12 passed, 3 skipped in 9s")
     gpu_check.read_parity(parity)
     assert parity.status == "passed"
+
+    def syncs(output):
+        c = gpu_check.Check("host_syncs", "h", [], 60, status="passed", output=output)
+        gpu_check.read_host_syncs(c)
+        return c
+    clean = syncs("host syncs: 0 per step (static step, 2 images)\nhost syncs: 0 per step (static step, 12 images)\n")
+    assert clean.status == "passed" and dict(clean.figures)["host syncs per step, 12 images"] == "0"
+    waits = syncs("host syncs: 0 per step (static step, 2 images)\nhost syncs: 60 per step (static step, 12 images)")
+    assert waits.status.startswith("FAILED (the step waits for the host")
+    assert syncs("Traceback ...").status == "FAILED (no count printed)"
 
 
 def test_a_failing_stage_fails_the_verdict_and_the_caps_add_up_to_the_budget(tmp_path, monkeypatch):

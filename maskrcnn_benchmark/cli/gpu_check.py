@@ -1,4 +1,4 @@
-"""``make gpu-check``: first contact with a GPU node, in one command and at most about 13 minutes on one GPU.
+"""``make gpu-check``: first contact with a GPU node, in one command and at most about 14 minutes on one GPU.
 
 Runs what exists of these, each as its own program with a time cap, and writes ``results/gpu-check/report.md``
 (every figure with the command that produced it; each program's full output beside it as ``<check>.log``):
@@ -10,7 +10,9 @@ Runs what exists of these, each as its own program with a time cap, and writes `
    eager, compiled (inductor) and CUDA-graphed (``reduce-overhead``, 20 timed iterations), against torchvision's
    Mask R-CNN in the same run, and each model's peak GPU memory measured alone at 8 and 12 images
    (``bench/model_step.py``; a model that fails to compile is reported and the others' figures are kept);
-3. the hybrid input pipeline's device time per batch (``bench/input_pipeline.py --device cuda``);
+3. the host syncs of one static training step on CUDA, float16, 2 and 12 images (``bench/host_syncs.py``: each
+   host read and data-dependent shape, the custom ops' bodies included; any makes the check fail), and the hybrid
+   input pipeline's device time per batch (``bench/input_pipeline.py --device cuda``);
 4. the blocking evaluation per image (inference and post-processing of 625 images at 800x1333, COCO val's share
    of one GPU on one node; ``bench/eval_step.py``), which the projection uses, and the background COCO scoring of
    one epoch's results (5000 images, 100 detections each; ``bench/coco_eval.py --ours-only``);
@@ -138,6 +140,18 @@ def read_model_step(c):
             c.figures.append((f"training step img/s, {model}",
                               f"{batch / statistics.median(seconds):.3f} (median of the {len(seconds)} rounds "
                               "printed before the cap)"))
+
+
+def read_host_syncs(c):
+    """bench/host_syncs.py's last lines, ``host syncs: N per step (static step, B images)``: a step that waits for
+    the host (N > 0) fails the check, each site is in the check's log."""
+    counts = re.findall(r"^host syncs: (\d+) per step \(static step, (\d+) images\)$", c.output, re.M)
+    for n, images in counts:
+        c.figures.append((f"host syncs per step, {images} images", n))
+    if c.status == "passed" and not counts:
+        c.status = "FAILED (no count printed)"
+    elif c.status == "passed" and any(int(n) for n, _ in counts):
+        c.status = "FAILED (the step waits for the host: the sites are in host_syncs.log)"
 
 
 def read_input(c):
@@ -365,6 +379,11 @@ def plan(args, out_dir):
                   "--iters", "20", "--warmup", "3", "--compile-mode", "default,reduce-overhead", "--memory",
                   "--memory-models", "eager,static,torchvision", "--memory-batches", "8,12"]),
               120 if q else 330),
+        Check("host_syncs", "host syncs in one static training step (forward, backward, loss scaling, optimizer)",
+              [py, "bench/host_syncs.py", "--device", dev]
+              + (["--images", "2", "--size", "128x192"] if q else
+                 ["--images", "2,12", "--size", "320x480", "--dtype", "float16"]),
+              60 if q else 60),
         Check("input", "hybrid input pipeline: device time per batch",
               [py, "bench/input_pipeline.py", "--device", dev] + (["--images", "8", "--rounds", "1"] if q else
                                                                  ["--images", "48", "--rounds", "2"]),
@@ -398,8 +417,9 @@ def plan(args, out_dir):
     return checks
 
 
-READERS = {"parity": read_parity, "model_step": read_model_step, "input": read_input, "training": read_training,
-           "evaluation": read_evaluation, "scoring": read_scoring, "allreduce": read_allreduce}
+READERS = {"parity": read_parity, "model_step": read_model_step, "host_syncs": read_host_syncs, "input": read_input,
+           "training": read_training, "evaluation": read_evaluation, "scoring": read_scoring,
+           "allreduce": read_allreduce}
 
 
 def _smi(*query):
@@ -484,7 +504,7 @@ def main(argv=None):
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--quick", action="store_true", help="tiny sizes (with --device cpu: what the tests run)")
     p.add_argument("--out", default=str(ROOT / "results" / "gpu-check"))
-    p.add_argument("--budget", type=float, default=760.0, help="seconds for all checks together (default 760)")
+    p.add_argument("--budget", type=float, default=820.0, help="seconds for all checks together (default 820)")
     p.add_argument("--only", default="", help="comma-separated subset of: " + ",".join(READERS))
     p.add_argument("--across-nodes", action="store_true",
                    help="judge the checks slurm/gpu_check.sbatch ran between two nodes (their logs in --out) and "
