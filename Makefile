@@ -39,7 +39,8 @@ bench: venv
 	$(PY) bench/model_step.py --device cpu
 
 # First contact with a GPU node (about 14 minutes on one GPU: the checks' caps add up to 820 s):
-# results/gpu-check/report.md. Without an NVIDIA GPU it says so in one line and exits 0. IMAGE=path/to/maskrcnn.sif: every stage runs inside the training image
+# results/gpu-check/report.md. Without an NVIDIA GPU it says so in one line and exits 0.
+# IMAGE=path/to/maskrcnn.sif: every stage runs inside the training image
 # (singularity exec --nv, the checkout bound over the image's copy as the Slurm job binds it; no venv, no package
 # index needed); without IMAGE: the current Python environment (no venv is built on the node), and the report says so.
 # GPU_CHECK_ARGS: more arguments for tools/gpu_check.py (e.g. --budget 900; the tests: --device cpu --quick);

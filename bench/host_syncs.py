@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Host syncs of one training step of the static (compiled-form) R-50-FPN step, counted on the CPU (or on CUDA).
 
-    python bench/host_syncs.py [--images 2,12] [--size 320x480] [--dtype float32|bfloat16] [--device cpu|cuda]
+    python bench/host_syncs.py [--images 2,12] [--size 320x480] [--dtype float32|bfloat16|float16] [--device cpu|cuda]
 
 One step as the trainer runs it (``Trainer.run_step``: forward, backward, loss scaling, optimizer step, LR
 schedule) of the MLPerf config's model in its static form (ground truth padded to

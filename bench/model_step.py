@@ -19,7 +19,9 @@ over ``--iters`` rounds), also forward + backward alone (the step without the op
 (compile time) is printed as soon as it is done, every round as soon as it is timed; a model that fails (a compile
 or CUDA-graph capture error) is reported with its reason and the others go on. ``--json``: the same as JSON lines
 (``{"event": "setup" | "failed" | "round" | "summary" | "memory", ...}``) that make gpu-check reads. ``--memory``:
-each model's peak GPU memory, measured alone (one process per model, one step at ``--batch``).
+the peak GPU memory of each of ``--memory-models`` (default: ``--models``), measured alone (one process per model
+and batch, one step at each of ``--memory-batches``, default ``--batch``). On CUDA ``compiled`` defaults to
+``reduce-overhead``: the bench measures the CUDA-graph mode, which no automatic value of a run picks yet.
 """
 import argparse
 import json

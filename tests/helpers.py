@@ -109,4 +109,4 @@ def guard_processes(environ):
     device (gpu-check's parity stage, ``MASKRCNN_TEST_DEVICE`` naming an accelerator), where Triton starts
     processes of its own to find the driver (``ldconfig -p``, seen on an H200 with torch 2.11 and Triton 3.6) and
     no make target's time is at stake."""
-    return environ.get("MASKRCNN_TEST_DEVICE", "cpu") == "cpu"
+    return (environ.get("MASKRCNN_TEST_DEVICE") or "cpu") == "cpu"

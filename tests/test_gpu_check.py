@@ -327,6 +327,18 @@ def test_a_model_step_cut_by_its_cap_still_gives_img_s_from_its_rounds():
     assert figures["training step img/s, compiled (default)"].startswith("40.000 (median of the 3 rounds")
     assert figures["compile time, compiled (default)"] == "80.5 s"
     assert "per GPU: 40.0 img/s (compiled (default)" in "\n".join(gpu_check.projection(c))
+    # a model that failed after some rounds stays a failure (no rate for the projection to pick)
+    c.output += '\n{"event": "failed", "model": "compiled (default)", "reason": "RuntimeError: a later replay"}'
+    c.figures = []
+    gpu_check.read_model_step(c)
+    figures = dict(c.figures)
+    assert figures["compiled (default)"] == "FAILED (RuntimeError: a later replay)"
+    assert "training step img/s, compiled (default)" not in figures and "training step img/s, eager" in figures
+    # with a summary, the summary's figures only
+    c.output += '\n{"event": "summary", "model": "eager", "img_s": 21.5}'
+    c.figures = []
+    gpu_check.read_model_step(c)
+    assert [v for k, v in c.figures if k.startswith("training step img/s")] == ["21.5"]
 
 
 def test_each_verdict_of_a_stage(tmp_path, monkeypatch):
@@ -395,4 +407,5 @@ def test_the_parity_stage_on_a_device_may_start_processes():
     driver, and the fast-test guard (tests/conftest.py) failed every test that compiled one. The guard stays for
     CPU sessions (make test-fast) and is off for the parity stage on a device."""
     assert guard_processes({}) and guard_processes({"MASKRCNN_TEST_DEVICE": "cpu"})
+    assert guard_processes({"MASKRCNN_TEST_DEVICE": ""})
     assert not guard_processes({"MASKRCNN_TEST_DEVICE": "cuda"})

@@ -8,8 +8,9 @@ Runs what exists of these, each as its own program with a time cap, and writes `
    node) and against the reference's golden outputs when ../shared/golden is beside the checkout;
 2. the training step at 800x1333, batch 12 (the H100 recipes' images per GPU), AMP (float16), channels_last:
    eager, compiled (inductor) and CUDA-graphed (``reduce-overhead``, 20 timed iterations), against torchvision's
-   Mask R-CNN in the same run, and each model's peak GPU memory measured alone at 8 and 12 images
-   (``bench/model_step.py``; a model that fails to compile is reported and the others' figures are kept);
+   Mask R-CNN in the same run, and the peak GPU memory of the eager, static and torchvision steps, each measured
+   alone at 8 and 12 images (``bench/model_step.py``; a model that fails to compile is reported and the others'
+   figures are kept);
 3. the host syncs of one static training step on CUDA, float16, 2 and 12 images (``bench/host_syncs.py``: each
    host read and data-dependent shape, the custom ops' bodies included; any makes the check fail), and the hybrid
    input pipeline's device time per batch (``bench/input_pipeline.py --device cuda``);
@@ -109,7 +110,7 @@ def read_model_step(c):
     """bench/model_step.py --json: one event per line (setting, setup, failed, round, summary, memory). A run cut
     by its cap before its summary still gives each model's img/s: the median step of the rounds it printed, each
     such figure saying so."""
-    rounds, summarized, batch = {}, set(), None
+    rounds, summarized, failed, batch = {}, set(), set(), None
     for line in c.output.splitlines():
         if not line.startswith("{"):
             continue
@@ -125,6 +126,7 @@ def read_model_step(c):
         elif kind == "setup" and e["model"].startswith("compiled"):
             c.figures.append((f"compile time, {e['model']}", f"{e['seconds']} s"))
         elif kind == "failed":
+            failed.add(e["model"])
             c.figures.append((f"{e['model']}", f"FAILED ({e['reason']})"))
         elif kind == "summary":
             summarized.add(e.get("model"))
@@ -135,8 +137,8 @@ def read_model_step(c):
         elif kind == "memory" and "gib" in e:
             c.figures.append((f"peak GPU memory alone, {e['model']}, batch {e.get('batch', '?')}",
                               f"{e['gib']:.2f} GiB"))
-    if batch and not summarized:  # cut before the summary: the rounds it printed
-        for model, seconds in rounds.items():
+    if batch and not summarized:  # cut before the summary: the rounds it printed, of the models that did not fail
+        for model, seconds in ((m, s) for m, s in rounds.items() if m not in failed):
             c.figures.append((f"training step img/s, {model}",
                               f"{batch / statistics.median(seconds):.3f} (median of the {len(seconds)} rounds "
                               "printed before the cap)"))

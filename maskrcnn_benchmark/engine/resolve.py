@@ -1,7 +1,7 @@
 """Every automatic value of the config fixed once, before anything is built: :func:`resolve`.
 
-Four keys have a value that depends on where the run happens; every builder, program and check reads the resolved
-config, never the automatic value:
+Four keys have an automatic value, fixed here for the device and the data of the run; every builder, program and
+check reads the resolved config, never the automatic value:
 
 =====================================  ===========================  ==========================================
 key                                    automatic value               resolved to

@@ -80,7 +80,7 @@ class AnchorGenerator(nn.Module):
         """Compute the anchors of ``grid_sizes`` now and keep them for good. A compiled step's fixed sizes are
         precomputed before it is traced: it then reads them as constants, and the cache of the other sizes
         (evaluation) can change without invalidating the compiled graph. Keyed by the device the anchors are on
-        (``cuda`` is read as ``cuda:0``, the device the feature maps will name)."""
+        (``cuda`` is read as the current device, ``cuda:N``: the device the feature maps will name)."""
         anchors = self._compute(grid_sizes, device)
         self._pinned[self._key(grid_sizes, anchors[0].device)] = anchors
 
