@@ -383,7 +383,7 @@ def plan(args, out_dir):
               120 if q else 330),
         Check("host_syncs", "host syncs in one static training step (forward, backward, loss scaling, optimizer)",
               [py, "bench/host_syncs.py", "--device", dev]
-              + (["--images", "2", "--size", "128x192"] if q else
+              + (["--images", "1", "--size", "64x64"] if q else
                  ["--images", "2,12", "--size", "320x480", "--dtype", "float16"]),
               60 if q else 60),
         Check("input", "hybrid input pipeline: device time per batch",
