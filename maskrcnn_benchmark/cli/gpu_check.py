@@ -385,7 +385,7 @@ def plan(args, out_dir):
               [py, "bench/host_syncs.py", "--device", dev]
               + (["--images", "1", "--size", "64x64"] if q else
                  ["--images", "2,12", "--size", "320x480", "--dtype", "float16"]),
-              60 if q else 60),
+              60),
         Check("input", "hybrid input pipeline: device time per batch",
               [py, "bench/input_pipeline.py", "--device", dev] + (["--images", "8", "--rounds", "1"] if q else
                                                                  ["--images", "48", "--rounds", "2"]),
