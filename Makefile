@@ -21,7 +21,7 @@ test: venv
 	@echo "make test: the Slurm cluster and launch tests need slurm-wlm, munge, numactl and shellcheck; missing ones are installed now with apt-get (tests/cluster/install_deps.sh)"
 	@bash tests/cluster/install_deps.sh
 	@rc=0; $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests || rc=$$?; \
-	  $(PY) -m pytest -q -ra --durations=12 -n $(TEST_WORKERS) --dist loadfile -m slow tests || rc=$$?; exit $$rc
+	  $(PY) -m pytest -q -ra --durations=12 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m slow tests || rc=$$?; exit $$rc
 
 # The fast loop (56-57 s on 2 cores, 2026-11-26): every test that neither trains nor starts a process, in
 # TEST_WORKERS pytest-xdist workers (they share the cores: tests/conftest.py gives each cores / workers torch

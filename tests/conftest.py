@@ -66,11 +66,17 @@ def pytest_configure(config):
             setattr(os, name, _refusing(getattr(os, name)))
 
 
-# The slow tests run in pytest-xdist workers with ``--dist loadfile`` (make test): each test module is one work
-# unit (its module fixtures are built once: the Slurm tests share one sandbox cluster), and the longest modules
-# start first so that the workers end together. Measured in make test (--durations), longest first:
+# The slow tests run in pytest-xdist workers with ``--dist loadfile --no-loadscope-reorder`` (make test): each test
+# module is one work unit (its module fixtures are built once: the Slurm tests share one sandbox cluster), handed
+# out in this order, the longest modules first, so that the workers end together (xdist's default reorders the
+# units by their number of tests: the one-test demo module then started last and ran alone for minutes). Measured
+# in make test (--durations), longest first:
 LONGEST_FIRST = ("tests/test_demo.py", "tests/cluster/test_slurm_cluster.py", "tests/test_gpu_check.py",
-                 "tests/engine/test_robustness.py", "tests/engine/test_failures.py", "tests/launch/test_submit.py")
+                 "tests/engine/test_robustness.py", "tests/engine/test_train_mlperf.py",
+                 "tests/engine/test_failures.py", "tests/test_bench_smoke.py", "tests/evaluation/test_evaluator.py",
+                 "tests/launch/test_run_experiments.py", "tests/modeling/test_model.py", "tests/launch/test_scripts.py",
+                 "tests/engine/test_distributed_and_eval.py", "tests/review/test_recipe.py",
+                 "tests/launch/test_submit.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -51,66 +51,17 @@ def test_resume_at_any_iteration_continues_the_run_exactly(tiny_data, tmp_path, 
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 
+from live_runs import Run, children  # noqa: E402
 from train_runs import train_cmd  # noqa: E402
-
-
-class _Run:
-    """A training process in its own session, its output collected as it comes."""
-
-    def __init__(self, cmd, cwd, env=None):
-        e = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-        e.update(env or {})
-        self.proc = subprocess.Popen(cmd, cwd=cwd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
-        self.out, self.err = [], []
-        self._threads = [threading.Thread(target=self._pump, args=(s, b), daemon=True)
-                         for s, b in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
-        for t in self._threads:
-            t.start()
-
-    @staticmethod
-    def _pump(stream, buf):
-        for line in stream:
-            buf.append(line)
-
-    def wait_for(self, needle, timeout=240):
-        end = time.time() + timeout
-        while time.time() < end:
-            if any(needle in line for line in self.out + self.err):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise AssertionError(f"'{needle}' not seen; stdout tail: {''.join(self.out[-20:])} "
-                             f"stderr tail: {''.join(self.err[-20:])}")
-
-    def finish(self, timeout=60):
-        self.proc.wait(timeout)
-        for t in self._threads:
-            t.join(5)
-        return self.proc.returncode, "".join(self.out), "".join(self.err)
-
-    def session_processes(self):
-        """Processes still alive in the run's session (its pid is the session id)."""
-        alive = []
-        for pid in os.listdir("/proc"):
-            if pid.isdigit():
-                try:
-                    if os.getsid(int(pid)) == self.proc.pid:
-                        alive.append(int(pid))
-                except OSError:
-                    pass
-        return alive
 
 
 def _mid_run(tiny_data, out, *extra):
     """A run long enough to be stopped in the middle: the epoch-1 scorer is busy, training goes on."""
     cmd = train_cmd(tiny_data, out, "SOLVER.MAX_ITER", 400, "SOLVER.IMS_PER_BATCH", 4, "DATALOADER.NUM_WORKERS", 1,
                     *NEVER, *extra)
-    return _Run(cmd, out)
+    return Run(cmd, out)
 
 
 @pytest.mark.slow
@@ -182,11 +133,11 @@ def test_a_rank_that_stops_answering_is_named(tiny_data, tmp_path):
     DISTRIBUTED_TIMEOUT and its one-line error names rank 1."""
     out = str(tmp_path)
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29637"]
-    run = _Run(train_cmd(tiny_data, out, "SOLVER.MAX_ITER", 400, "SOLVER.IMS_PER_BATCH", 4, *NEVER,
+    run = Run(train_cmd(tiny_data, out, "SOLVER.MAX_ITER", 400, "SOLVER.IMS_PER_BATCH", 4, *NEVER,
                          "DISTRIBUTED_TIMEOUT", 8, launcher=launcher), out)
     try:
         run.wait_for("iter: 20")
-        ranks = _children(run.proc.pid)  # torchrun starts each rank in a session of its own
+        ranks = children(run.proc.pid)  # torchrun starts each rank in a session of its own
         rank1 = [p for p in ranks if _env(p).get(b"RANK") == b"1"]
         assert len(rank1) == 1, ranks
         os.kill(rank1[0], signal.SIGSTOP)
@@ -198,26 +149,13 @@ def test_a_rank_that_stops_answering_is_named(tiny_data, tmp_path):
                                "(DISTRIBUTED_TIMEOUT 8 s)"), line
         assert waited < 60
     finally:
-        for pid in _children(run.proc.pid) + run.session_processes():
+        for pid in children(run.proc.pid) + run.session_processes():
             try:
                 os.kill(pid, signal.SIGCONT)
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
         run.finish()
-
-
-def _children(ppid):
-    out = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == ppid:
-                        out.append(int(pid))
-            except (OSError, IndexError, ValueError):
-                pass
-    return out
 
 
 def _env(pid):
@@ -234,10 +172,10 @@ def test_a_dead_sibling_stops_the_run_cleanly(tiny_data, tmp_path):
     aborted and stops its scorer and loader workers; the launcher exits with the dead rank's code."""
     out = str(tmp_path)
     launcher = [sys.executable, "-m", "bind_launch", "--nproc_per_node=2", "--binding=none", "--master_port=29641"]
-    run = _Run(train_cmd(tiny_data, out, "SOLVER.MAX_ITER", 400, "SOLVER.IMS_PER_BATCH", 4,
+    run = Run(train_cmd(tiny_data, out, "SOLVER.MAX_ITER", 400, "SOLVER.IMS_PER_BATCH", 4,
                          "DATALOADER.NUM_WORKERS", 1, *NEVER, launcher=launcher), out)
     run.wait_for('"key": "eval_stop"')
-    rank1 = [p for p in _children(run.proc.pid) if _env(p).get(b"RANK") == b"1"]
+    rank1 = [p for p in children(run.proc.pid) if _env(p).get(b"RANK") == b"1"]
     assert len(rank1) == 1
     t0 = time.time()
     os.kill(rank1[0], signal.SIGKILL)
@@ -247,7 +185,7 @@ def test_a_dead_sibling_stops_the_run_cleanly(tiny_data, tmp_path):
     stops = [e for e in mllog_events(stdout) if e["key"] == "run_stop"]
     assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"
     deadline = time.time() + 10
-    while (run.session_processes() or _children(run.proc.pid)) and time.time() < deadline:
+    while (run.session_processes() or children(run.proc.pid)) and time.time() < deadline:
         time.sleep(0.2)
     assert run.session_processes() == []
 
@@ -272,76 +210,3 @@ def test_forked_helpers_still_end_on_sigterm():
     at the end of its evaluation this way."""
     r = subprocess.run([sys.executable, "-c", _FORKED_HELPER], capture_output=True, text=True, timeout=40)
     assert r.stdout.strip() == f"ended -{int(signal.SIGTERM)}", r.stdout + r.stderr
-
-
-def _scorer_pid(trainer_pid):
-    """The COCO scoring process: the trainer's spawned child that is not multiprocessing's resource tracker."""
-    for pid in _children(trainer_pid):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if b"spawn_main" in cmd and b"resource_tracker" not in cmd:
-            return pid
-    return None
-
-
-def _kill_scorer(run, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        pid = _scorer_pid(run.proc.pid)
-        if pid is not None:
-            os.kill(pid, signal.SIGKILL)
-            return pid
-        time.sleep(0.05)
-    raise AssertionError("no scoring process found")
-
-
-def _wait_until_idle(run, timeout=120):
-    """Until every evaluated epoch has its scores (the scorer has nothing in hand)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        events = mllog_events("".join(run.out))
-        evaluated = [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_stop"]
-        scored = [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_accuracy"]
-        if evaluated and scored and evaluated[-1] == scored[-1]:
-            return
-        time.sleep(0.02)
-    raise AssertionError("the scorer never caught up")
-
-
-@pytest.mark.slow
-def test_a_dead_scorer_costs_nothing_and_the_log_stays_valid(tmp_path):
-    """The scoring process is killed twice in a run that reaches the real MLPerf targets (12 images, evaluated on
-    themselves): once while epoch 1 is being scored, once while it is idle. Both times it is restarted, epoch 1
-    is scored again, and the log passes the compliance checker."""
-    from maskrcnn_benchmark.synthetic import make_synthetic_coco
-    from train_runs import compliance
-
-    data = tmp_path / "data"
-    make_synthetic_coco(str(data), num_train=12, num_val=4, image_size=(96, 96), seed=3, progress=False)
-    out = tmp_path / "out"
-    out.mkdir()
-    cmd = train_cmd(str(data), str(out), "SOLVER.MAX_ITER", 400, "SOLVER.IMS_PER_BATCH", 4, "DATASETS.TEST",
-                    "('coco_2017_train',)", "SOLVER.STEPS", "(300,350)", "SOLVER.WARMUP_ITERS", 20,
-                    "SOLVER.WARMUP_FACTOR", 0.001)
-    run = _Run(cmd, str(out), env={"OMP_NUM_THREADS": "1"})  # 2 threads beside another busy process: 7x slower
-    try:
-        run.wait_for('"key": "eval_stop", "value": null, "metadata": {"file"')  # epoch 1 handed to the scorer
-        _kill_scorer(run)                                                        # dies while scoring epoch 1
-        run.wait_for('"key": "eval_accuracy"')                                   # epoch 1 scored after all
-        _wait_until_idle(run)
-        _kill_scorer(run)                                                        # dies while idle
-        code, stdout, stderr = run.finish(timeout=600)
-    finally:
-        if run.proc.poll() is None:
-            run.proc.kill()
-    assert code == 0, stdout[-3000:] + stderr[-3000:]
-    text = stdout + stderr
-    assert "the COCO scoring process died (exit code -9) while scoring epoch 1: restarted" in text
-    assert "while idle: restarted" in text
-    accuracy = [e for e in mllog_events(stdout) if e["key"] == "eval_accuracy"]
-    assert [e["metadata"]["epoch_num"] for e in accuracy] == list(range(1, len(accuracy) + 1))  # none lost
-    rc, report = compliance(str(out / "mlperf_log.txt"))
-    assert rc == 0 and "SUCCESS" in report, report[-3000:]

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 from helpers import REPO
+from live_runs import mllog_events  # noqa: F401 (the tests import it from here too)
 
 CPU_YAML = os.path.join(REPO, "configs", "e2e_mask_rcnn_synthetic_cpu.yaml")
 
@@ -22,16 +23,6 @@ def run_train(data_dir, out_dir, *opts, launcher=None, extra_args=(), timeout=60
     return subprocess.run(train_cmd(data_dir, out_dir, *opts, launcher=launcher, extra_args=extra_args),
                           capture_output=True, text=True, timeout=timeout, cwd=out_dir if os.path.isdir(out_dir)
                           else REPO, env=e)
-
-
-def mllog_events(text):
-    import json
-
-    out = []
-    for line in text.splitlines():
-        if ":::MLLOG" in line:
-            out.append(json.loads(line.split(":::MLLOG", 1)[1]))
-    return out
 
 
 def compliance(log_path, ruleset="0.7.0"):
