@@ -5,13 +5,31 @@ Training (every epoch) and ``tools/test_net.py`` use :class:`COCOEvaluator`; tra
 :class:`BackgroundScorer` (an executor around the one :class:`COCOScorer`) as its scorer. ``evaluate()`` returns
 the scores (a :class:`ScoresFuture` of them in the background). This package uses
 :mod:`maskrcnn_benchmark.layers` and :mod:`maskrcnn_benchmark.structures`, never the model's internals.
-"""
-from .background import BackgroundScorer, ScoresFuture
-from .detections import Detections
-from .evaluator import COCOEvaluator, DatasetEvaluator, inference_on_dataset, run_inference
-from .postprocess import detections_to_coco, to_original
-from .scoring import STAT_NAMES, COCOScorer, ScoringError, format_per_class_table, resolve_backend, score_coco
 
-__all__ = ["BackgroundScorer", "ScoresFuture", "Detections", "COCOEvaluator", "DatasetEvaluator",
-           "inference_on_dataset", "run_inference", "detections_to_coco", "to_original", "STAT_NAMES", "COCOScorer", "ScoringError",
-           "format_per_class_table", "resolve_backend", "score_coco"]
+The names below are imported on first use (PEP 562): the COCO scoring process, which ``spawn`` starts by importing
+:mod:`.background` (and with it this package), then needs only :mod:`.scoring` and :mod:`.detections` (numpy and
+the scoring backend, no torch): it is ready in a fraction of a second instead of the seconds a torch import takes
+(tests/evaluation/test_scoring_process_imports.py reads the imports from the source).
+"""
+import importlib
+
+_MODULE_OF = {"BackgroundScorer": "background", "ScoresFuture": "background", "Detections": "detections",
+              "COCOEvaluator": "evaluator", "DatasetEvaluator": "evaluator", "inference_on_dataset": "evaluator",
+              "run_inference": "evaluator", "detections_to_coco": "postprocess", "to_original": "postprocess",
+              "STAT_NAMES": "scoring", "COCOScorer": "scoring", "ScoringError": "scoring",
+              "format_per_class_table": "scoring", "resolve_backend": "scoring", "score_coco": "scoring"}
+
+__all__ = list(_MODULE_OF)
+
+
+def __getattr__(name):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
