@@ -15,11 +15,8 @@ import tempfile
 import traceback
 from dataclasses import dataclass
 
-from ..engine.run import EvaluationFailed
-from ..engine.trainer import NonFiniteLossError
-from ..utils.comm import RankLost
-from ..utils.errors import (BatchNotDivisible, DatasetMissing, NoGPU, RecipeRefused, TooFewGPUs, UserError,
-                            WeightsMissing)
+from ..utils.errors import (BatchNotDivisible, DatasetMissing, EvaluationFailed, NoGPU, NonFiniteLossError, RankLost,
+                            RecipeRefused, TooFewGPUs, UserError, WeightsMissing)
 from ..utils.logger import TRACEBACK_LOGGER
 from ..utils.signals import Stopped
 

@@ -38,12 +38,13 @@ def build_parser():
 
 def train(args, opts):
     from ..config import load_config
-    from ..engine.run import MLPerfRun, RunOptions
     from .exit_codes import NOT_CONVERGED, SUCCESS
 
     if args.compile is not None:
         opts = list(opts) + ["COMPILE", str(args.compile)]
-    cfg = load_config(args.config_file, opts, freeze=True)
+    cfg = load_config(args.config_file, opts, freeze=True)  # a config error is one line before torch is loaded
+    from ..engine.run import MLPerfRun, RunOptions
+
     options = RunOptions(seed=args.seed, resume=args.resume, sync_eval=args.sync_eval,
                          coco_backend=args.coco_backend, timeout=args.timeout, local_rank=args.local_rank,
                          ruleset=args.ruleset)

@@ -21,16 +21,13 @@ import logging
 import time
 
 from ..utils import comm
+from ..utils.errors import EvaluationFailed
 from .events import EpochScores
 from .trainer import HookBase
 
 logger = logging.getLogger(__name__)
 
 PENDING, FAILED, EPOCH, BBOX, SEGM = "eval/pending", "eval/failed", "eval/epoch", "eval/bbox_AP", "eval/segm_AP"
-
-
-class EvaluationFailed(RuntimeError):
-    """Work that only rank 0 does (turning detections into COCO results, scoring) failed; every rank stops."""
 
 
 class EvaluationHook(HookBase):

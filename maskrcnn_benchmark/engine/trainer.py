@@ -9,6 +9,7 @@ import torch
 
 from ..utils import comm
 from ..utils.amp import autocast_dtype, make_grad_scaler
+from ..utils.errors import NonFiniteLossError
 from .events import EventStorage
 
 logger = logging.getLogger(__name__)
@@ -16,10 +17,6 @@ logger = logging.getLogger(__name__)
 # fp16: the GradScaler skips a step whose gradients overflowed and halves its scale (as NVIDIA's FP16 optimizer
 # does); a run whose scale falls below this has diverged (gradients overflow even unscaled) and is aborted.
 MIN_LOSS_SCALE = 1.0
-
-
-class NonFiniteLossError(FloatingPointError):
-    pass
 
 
 class HookBase:

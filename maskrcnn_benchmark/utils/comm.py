@@ -18,7 +18,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from .errors import NoGPU
+from .errors import NoGPU, RankLost
 
 logger = logging.getLogger(__name__)
 
@@ -85,10 +85,6 @@ def unresponsive_ranks(wait_s=None):
 
 def collective_timeout():
     return _state["timeout"]
-
-
-class RankLost(RuntimeError):
-    """A collective failed because another rank stopped answering; the message names it when known."""
 
 
 def is_collective_failure(exc):

@@ -5,7 +5,9 @@ A config key or value (:class:`~maskrcnn_benchmark.config.ConfigError`), a datas
 (``ScoringError``), the output folder (``RunFolderError``) or a write that failed (``WriteError``, a full disk):
 each is a :class:`UserError` whose message names the key, file or value. The programs print it as one ``error:``
 line and exit 1 (:mod:`maskrcnn_benchmark.cli.exit_codes`); anything else that ends a program is a bug, whose
-traceback goes to the run's log.
+traceback goes to the run's log, except the few ends of a run at the bottom of this module (a diverged loss, a lost
+rank, a failed evaluation), each with its own exit code. Nothing here imports torch: a program that fails on its
+command line or config says so without loading it.
 """
 
 
@@ -46,3 +48,18 @@ class TooFewGPUs(PreflightError):
 
 class NoGPU(PreflightError):
     """The config runs on CUDA but torch sees no GPU."""
+
+
+# -- what ends a run that is not bad input (each its own exit code) ----------------------------------------------
+class NonFiniteLossError(FloatingPointError):
+    """A non-finite loss (float32/bfloat16) or a float16 loss scale that fell below 1 (engine/trainer.py)."""
+
+
+class RankLost(RuntimeError):
+    """A collective failed because another rank stopped answering; the message names it when known
+    (utils/comm.py)."""
+
+
+class EvaluationFailed(RuntimeError):
+    """Work that only rank 0 does (turning detections into COCO results, scoring) failed; every rank stops
+    (engine/mlperf_hooks.py)."""

@@ -42,3 +42,28 @@ def test_docs_show_the_exit_code_table_of_the_code():
     block = re.search(r"<!-- exit-codes -->\n(.*?)\n<!-- /exit-codes -->", text, re.S)
     assert block, "docs/cluster.md lost its exit-code table markers"
     assert block.group(1).strip() == exit_codes.markdown_table()
+
+
+def test_a_config_error_is_found_before_the_engine_and_torch_are_loaded(monkeypatch):
+    """A mistyped key ends the trainer in a tenth of a second: ``train`` reads the config before it imports the
+    engine (which loads torch, about 3.5 s), and the modules the program needs up to that point (its entry point,
+    the exit codes, the config) import no torch (read from the source: tests/import_walk.py)."""
+    import sys
+    import types
+
+    from import_walk import closure
+    from maskrcnn_benchmark.config import ConfigError
+
+    class Untouchable(types.ModuleType):
+        def __getattr__(self, name):
+            raise AssertionError(f"engine.run.{name} imported before the config was read")
+
+    monkeypatch.setitem(sys.modules, "maskrcnn_benchmark.engine.run", Untouchable("maskrcnn_benchmark.engine.run"))
+    args, opts = parse_with_overrides(train_mlperf.build_parser(), [
+        "--config-file", f"{REPO}/configs/e2e_mask_rcnn_synthetic_cpu.yaml", "SOLVER.BASE_LRR", "0.1"])
+    with pytest.raises(ConfigError, match="SOLVER.BASE_LRR"):
+        train_mlperf.train(args, opts)
+    _, external = closure(["tools/train_mlperf.py", "maskrcnn_benchmark.cli.exit_codes", "maskrcnn_benchmark.config",
+                           "maskrcnn_benchmark.cli.common", "maskrcnn_benchmark.utils.env",
+                           "maskrcnn_benchmark.utils.signals"])
+    assert "yaml" in external and sorted(n for n in external if n.split(".")[0] in ("torch", "torchvision")) == []
