@@ -108,6 +108,19 @@ def kill_scorer(run, timeout=30):
     raise AssertionError("no scoring process found")
 
 
+def wait_for_event(run, key, epoch, timeout=600):
+    """Until the run's MLPerf log has ``key`` for ``epoch`` (its ``epoch_num``)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if any(e["key"] == key and e.get("metadata", {}).get("epoch_num") == epoch
+               for e in mllog_events("".join(run.out))):
+            return
+        if run.proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise AssertionError(f"no {key} for epoch {epoch}; stdout tail: {''.join(run.out[-20:])}")
+
+
 def wait_until_idle(run, timeout=120):
     """Until every evaluated epoch has its scores (the scorer has nothing in hand)."""
     deadline = time.time() + timeout
@@ -121,5 +134,3 @@ def wait_until_idle(run, timeout=120):
     raise AssertionError("the scorer never caught up")
 
 
-# The line a trainer prints when it hands an epoch's detections to the scoring process.
-HANDED_TO_SCORER = '"key": "eval_stop", "value": null, "metadata": {"file"'

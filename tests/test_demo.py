@@ -1,33 +1,37 @@
 """`make demo` end to end: synthetic data, CPU training to the MLPerf targets, compliance checker SUCCESS."""
 import os
 import re
+import signal
 
 import pytest
 
 from helpers import REPO
-from live_runs import HANDED_TO_SCORER, Run, kill_scorer, mllog_events, wait_until_idle
+from live_runs import Run, kill_scorer, mllog_events, scorer_pid, wait_for_event, wait_until_idle
 
 
 @pytest.mark.slow  # about 5 minutes in make test (the one run of the suite that trains the demo to its target)
 def test_demo_reaches_target_and_checker_succeeds_even_when_its_scorer_dies(tmp_path):
     """``tools/demo.sh`` (what ``make demo`` runs) reaches the targets and the compliance checker says SUCCESS,
     although the same run also serves the check that a dead scoring process costs nothing: the COCO scorer is
-    killed twice, once while it scores epoch 1 (it is restarted and scores epoch 1 again) and once while it is
-    idle (noticed at the next iteration, restarted); no epoch's scores are lost."""
+    killed twice, once with epoch 2 in hand (stopped while idle after epoch 1, killed once epoch 2's evaluation
+    has begun: the trainer finds it dead when it hands epoch 2 over, restarts it and sends epoch 2 again) and once
+    while idle (noticed at the next iteration, restarted); no epoch's scores are lost."""
     env = dict(DEMO_DIR=str(tmp_path / "demo"), DATADIR=str(tmp_path / "synthetic"),
                PYTHON=os.path.join(REPO, ".venv", "bin", "python"))
     # the OpenMP threads as the suite sets them (one per program when two pytest workers share the cores)
     run = Run(["bash", os.path.join(REPO, "tools", "demo.sh")], REPO, env=env, threads=None)
     try:
-        run.wait_for(HANDED_TO_SCORER, timeout=600)  # epoch 1 handed to the scorer: it is still starting
-        kill_scorer(run)                                # dies while scoring epoch 1
-        run.wait_for('"key": "eval_accuracy"', timeout=300)
+        wait_for_event(run, "eval_accuracy", 1)  # epoch 1 scored: the scorer is idle
+        os.kill(scorer_pid(run.proc.pid), signal.SIGSTOP)
+        wait_for_event(run, "eval_start", 2)
+        kill_scorer(run)                                # dies with epoch 2 in hand
+        wait_for_event(run, "eval_accuracy", 2, timeout=300)
         wait_until_idle(run)
         kill_scorer(run)                                # dies while idle
         code, stdout, stderr = run.finish(timeout=1800)
     finally:
         if run.proc.poll() is None:
-            run.proc.kill()
+            os.killpg(run.proc.pid, signal.SIGKILL)  # its session: the launcher, the trainer, a stopped scorer
     out = stdout + stderr
     assert code == 0, out[-4000:]
     m = re.search(r"time to train: ([\d.]+) s .*reached box AP >= 0\.377 and mask AP >= 0\.339 at epoch (\d+)", out)
@@ -35,7 +39,7 @@ def test_demo_reaches_target_and_checker_succeeds_even_when_its_scorer_dies(tmp_
     assert re.search(r"^RESULT,OBJECT_DETECTION,,\d+,", out, re.M)
     assert "SUCCESS" in out.split("MLPerf compliance checker")[-1]
     assert os.path.exists(tmp_path / "demo" / "result_0.txt")
-    assert "the COCO scoring process died (exit code -9) while scoring epoch 1: restarted" in out
+    assert "the COCO scoring process died (exit code -9) while scoring epoch 2: restarted" in out
     assert "while idle: restarted" in out
     accuracy = [e for e in mllog_events(stdout) if e["key"] == "eval_accuracy"]
     assert [e["metadata"]["epoch_num"] for e in accuracy] == list(range(1, int(m.group(2)) + 1))  # none lost
