@@ -3,8 +3,11 @@ level, class bodies and top-level ``if``/``try``/``with`` blocks, not function b
 modules and their packages' ``__init__``; the names it reaches outside the checkout are its third-party imports."""
 import ast
 import os
+import runpy
 
 from helpers import REPO
+
+_resolve = runpy.run_path(f"{REPO}/bench/import_graph.py", run_name="import_graph")["_resolve"]  # relative imports
 
 
 def _path(module):
@@ -37,12 +40,7 @@ def _imported(module, path):
         if isinstance(node, ast.Import):
             yield from (a.name for a in node.names)
             continue
-        if node.level:
-            parts = module.split(".")
-            base = parts[:len(parts) - node.level + (1 if is_package else 0)]
-            target = ".".join(base + ([node.module] if node.module else []))
-        else:
-            target = node.module
+        target = _resolve(module, is_package, node)
         yield target
         yield from (f"{target}.{a.name}" for a in node.names if _path(f"{target}.{a.name}"))
 
