@@ -10,6 +10,7 @@ as an outcome, not a crash, and the Slurm scripts pass every code through.
 """
 import logging
 import os
+import signal
 import sys
 import tempfile
 import traceback
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from ..utils.errors import (BatchNotDivisible, DatasetMissing, EvaluationFailed, NoGPU, NonFiniteLossError, RankLost,
                             RecipeRefused, TooFewGPUs, UserError, WeightsMissing)
 from ..utils.logger import TRACEBACK_LOGGER
+from ..utils import signals
 from ..utils.signals import Stopped
 
 
@@ -139,6 +141,10 @@ def describe(exc):
     """``(exit code, the error line without 'error: ')`` for an exception that ended a program."""
     if isinstance(exc, Stopped):
         return STOPPED.code + exc.signum, f"stopped by {exc}; run_stop logged as aborted"
+    signum = signals.received()
+    if signum is not None:  # stopped, and the Stopped lost on the way (signals.received): the stop is the cause
+        return STOPPED.code + signum, (f"stopped by {signal.Signals(signum).name} ({type(exc).__name__} while "
+                                       f"stopping: {_one_line(exc)}); run_stop logged as aborted")
     if isinstance(exc, KeyboardInterrupt):
         return STOPPED.code + 2, "stopped by SIGINT; run_stop logged as aborted"
     if isinstance(exc, NonFiniteLossError):

@@ -9,6 +9,17 @@ import signal
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
+_RECEIVED = []  # the stop signal this process's handler took, if any
+
+
+def received():
+    """The stop signal (a number) the main process's handler took, or None.
+
+    :class:`Stopped` can be lost: when the signal lands while torch's C++ code turns its buffered warnings into
+    Python ones on the way out of a failing op (a collective whose peers just stopped), torch prints the
+    exception and clears it, and the op's own error goes on. The program still knows it was stopped."""
+    return _RECEIVED[0] if _RECEIVED else None
+
 
 class Stopped(Exception):
     """SIGTERM, SIGINT or SIGHUP arrived; ``signum`` says which."""
@@ -51,6 +62,7 @@ def stop_on_signals():
         for s in STOP_SIGNALS:
             signal.signal(s, signal.SIG_IGN)
         signal.signal(signal.SIGCHLD, _ignore)  # a callable: SIG_DFL would race with a SIGCHLD already pending
+        _RECEIVED.append(signum)
         raise Stopped(signum)
 
     for s in STOP_SIGNALS:

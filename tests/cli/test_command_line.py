@@ -1,6 +1,9 @@
 """The programs' command lines: options may stand anywhere among the KEY VALUE overrides; an option a program does
 not know is refused by name; the exit-code table in docs/cluster.md is the one the programs use."""
+import os
 import re
+import signal
+import time
 
 import pytest
 
@@ -67,3 +70,27 @@ def test_a_config_error_is_found_before_the_engine_and_torch_are_loaded(monkeypa
                            "maskrcnn_benchmark.cli.common", "maskrcnn_benchmark.utils.env",
                            "maskrcnn_benchmark.utils.signals"])
     assert "yaml" in external and sorted(n for n in external if n.split(".")[0] in ("torch", "torchvision")) == []
+
+
+def test_a_stop_whose_stopped_exception_was_lost_is_still_a_stop(monkeypatch):
+    """A rank that Slurm stops while a collective fails (its peers stopped first): if SIGTERM lands while torch's
+    C++ code emits a buffered warning on the way out of the failing op, torch prints the Stopped exception and
+    clears it, and the collective's RuntimeError ends the program (seen on the 4-node time-limit run: a traceback
+    and "rank 0, 1, 2 stopped answering" on the 4th rank). The program still says it was stopped, by which
+    signal, with the stop's exit code."""
+    from maskrcnn_benchmark.utils import signals
+
+    saved = {s: signal.getsignal(s) for s in (*signals.STOP_SIGNALS, signal.SIGCHLD)}
+    monkeypatch.setattr(signals, "_RECEIVED", [])
+    try:
+        signals.stop_on_signals()
+        with pytest.raises(signals.Stopped):  # what torch then prints and clears
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        code, line = exit_codes.describe(RuntimeError("[gloo/transport/tcp/pair.cc:547] Connection closed by peer"))
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    assert code == exit_codes.STOPPED.code + signal.SIGTERM
+    assert line == ("stopped by SIGTERM (RuntimeError while stopping: [gloo/transport/tcp/pair.cc:547] Connection "
+                    "closed by peer); run_stop logged as aborted")

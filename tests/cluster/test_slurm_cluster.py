@@ -450,6 +450,39 @@ def _assert_aborted_cleanly(out, job_log=True):
         assert "Traceback" not in text
 
 
+def _pause_ranks_once_running(cluster, out, jobid, tag, timeout=120):
+    """Once rank 0 has logged run_start, SIGSTOP the 4 trainer ranks (bind_launch's children) and return their
+    pids; [] if the job ended first. A step that reaches its time limit gets SIGCONT, then SIGTERM, then SIGKILL
+    after KillWait from slurmd (it resumes suspended tasks before it terminates them), so a paused rank meets the
+    limit as a running one does, mid-run; it only stops burning the 2 cores for the rest of the minute (4 ranks:
+    about 160 CPU-seconds the other tests of the suite get instead)."""
+    mllog = out / "output" / "mlperf_log.txt"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if mllog.exists() and '"key": "run_start"' in mllog.read_text(errors="replace"):
+            break
+        if job_info(cluster, jobid).get("JobState") not in ("PENDING", "CONFIGURING", "RUNNING"):
+            return []
+        time.sleep(0.5)
+    else:
+        return []
+    ranks = [p for p in _tagged_processes(tag) if b"train_mlperf" in _cmdline(p)]
+    for pid in ranks:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            pass
+    return ranks
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def test_4node_trial_time_limit_expires_mid_run(cluster, synthetic_data):
     """TRIAL_MINUTES=1: Slurm stops the trial's step at its limit (SIGTERM); the trainer logs run_stop aborted,
     the job ends, nothing is left on any node."""
@@ -457,11 +490,13 @@ def test_4node_trial_time_limit_expires_mid_run(cluster, synthetic_data):
         pytest.skip("real-trainer cluster runs switched off")
     out, tag, jobid = _real_job(cluster, "timelimit4", synthetic_data, TRIAL_MINUTES=1)
     t0 = time.monotonic()
+    paused = _pause_ranks_once_running(cluster, out, jobid, tag)
     info = wait_job(cluster, jobid, timeout=240)
     output = job_output(out, jobid)
     assert time.monotonic() - t0 < 200, output[-3000:]
     assert info["JobState"] in ("FAILED", "COMPLETED"), f"{info}\n{output[-3000:]}"
     assert "trial 1 exit code" in output and "trial limit=1 min" in output, output[-3000:]
+    assert paused, f"the ranks never logged run_start\n{output[-3000:]}"
     _assert_aborted_cleanly(out)
     _assert_nothing_left(tag)
 

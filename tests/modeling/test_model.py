@@ -125,3 +125,16 @@ def test_random_init_r50_losses_finite_with_extreme_activations(seed):
         assert torch.isfinite(v), (k, v)
     sum(losses.values()).backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("nhwc", [False, True])
+def test_every_gradient_has_its_parameters_strides(nhwc):
+    """DDP's bucket views take each parameter's strides: a gradient with other strides is copied every step and
+    warns "Grad strides do not match bucket view strides" in the first backward (seen in every multi-rank CPU
+    run: the channels-last mask head gave the 1x1 mask-logits weight channels-last gradient strides)."""
+    model = build_detection_model(small_cfg(*(("NHWC", True) if nhwc else ()))).train()
+    img, target = shapes_image()
+    sum(train_forward(model, [img], [target]).values()).backward()
+    mismatched = [(n, p.stride(), p.grad.stride()) for n, p in model.named_parameters()
+                  if p.grad is not None and p.grad.stride() != p.stride()]
+    assert not mismatched
