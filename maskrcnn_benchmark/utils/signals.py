@@ -3,6 +3,12 @@
 Slurm (time limit, scancel), bind_launch stopping the ranks of a failed job, and a terminal's Ctrl-C all signal
 the training process; :func:`stop_on_signals` turns the first such signal into :class:`Stopped`, raised in the
 main thread, so the run logs ``run_stop`` aborted, stops its scorer and loader workers and flushes its logs.
+
+Not everywhere in the main thread: Python code that C calls and whose exceptions C discards ("Exception ignored
+in ...") or prints and clears would lose it. Two such places are on a training rank's path: the at-fork hooks
+(logging's lock release runs in the parent each time the loader forks a worker) and the warning machinery (torch
+turns its C++ warnings into Python ones, and on the way out of a failing op prints an exception raised there and
+clears it). A stop that lands in one of those is raised 10 ms later (SIGALRM), outside it.
 """
 import os
 import signal
@@ -33,6 +39,21 @@ def _ignore(signum, frame):
     pass
 
 
+# at-fork hooks of the standard library that run in a training process's main thread (logging's, in the parent)
+_AT_FORK = {("logging", "_releaseLock"), ("logging", "_acquireLock"),
+            ("logging", "_after_at_fork_child_reinit_locks")}
+
+
+def _exception_would_be_lost(frame):
+    """Whether ``frame`` (where the signal landed) or a caller of it is code whose exceptions C discards."""
+    while frame is not None:
+        module = frame.f_globals.get("__name__")
+        if module == "warnings" or (module, frame.f_code.co_name) in _AT_FORK or frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def stop_on_signals():
     """The first SIGTERM/SIGINT/SIGHUP raises :class:`Stopped` in the main thread; later ones are ignored so
     nothing interrupts the cleanup (SIGKILL still ends it).
@@ -59,11 +80,16 @@ def stop_on_signals():
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
+        if not _RECEIVED:
+            _RECEIVED.append(signum)
+        if _exception_would_be_lost(frame):
+            signal.signal(signal.SIGALRM, lambda _alarm, f: handler(_RECEIVED[0], f))
+            signal.setitimer(signal.ITIMER_REAL, 0.01)
+            return
         for s in STOP_SIGNALS:
             signal.signal(s, signal.SIG_IGN)
         signal.signal(signal.SIGCHLD, _ignore)  # a callable: SIG_DFL would race with a SIGCHLD already pending
-        _RECEIVED.append(signum)
-        raise Stopped(signum)
+        raise Stopped(_RECEIVED[0])
 
     for s in STOP_SIGNALS:
         signal.signal(s, handler)

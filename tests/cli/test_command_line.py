@@ -94,3 +94,41 @@ def test_a_stop_whose_stopped_exception_was_lost_is_still_a_stop(monkeypatch):
     assert code == exit_codes.STOPPED.code + signal.SIGTERM
     assert line == ("stopped by SIGTERM (RuntimeError while stopping: [gloo/transport/tcp/pair.cc:547] Connection "
                     "closed by peer); run_stop logged as aborted")
+
+
+def test_a_stop_that_lands_in_the_warning_machinery_is_raised_just_after_it(monkeypatch):
+    """Python code that C calls and whose exceptions C discards or prints and clears: the warning machinery (torch's
+    C++ warnings on the way out of a failing op), the at-fork hooks (logging's, when the loader forks its workers;
+    seen on the 4-node time-limit run: "Exception ignored in: _releaseLock ... Stopped: SIGTERM", after which the
+    rank no longer reacted to signals). A stop that lands there is raised a moment later, outside it."""
+    import warnings
+
+    from maskrcnn_benchmark.utils import signals
+
+    saved = {s: signal.getsignal(s) for s in (*signals.STOP_SIGNALS, signal.SIGCHLD, signal.SIGALRM)}
+    monkeypatch.setattr(signals, "_RECEIVED", [])
+    reached = []
+
+    def show(*args, **kwargs):  # the signal lands while the warning is being shown
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 0.2
+        while time.monotonic() < deadline:
+            pass
+
+    try:
+        signals.stop_on_signals()
+        with pytest.raises(signals.Stopped) as stopped:
+            with warnings.catch_warnings():
+                warnings.simplefilter("always")
+                monkeypatch.setattr(warnings, "showwarning", show)
+                warnings.warn("a warning from C++")
+            reached.append("after the warning")
+            time.sleep(5)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    assert reached == ["after the warning"]
+    frames = [(entry.name, str(entry.path)) for entry in stopped.traceback]
+    assert not [f for f in frames if f[0] == "show" or f[1].endswith("warnings.py")], frames  # raised outside
+    assert signals.received() == signal.SIGTERM

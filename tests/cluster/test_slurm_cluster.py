@@ -426,16 +426,18 @@ def _real_job(cluster, name, data, **env):
     return out, tag, submit(cluster, "slurm/maskrcnn_4node.sbatch", out, e)
 
 
-def _wait_for_training(out, jobid, cluster, timeout=240):
-    log = out / "results" / "result_0.txt"
+def _wait_for_run_start(out, jobid, cluster, timeout=240):
+    """True once rank 0 has logged run_start (the run is under way, its clock started); False if the job ended
+    first."""
+    mllog = out / "output" / "mlperf_log.txt"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if log.exists() and "iter: 20" in log.read_text(errors="replace"):
-            return
-        assert job_info(cluster, jobid).get("JobState") in ("PENDING", "CONFIGURING", "RUNNING"), \
-            job_output(out, jobid)[-3000:]
-        time.sleep(1)
-    raise AssertionError(f"training did not start\n{job_output(out, jobid)[-3000:]}")
+        if mllog.exists() and '"key": "run_start"' in mllog.read_text(errors="replace"):
+            return True
+        if job_info(cluster, jobid).get("JobState") not in ("PENDING", "CONFIGURING", "RUNNING"):
+            return False
+        time.sleep(0.5)
+    raise AssertionError(f"no run_start after {timeout} s\n{job_output(out, jobid)[-3000:]}")
 
 
 def _assert_aborted_cleanly(out, job_log=True):
@@ -450,21 +452,13 @@ def _assert_aborted_cleanly(out, job_log=True):
         assert "Traceback" not in text
 
 
-def _pause_ranks_once_running(cluster, out, jobid, tag, timeout=120):
+def _pause_ranks_once_running(cluster, out, jobid, tag):
     """Once rank 0 has logged run_start, SIGSTOP the 4 trainer ranks (bind_launch's children) and return their
     pids; [] if the job ended first. A step that reaches its time limit gets SIGCONT, then SIGTERM, then SIGKILL
     after KillWait from slurmd (it resumes suspended tasks before it terminates them), so a paused rank meets the
     limit as a running one does, mid-run; it only stops burning the 2 cores for the rest of the minute (4 ranks:
-    about 160 CPU-seconds the other tests of the suite get instead)."""
-    mllog = out / "output" / "mlperf_log.txt"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if mllog.exists() and '"key": "run_start"' in mllog.read_text(errors="replace"):
-            break
-        if job_info(cluster, jobid).get("JobState") not in ("PENDING", "CONFIGURING", "RUNNING"):
-            return []
-        time.sleep(0.5)
-    else:
+    about 140 CPU-seconds the other tests of the suite get instead)."""
+    if not _wait_for_run_start(out, jobid, cluster, timeout=120):
         return []
     ranks = [p for p in _tagged_processes(tag) if b"train_mlperf" in _cmdline(p)]
     for pid in ranks:
@@ -505,7 +499,7 @@ def test_4node_scancel_mid_run(cluster, synthetic_data):
     if not REAL_TRAINER:
         pytest.skip("real-trainer cluster runs switched off")
     out, tag, jobid = _real_job(cluster, "scancel4", synthetic_data)
-    _wait_for_training(out, jobid, cluster)
+    assert _wait_for_run_start(out, jobid, cluster), job_output(out, jobid)[-3000:]  # mid-run from here on
     cluster.run(["scancel", jobid], check=False)
     info = wait_job(cluster, jobid, timeout=60)
     assert info["JobState"] == "CANCELLED", info

@@ -84,7 +84,7 @@ def test_signal_ends_the_run_cleanly(tiny_data, tmp_path, sig):
     os.killpg(run.proc.pid, sig)
     code, stdout, stderr = run.finish()
     assert time.time() - t0 < 15
-    assert code == 128 + sig
+    assert code == 128 + sig, stderr[-3000:]
     assert stderr.strip().splitlines()[-1] == f"error: stopped by {signal.Signals(sig).name}; run_stop logged as aborted"
     assert "Traceback" not in stderr
     stops = [e for e in mllog_events(stdout) if e["key"] == "run_stop"]
