@@ -4,16 +4,11 @@ import os
 import random
 import subprocess
 
-import numpy as np
 import pytest
-import torch
-
-from helpers import guard_processes
 
 # Under pytest-xdist (make test-fast: -n 2) the workers share the cores: 2 threads each on 2 cores would make
-# every parallel region wait for a preempted thread.
+# every parallel region wait for a preempted thread (set in pytest_configure, where torch is imported).
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _WORKERS)))
 if _WORKERS > 1:
     # and the programs they start get one OpenMP thread: a 2-thread program beside another busy process spins
     # waiting for its preempted thread (measured on 2 cores: the demo's 2-thread iteration 3.3x slower beside one
@@ -21,7 +16,15 @@ if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def _xdist_controller(config):
+    """The pytest-xdist process that hands the tests out to the workers and runs none: it imports neither torch
+    nor the package (about 4 CPU-seconds and 3 s before the workers start, on 2 cores)."""
+    return bool(getattr(config.option, "numprocesses", None)) and "PYTEST_XDIST_WORKER" not in os.environ
+
+
 def pytest_sessionstart(session):
+    if _xdist_controller(session.config):
+        return
     # matplotlib builds its font cache (running fc-list in a subprocess) the first time it is imported on a
     # machine: do it here, once, so that the first test that draws a plot is not refused for starting a process.
     try:
@@ -32,6 +35,9 @@ def pytest_sessionstart(session):
 
 @pytest.fixture(autouse=True)
 def _seed():
+    import numpy as np
+    import torch
+
     random.seed(0)
     np.random.seed(0)
     torch.manual_seed(0)
@@ -53,6 +59,13 @@ def pytest_configure(config):
     """`make test-fast` runs the tests not marked slow, in a minute: a test that starts a process (a program, a
     spawned rank, a loader worker, a scoring process), even from a module- or session-scoped fixture it uses, must
     be marked ``@pytest.mark.slow``; the guards installed here fail it if not."""
+    if _xdist_controller(config):
+        return
+    import torch
+
+    from helpers import guard_processes
+
+    torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _WORKERS)))
     if not guard_processes(os.environ):
         return
     subprocess.Popen.__init__ = _refusing(subprocess.Popen.__init__)
