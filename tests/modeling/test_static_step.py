@@ -151,10 +151,11 @@ def _disc_targets(n, width, height, vertices):
     return out
 
 
-@pytest.mark.parametrize("shape", [(96, 128), (128, 96)])
-def test_static_step_compiles_once_per_image_size(shape):
+def test_static_step_compiles_once_per_image_size(shape=(96, 128)):
     """Batches of one padded size, with different image sizes inside it and polygon buffers of different sizes
-    (16 ... 128 vertices per slot): dynamo compiles the training forward once, never again."""
+    (16 ... 128 vertices per slot): dynamo compiles the training forward once, never again. (One padded size
+    here; tests/engine/test_compiled_run.py trains 100 iterations through the loader over two, landscape and
+    portrait, and counts one graph per size.)"""
     from torch._dynamo.utils import counters
 
     from maskrcnn_benchmark.engine.compile import _mark_polygon_buffers_dynamic, precompute_anchors
