@@ -32,6 +32,7 @@ def test_anchors_and_visibility_match(golden):
     r = cfg.MODEL.RPN
     gen = AnchorGenerator(r.ANCHOR_SIZES, r.ASPECT_RATIOS, r.ANCHOR_STRIDE, r.STRADDLE_THRESH)
     anchors = gen.grid_anchors([tuple(s) for s in inputs["feature_shapes_hw"]], "cpu")
+    assert len(anchors) == len(inputs["anchors_xyxy"])  # zip() would stop at the shorter list
     for ours, ref in zip(anchors, inputs["anchors_xyxy"]):
         assert torch.equal(ours, ref)
     sizes = torch.tensor(inputs["image_sizes_hw"], dtype=torch.float32)

@@ -69,6 +69,9 @@ def test_rpn_losses_and_gradients(golden, device, mode):
         # One backward of the sum gives both: the objectness loss does not depend on the deltas nor the box loss on
         # the logits (exact zeros). Compiled, both losses come out of one autograd node, which runs backward once.
         grads = torch.autograd.grad(obj_loss + box_loss, logits + deltas)
+        # every level compared (zip() would stop at the shorter list)
+        assert len(v["grad_objectness_loss_wrt_objectness"]) == len(logits)
+        assert len(v["grad_box_loss_wrt_box_regression"]) == len(deltas)
         for ours, ref in zip(grads[: len(logits)], v["grad_objectness_loss_wrt_objectness"]):
             torch.testing.assert_close(ours.cpu(), ref, rtol=0, atol=GRAD_ATOL)
         for ours, ref in zip(grads[len(logits):], v["grad_box_loss_wrt_box_regression"]):
@@ -126,6 +129,7 @@ def test_mask_targets_loss_and_gradient(golden, device, mode):
         packed = t.get_field("masks").packed_polygons()
         mask_targets.append(mode(polygon_mask_targets)(packed, matched.to(device), props.to(device), 28,
                                                  torch.tensor(t.size).expand(len(props), 2)).cpu())
+    assert len(labels) == len(m["matched_labels"]) and len(mask_targets) == len(m["mask_targets"])  # every image
     for ours, ref in zip(labels, m["matched_labels"]):
         assert torch.equal(ours, ref)
     for ours, ref in zip(mask_targets, m["mask_targets"]):
