@@ -406,7 +406,7 @@ def _assert_nothing_left(tag, within=15):
     while _tagged_processes(tag) and time.monotonic() < deadline:
         time.sleep(0.5)
     left = _tagged_processes(tag)
-    assert not left, [open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ")[:200] for p in left]
+    assert not left, [_cmdline(p).replace(b"\0", b" ")[:200] for p in left]
 
 
 @pytest.fixture(scope="module")

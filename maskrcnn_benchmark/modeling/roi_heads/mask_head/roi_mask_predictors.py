@@ -19,10 +19,11 @@ class MaskRCNNC4Predictor(nn.Module):
             nn.init.kaiming_normal_(layer.weight, mode="fan_out", nonlinearity="relu")
             nn.init.constant_(layer.bias, 0)
         if cfg.MODEL.DEVICE == "cpu" or cfg.NHWC:
-            # The mask head runs channels-last there, so the 1x1 weight's gradient comes with channels-last
-            # strides, which autograd keeps (for a 1x1 kernel both layouts are the same memory order). DDP's
-            # bucket views take the weight's strides: unless they are the same, it copies that gradient every step
-            # and warns "Grad strides do not match bucket view strides" in the first backward.
+            # The mask head runs channels-last there (roi_mask_feature_extractors.py), so the 1x1 weight's
+            # gradient comes with channels-last strides, which autograd keeps (for a 1x1 kernel both layouts are
+            # the same memory order). DDP's bucket views take the weight's strides: unless they are the same, it
+            # copies that gradient every step and warns "Grad strides do not match bucket view strides" in the
+            # first backward.
             w = self.mask_fcn_logits.weight
             self.mask_fcn_logits.weight = nn.Parameter(
                 torch.empty_like(w, memory_format=torch.channels_last).copy_(w.detach()))
