@@ -70,8 +70,14 @@ class Collective:
 
     @staticmethod
     def _read(f):
-        line = f.readline()
+        try:
+            line = f.readline()
+        except ConnectionResetError:
+            line = ""
         if not line:
+            # a second, as gloo takes to notice: the launcher on a killed rank's node sees that rank end first
+            # (it polls every 0.1 s and names the first failed local rank in rank order)
+            time.sleep(1)
             raise ConnectionError("a peer closed the connection (it died or stopped)")
         return json.loads(line)
 
