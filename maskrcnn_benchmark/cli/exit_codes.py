@@ -114,6 +114,30 @@ def _where(exc):
     return f"{name}:{f.lineno} ({f.name})"
 
 
+def _raised_while_handling(exc, kind):
+    """Whether ``exc`` was raised while an exception of ``kind`` was being handled (its context chain)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc = exc.__context__
+        if isinstance(exc, kind):
+            return True
+    return False
+
+
+def _log_traceback(exc, message):
+    """Write the traceback of ``exc`` to the run's log (the traceback logger's file), if the run has one."""
+    tb_logger = logging.getLogger(TRACEBACK_LOGGER)
+    if not tb_logger.handlers:  # no run log yet (else logging's last resort would print it on the terminal)
+        return
+    try:
+        tb_logger.error(message, exc_info=(type(exc), exc, exc.__traceback__))
+        for h in tb_logger.handlers:
+            h.flush()
+    except OSError:
+        pass  # the log file itself cannot be written: the line is what is left
+
+
 def _traceback_file(exc):
     """Write the traceback to the traceback logger's file (the run's log); returns that file's path, or a
     temporary file's when no run log is set up yet."""
@@ -142,9 +166,16 @@ def describe(exc):
     if isinstance(exc, Stopped):
         return STOPPED.code + exc.signum, f"stopped by {exc}; run_stop logged as aborted"
     signum = signals.received()
-    if signum is not None:  # stopped, and the Stopped lost on the way (signals.received): the stop is the cause
-        return STOPPED.code + signum, (f"stopped by {signal.Signals(signum).name} ({type(exc).__name__} while "
-                                       f"stopping: {_one_line(exc)}); run_stop logged as aborted")
+    if signum is not None:
+        name = signal.Signals(signum).name
+        if _raised_while_handling(exc, Stopped):  # the cleanup itself failed: the user should know what
+            return STOPPED.code + signum, (f"stopped by {name} ({type(exc).__name__} while stopping: "
+                                           f"{_one_line(exc)}); run_stop logged as aborted")
+        # The stop's own consequence overtook its Stopped: the signal reached the whole job, and a collective whose
+        # peers stopped first, or a loader worker's batch, failed before Stopped was raised (or after torch printed
+        # and cleared it: signals.received). The line is the stop's; the run's log keeps what failed.
+        _log_traceback(exc, f"stopped by {name}; this error came before the stop was raised")
+        return STOPPED.code + signum, f"stopped by {name}; run_stop logged as aborted"
     if isinstance(exc, KeyboardInterrupt):
         return STOPPED.code + 2, "stopped by SIGINT; run_stop logged as aborted"
     if isinstance(exc, NonFiniteLossError):

@@ -59,9 +59,13 @@ def stop_on_signals():
     nothing interrupts the cleanup (SIGKILL still ends it).
 
     Slurm and a terminal's Ctrl-C signal every process of the job, data loader workers included. Workers are
-    forked and inherit this handler; in a loader worker SIGTERM and SIGHUP are ignored (the main process stops its
-    workers as it unwinds, and a worker dies with its parent anyway), and SIGINT raises the KeyboardInterrupt a
-    worker exits on quietly. Other forked helpers (the COCO scorer's pool) end on the signal as they would
+    forked and inherit this handler; in a loader worker SIGINT and SIGHUP are ignored: the main process stops its
+    workers as it unwinds (a worker dies with its parent anyway), and a worker that exited at once would take along
+    the shared memory of the batches it has sent (the main process fetches their file descriptors from the worker
+    when it reads them, and may read one in the moment before its own Stopped is raised). SIGTERM stays torch's
+    (its handler in the worker ends it, which the loader needs to terminate a stuck worker); what a dead worker
+    breaks in that moment ends the program as the stop (:func:`maskrcnn_benchmark.cli.exit_codes.describe`).
+    Other forked helpers (the COCO scorer's pool) end on the signal as they would
     without the handler: ``Pool.terminate()`` relies on it. Once stopping, the main process also stops reacting
     to SIGCHLD: torch's loader handler would otherwise turn a worker that exits while the run unwinds into a
     second error, in the middle of the cleanup."""
@@ -69,14 +73,14 @@ def stop_on_signals():
 
     def handler(signum, frame):
         if os.getpid() != main_pid:
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt  # what a loader worker expects
             from torch.utils.data import get_worker_info
 
             if get_worker_info() is not None:
-                return  # a loader worker: its loader stops it
+                return  # a loader worker: its loader stops it (its batches in flight die with it)
             # any other forked helper (the COCO scorer's pool): what the signal would have done, so that
             # Pool.terminate() and friends still end it
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return

@@ -72,28 +72,49 @@ def test_a_config_error_is_found_before_the_engine_and_torch_are_loaded(monkeypa
     assert "yaml" in external and sorted(n for n in external if n.split(".")[0] in ("torch", "torchvision")) == []
 
 
-def test_a_stop_whose_stopped_exception_was_lost_is_still_a_stop(monkeypatch):
+def test_a_stop_whose_stopped_exception_was_lost_is_still_a_stop(monkeypatch, tmp_path):
     """A rank that Slurm stops while a collective fails (its peers stopped first): if SIGTERM lands while torch's
     C++ code emits a buffered warning on the way out of the failing op, torch prints the Stopped exception and
     clears it, and the collective's RuntimeError ends the program (seen on the 4-node time-limit run: a traceback
-    and "rank 0, 1, 2 stopped answering" on the 4th rank). The program still says it was stopped, by which
-    signal, with the stop's exit code."""
+    and "rank 0, 1, 2 stopped answering" on the 4th rank). The program says it was stopped, by which signal, with
+    the stop's exit code, in the words of any other stop (a consequence of the stop overtook it; seen in make test:
+    "stopped by SIGINT (FileNotFoundError while stopping: ...)" from a loader worker's batch); its log keeps the
+    error's traceback. An error raised while the run unwinds from the stop (its cleanup failed) is named."""
+    import logging
+
     from maskrcnn_benchmark.utils import signals
+    from maskrcnn_benchmark.utils.logger import TRACEBACK_LOGGER, setup_logger
 
     saved = {s: signal.getsignal(s) for s in (*signals.STOP_SIGNALS, signal.SIGCHLD)}
     monkeypatch.setattr(signals, "_RECEIVED", [])
+
+    setup_logger(str(tmp_path), 0, name="maskrcnn_benchmark.test_stop")
+    gloo = "[gloo/transport/tcp/pair.cc:547] Connection closed by peer"
     try:
         signals.stop_on_signals()
         with pytest.raises(signals.Stopped):  # what torch then prints and clears
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)
-        code, line = exit_codes.describe(RuntimeError("[gloo/transport/tcp/pair.cc:547] Connection closed by peer"))
+        lost = exit_codes.describe(RuntimeError(gloo))
+        try:
+            try:
+                raise signals.Stopped(signal.SIGTERM)
+            except signals.Stopped:
+                raise OSError(28, "No space left on device")  # the cleanup's own write fails
+        except OSError as e:
+            cleanup = exit_codes.describe(e)
     finally:
         for s, handler in saved.items():
             signal.signal(s, handler)
-    assert code == exit_codes.STOPPED.code + signal.SIGTERM
-    assert line == ("stopped by SIGTERM (RuntimeError while stopping: [gloo/transport/tcp/pair.cc:547] Connection "
-                    "closed by peer); run_stop logged as aborted")
+        for name in (TRACEBACK_LOGGER, "maskrcnn_benchmark.test_stop"):
+            for h in list(logging.getLogger(name).handlers):
+                logging.getLogger(name).removeHandler(h)
+                h.close()
+    assert lost == (exit_codes.STOPPED.code + signal.SIGTERM, "stopped by SIGTERM; run_stop logged as aborted")
+    log = (tmp_path / "log.txt").read_text()
+    assert "this error came before the stop was raised" in log and f"RuntimeError: {gloo}" in log
+    assert cleanup == (exit_codes.STOPPED.code + signal.SIGTERM, "stopped by SIGTERM (OSError while stopping: "
+                       "[Errno 28] No space left on device); run_stop logged as aborted")
 
 
 def test_a_stop_that_lands_in_the_warning_machinery_is_raised_just_after_it(monkeypatch):
@@ -132,3 +153,48 @@ def test_a_stop_that_lands_in_the_warning_machinery_is_raised_just_after_it(monk
     frames = [(entry.name, str(entry.path)) for entry in stopped.traceback]
     assert not [f for f in frames if f[0] == "show" or f[1].endswith("warnings.py")], frames  # raised outside
     assert signals.received() == signal.SIGTERM
+
+
+class _Tensors:
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        import torch
+
+        return torch.full((1000,), float(i))
+
+
+@pytest.mark.slow
+def test_a_loader_worker_outlives_a_stop_so_its_batches_in_flight_stay_readable(monkeypatch):
+    """Ctrl-C and Slurm signal the whole process group: the loader workers get the stop with the trainer. A worker's
+    batches travel as shared-memory file descriptors that the main process fetches from the worker when it unpickles
+    them; a worker that exited on the stop takes them along, and the main process, reading a batch the worker had
+    already sent (in the moment before its own Stopped is raised), fails with ``FileNotFoundError: [Errno 2] No such
+    file or directory`` (seen in make test: ``stopped by SIGINT (FileNotFoundError while stopping: ...)``). A worker
+    ignores SIGINT and SIGHUP and is stopped by its loader as the run unwinds. (SIGTERM is torch's: its handler in
+    the worker ends it, so that the loader can terminate a stuck worker; the stop's line covers what that breaks.)"""
+    import torch.utils.data
+
+    from maskrcnn_benchmark.utils import signals
+
+    saved = {s: signal.getsignal(s) for s in (*signals.STOP_SIGNALS, signal.SIGCHLD, signal.SIGALRM)}
+    monkeypatch.setattr(signals, "_RECEIVED", [])
+    try:
+        signals.stop_on_signals()
+        loader = torch.utils.data.DataLoader(_Tensors(), batch_size=4, num_workers=1, prefetch_factor=2)
+        batches = iter(loader)
+        assert float(next(batches)[0, 0]) == 0.0
+        (worker,) = batches._workers
+        deadline = time.monotonic() + 10
+        while batches._data_queue.qsize() < 2 and time.monotonic() < deadline:  # its next batches are in flight
+            time.sleep(0.01)
+        for sig in (signal.SIGINT, signal.SIGHUP):
+            os.kill(worker.pid, sig)
+        time.sleep(0.5)
+        assert worker.is_alive()
+        assert [float(next(batches)[0, 0]) for _ in range(2)] == [4.0, 8.0]
+        del batches
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
