@@ -24,6 +24,7 @@ Two forms:
 """
 import os
 import struct
+import sys
 
 import torch
 from torchvision.ops import nms as _tv_nms
@@ -67,14 +68,13 @@ _WORD = 64
 def _pairwise_iou_legacy(a, b):
     """``(G, R, K)`` "+1" IoU between ``a (G, R, 4)`` and ``b (G, K, 4)``, both already legacy (x2 + 1): the float32
     operations of torchvision's kernels, in their order."""
-    area_a = (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1])
-    area_b = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
-    xx1 = torch.maximum(a[:, :, None, 0], b[:, None, :, 0])
-    yy1 = torch.maximum(a[:, :, None, 1], b[:, None, :, 1])
-    xx2 = torch.minimum(a[:, :, None, 2], b[:, None, :, 2])
-    yy2 = torch.minimum(a[:, :, None, 3], b[:, None, :, 3])
-    inter = (xx2 - xx1).clamp(min=0) * (yy2 - yy1).clamp(min=0)
-    return inter / (area_a[:, :, None] + area_b[:, None, :] - inter)
+    ax1, ay1, ax2, ay2 = (c.contiguous()[:, :, None] for c in a.unbind(-1))  # contiguous planes: the broadcasts
+    bx1, by1, bx2, by2 = (c.contiguous()[:, None, :] for c in b.unbind(-1))  # below vectorize
+    area_a = (ax2 - ax1) * (ay2 - ay1)
+    area_b = (bx2 - bx1) * (by2 - by1)
+    inter = (torch.minimum(ax2, bx2) - torch.maximum(ax1, bx1)).clamp(min=0) * \
+        (torch.minimum(ay2, by2) - torch.maximum(ay1, by1)).clamp(min=0)
+    return inter / (area_a + area_b - inter)
 
 
 def suppression_bitmask(boxes, iou_threshold, block=64):
@@ -87,29 +87,46 @@ def suppression_bitmask(boxes, iou_threshold, block=64):
     legacy = _legacy(boxes.reshape(-1, 4).float()).view(g, k, 4)
     legacy = torch.nn.functional.pad(legacy, (0, 0, 0, w * _WORD - k))  # padding: zero boxes, bits cut below
     thr = _threshold(iou_threshold)
-    shifts = torch.arange(_WORD, device=boxes.device, dtype=torch.int64)
     out = torch.zeros((g, k, w), dtype=torch.int64, device=boxes.device)
     for r0 in range(0, k, block):
         rows = min(block, k - r0)
         over = _pairwise_iou_legacy(legacy[:, r0:r0 + rows], legacy[:, r0:]) > thr  # NaN (zero-area): False
         over[..., k - r0:] = False
-        packed = (over.view(g, rows, -1, _WORD).to(torch.int64) << shifts).sum(-1)  # distinct bits: their OR
-        out[:, r0:r0 + rows, r0 // _WORD:] = packed
+        out[:, r0:r0 + rows, r0 // _WORD:] = _pack_bits(over)
     return out
 
 
+def _pack_bits(flags):
+    """``(..., 64 n)`` bool -> ``(..., n)`` int64 words, flag ``j`` as bit ``j % 64`` of word ``j // 64``: packed
+    eight to a byte, the bytes read as little-endian words (an eighth of the memory traffic of int64 shifts)."""
+    shifts = torch.arange(8, device=flags.device, dtype=torch.uint8)
+    packed = (flags.reshape(*flags.shape[:-1], -1, 8).to(torch.uint8) << shifts).sum(-1, dtype=torch.uint8)
+    return packed.view(torch.int64)  # distinct bits: their sum is their OR
+
+
+assert sys.byteorder == "little", "_pack_bits reads bytes as little-endian words"
+
+
+def _bits_after_each_box(k, w, device):
+    """``(K, W)`` int64: row ``i`` has the bits of the boxes after ``i`` (bit ``j % 64`` of word ``j // 64``, j > i)."""
+    return _pack_bits(torch.arange(w * _WORD, device=device) > torch.arange(k, device=device)[:, None])
+
+
 def _scan_torch(mask, valid):
-    """The sequential scan of every group at once, one box at a time (tensor ops only: no sync)."""
+    """The sequential scan of every group at once, one box at a time (tensor ops only: no sync).
+
+    ``alive`` holds, as the mask's words, the valid boxes that no kept box before them suppresses: box ``i``'s bit
+    is final when the scan reaches it (only boxes before it clear it), and a kept box clears the bits of the boxes
+    after it that it suppresses. At the end ``alive`` is the keep set. Five tensor ops per box."""
     g, k, w = mask.shape
-    removed = torch.zeros((g, w), dtype=torch.int64, device=mask.device)
-    keep = torch.zeros((g, k), dtype=torch.bool, device=mask.device)
+    shifts = torch.arange(_WORD, device=mask.device, dtype=torch.int64)
+    alive = _pack_bits(torch.nn.functional.pad(valid, (0, w * _WORD - k)))
+    later = mask & _bits_after_each_box(k, w, mask.device)  # (G, K, W): box i suppresses only boxes after it
     for i in range(k):
         word, bit = divmod(i, _WORD)
-        free = ((removed[:, word] >> bit) & 1) == 0
-        kept = valid[:, i] & free
-        keep[:, i] = kept
-        removed |= mask[:, i] * kept[:, None].to(torch.int64)
-    return keep
+        kept = (alive[:, word:word + 1] >> bit) & 1  # (G, 1): 1 when box i is kept
+        alive &= ~(later[:, i] * kept)
+    return ((alive[..., None] >> shifts) & 1).view(g, w * _WORD)[:, :k].bool()
 
 
 def _scan_kernel():
