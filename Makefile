@@ -21,14 +21,19 @@ test: venv
 	@echo "make test: the Slurm cluster and launch tests need slurm-wlm, munge, numactl and shellcheck; missing ones are installed now with apt-get (tests/cluster/install_deps.sh)"
 	@bash tests/cluster/install_deps.sh
 	@rc=0; $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests || rc=$$?; \
-	  $(PY) -m pytest -q -ra --durations=12 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m slow tests || rc=$$?; exit $$rc
+	  $(PY) -m pytest -q -ra --durations=12 -n $(SLOW_TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m slow tests || rc=$$?; exit $$rc
 
 # The fast loop (59-75 s on 2 cores, 2026-11-26): every test that neither trains nor starts a process, in
 # TEST_WORKERS pytest-xdist workers (they share the cores: tests/conftest.py gives each cores / workers torch
 # threads, and the programs the tests start one OpenMP thread). make test runs it first, then the slow tests in
-# as many workers, one test module per work unit (a module's fixtures, such as the Slurm sandbox cluster, are
+# SLOW_TEST_WORKERS workers, one test module per work unit (a module's fixtures, such as the Slurm sandbox cluster, are
 # built once), the longest modules first (tests/conftest.py).
 TEST_WORKERS ?= 2
+# The slow tests in one worker more than the cores: many of them wait (for Slurm's time limit, a rank's timeout, a
+# job's steps), and a third worker fills those waits with work (the slow tests alone, 2026-11-26: 832 s in 2
+# workers, 768 s in 3 with both cores 96 % busy).
+SLOW_TEST_WORKERS ?= 3
+
 test-fast: venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests
 
