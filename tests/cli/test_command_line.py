@@ -29,13 +29,14 @@ def test_nvidia_order_still_works():
     assert args.local_rank == 3 and opts == ["DTYPE", "float16"]
 
 
+@pytest.mark.parametrize("program", [train_mlperf, test_net], ids=["train_mlperf", "test_net"])
 @pytest.mark.parametrize("argv,unknown", [
     (["--config-file", "c.yaml", "SOLVER.MAX_ITER", "4", "--resum", "x"], "--resum"),
     (["--config-file", "c.yaml", "--bogus=1", "SOLVER.MAX_ITER", "4"], "--bogus"),
 ])
-def test_an_unknown_option_is_refused_by_name(argv, unknown, capsys):
+def test_an_unknown_option_is_refused_by_name(program, argv, unknown, capsys):
     with pytest.raises(SystemExit) as e:
-        parse_with_overrides(test_net.build_parser(), argv)
+        parse_with_overrides(program.build_parser(), argv)
     assert e.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f"error: unknown option {unknown}")
 

@@ -139,22 +139,6 @@ def test_an_unexpected_error_is_one_line_and_its_traceback_goes_to_the_log(tiny_
     assert "Traceback (most recent call last)" in text and "IndexError: Target 5 is out of bounds." in text
 
 
-def test_options_may_follow_the_config_overrides(tiny_data, tmp_path):
-    """``--resume`` after the KEY VALUE pairs (as docs/cluster.md once showed it) was taken for a config key."""
-    data, out = _copy(tiny_data, tmp_path)
-    r = run_merged(str(data), str(out), "SOLVER.MAX_ITER", 2, "SOLVER.IMS_PER_BATCH", 4, "SAVE_CHECKPOINTS", True,
-                   "SOLVER.CHECKPOINT_PERIOD", 1, "PER_EPOCH_EVAL", False, *NEVER)
-    assert r.returncode == 3, r.stdout[-3000:]
-    out2 = tmp_path / "out2"
-    out2.mkdir()
-    r = run_merged(str(data), str(out2), "SOLVER.MAX_ITER", 3, "SOLVER.IMS_PER_BATCH", 4, "PER_EPOCH_EVAL", False,
-                   *NEVER, "--resume", str(out / "model_0000001.pth"), "--sync-eval")
-    assert r.returncode == 3, r.stdout[-3000:]
-    assert "RESUMED from" in r.stdout
-    r = run_merged(str(data), str(out2), *SHORT, "--resum", "x")
-    assert r.returncode == 2 and r.stdout.strip().splitlines()[-1].endswith("error: unknown option --resum")
-
-
 # -- a full disk ---------------------------------------------------------------------------------------------------
 def _tmpfs(path, size):
     if os.geteuid() != 0:

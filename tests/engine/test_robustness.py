@@ -39,7 +39,8 @@ def test_resume_at_any_iteration_continues_the_run_exactly(tiny_data, tmp_path, 
         out = tmp_path / f"resumed_{start}"
         out.mkdir()
         ckpt = str(full / f"model_{start:07d}.pth")
-        r = run_train(tiny_data, str(out), *common, extra_args=("--sync-eval", "--resume", ckpt, *mode))
+        # --resume after the KEY VALUE pairs, as docs/cluster.md once showed it (it was taken for a config key)
+        r = run_train(tiny_data, str(out), *common, "--resume", ckpt, extra_args=("--sync-eval", *mode))
         assert r.returncode == 3, r.stderr[-3000:]
         assert "RESUMED from" in r.stdout + r.stderr
         resumed = _final_weights(out)
