@@ -4,7 +4,10 @@ import os
 import pytest
 import torch
 
-from train_runs import mllog_events, run_train
+from maskrcnn_benchmark.config import get_cfg, merge_cfg_from_file
+from maskrcnn_benchmark.modeling import build_detection_model
+from maskrcnn_benchmark.utils.checkpoint import DetectronCheckpointer
+from train_runs import CPU_YAML, mllog_events, run_train
 
 NEVER = ("MLPERF.MIN_BBOX_MAP", "1.0", "MLPERF.MIN_SEGM_MAP", "1.0")
 
@@ -35,6 +38,15 @@ def test_resume_at_any_iteration_continues_the_run_exactly(tiny_data, tmp_path, 
         assert "compiled the training step" in r.stdout + r.stderr and "eager" not in (r.stdout + r.stderr).split(
             "compiled the training step")[1].splitlines()[0], (r.stdout + r.stderr)[-3000:]
     reference = _final_weights(full)
+    # every checkpoint holds what a resume needs, written whole (no temporary file left)
+    saved = torch.load(full / "model_0000004.pth", weights_only=True)
+    assert saved["iteration"] == 4 and "optimizer" in saved and saved["scheduler"]["last_epoch"] == 4
+    assert not [f for f in os.listdir(full) if f.startswith(".tmp")]
+    if not mode:  # a plain MODEL.WEIGHT load takes the weights only (the rest comes back as extra data)
+        cfg = get_cfg()
+        merge_cfg_from_file(cfg, CPU_YAML)
+        extra = DetectronCheckpointer(None, build_detection_model(cfg)).load_weights(str(full / "model_0000004.pth"))
+        assert extra["iteration"] == 4 and extra["seed"] == 5 and len(extra["rng_states"]) == 1
     for start in starts:
         out = tmp_path / f"resumed_{start}"
         out.mkdir()
