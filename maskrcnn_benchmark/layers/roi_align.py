@@ -99,17 +99,20 @@ def _sample_grid(rois, levels, shapes, scales, size, sampling_ratio):
     xl, xh, hx, lx, x_in = _axis_samples(x1, x2 - x1, size, sampling_ratio, widths)
     g = sampling_ratio
 
-    def grid(a, b):  # (K, S, G) on y, (K, S, G) on x -> (K, S, S, G, G): ph, pw, iy, ix
-        return a.view(k, size, 1, g, 1), b.view(k, 1, size, 1, g)
+    def outer(op, a, b):  # (K, S, G) on y, (K, S, G) on x -> (K, S, S, G, G): ph, pw, iy, ix
+        # computed as (K, S*G, S*G), a column against a row (this broadcast vectorizes; one over the trailing
+        # G-sized dims did not), then viewed in the grid's order
+        r = op(a.reshape(k, size * g, 1), b.reshape(k, 1, size * g))
+        return r.view(k, size, g, size, g).transpose(2, 3).contiguous()
 
-    hy, hx = grid(hy, hx)
-    ly, lx = grid(ly, lx)
-    inside = torch.logical_and(*grid(y_in, x_in)) & (levels >= 0).view(k, 1, 1, 1, 1)
-    weights = torch.stack(torch.broadcast_tensors(hy * hx, hy * lx, ly * hx, ly * lx), -1)
+    inside = outer(torch.logical_and, y_in, x_in) & (levels >= 0).view(k, 1, 1, 1, 1)
+    weights = torch.stack([outer(torch.mul, hy, hx), outer(torch.mul, hy, lx), outer(torch.mul, ly, hx),
+                           outer(torch.mul, ly, lx)], -1)
     weights = torch.where(inside[..., None], weights, torch.zeros_like(weights))
     wi = widths.view(k, 1, 1)
-    (yl, xl), (yh, xh) = grid(yl * wi, xl), grid(yh * wi, xh)
-    pos = torch.stack(torch.broadcast_tensors(yl + xl, yl + xh, yh + xl, yh + xh), -1)
+    yl, yh = yl * wi, yh * wi
+    pos = torch.stack([outer(torch.add, yl, xl), outer(torch.add, yl, xh), outer(torch.add, yh, xl),
+                       outer(torch.add, yh, xh)], -1)
     pos = torch.where(inside[..., None], pos, torch.zeros_like(pos))
     return pos, weights, inside
 
