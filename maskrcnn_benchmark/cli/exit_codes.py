@@ -126,32 +126,27 @@ def _raised_while_handling(exc, kind):
 
 
 def _log_traceback(exc, message):
-    """Write the traceback of ``exc`` to the run's log (the traceback logger's file), if the run has one."""
+    """Write ``message`` and the traceback of ``exc`` to the run's log (the traceback logger's file); returns that
+    file's path, or None when there is no run log yet or it cannot be written."""
     tb_logger = logging.getLogger(TRACEBACK_LOGGER)
-    if not tb_logger.handlers:  # no run log yet (else logging's last resort would print it on the terminal)
-        return
+    paths = [p for p in (getattr(h, "baseFilename", None) for h in tb_logger.handlers) if p]
+    if not paths:  # no run log yet (a handler-less logger would reach logging's last resort: the terminal)
+        return None
     try:
         tb_logger.error(message, exc_info=(type(exc), exc, exc.__traceback__))
         for h in tb_logger.handlers:
             h.flush()
+        return paths[0]
     except OSError:
-        pass  # the log file itself cannot be written: the line is what is left
+        return None
 
 
 def _traceback_file(exc):
     """Write the traceback to the traceback logger's file (the run's log); returns that file's path, or a
-    temporary file's when no run log is set up yet."""
-    tb_logger = logging.getLogger(TRACEBACK_LOGGER)
-    paths = [getattr(h, "baseFilename", None) for h in tb_logger.handlers]
-    paths = [p for p in paths if p]
-    try:
-        if paths:
-            tb_logger.error("the program failed", exc_info=(type(exc), exc, exc.__traceback__))
-            for h in tb_logger.handlers:
-                h.flush()
-            return paths[0]
-    except OSError:
-        pass  # the log file itself cannot be written: a temporary file then
+    temporary file's when no run log is set up yet or it cannot be written."""
+    logged = _log_traceback(exc, "the program failed")
+    if logged:
+        return logged
     try:
         fd, path = tempfile.mkstemp(prefix="maskrcnn-traceback-", suffix=".txt")
         with os.fdopen(fd, "w") as f:

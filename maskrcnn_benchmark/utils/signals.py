@@ -76,7 +76,7 @@ def stop_on_signals():
             from torch.utils.data import get_worker_info
 
             if get_worker_info() is not None:
-                return  # a loader worker: its loader stops it (its batches in flight die with it)
+                return  # a loader worker: its loader stops it (its batches in flight stay readable)
             # any other forked helper (the COCO scorer's pool): what the signal would have done, so that
             # Pool.terminate() and friends still end it
             if signum == signal.SIGINT:
