@@ -9,6 +9,7 @@ from ..utils.errors import BatchNotDivisible, ConfigError
 from ..utils.imports import load_catalog
 from ..utils.processes import die_with_parent, keep_freed_memory
 from . import datasets as D
+from .catalog import NUM_CLASSES_KEY, catalog_entries, describe_categories
 from .collate_batch import BatchCollator
 from .device_loader import DeviceLoader
 from .static import static_sizes
@@ -27,32 +28,6 @@ def _worker_init(worker_id):
     keep_freed_memory()
 
 
-def _catalog_entries(cfg, names, is_train):
-    catalog = load_catalog(cfg.PATHS_CATALOG).DatasetCatalog
-    key = f"DATASETS.{'TRAIN' if is_train else 'TEST'}"
-    if not names:
-        raise D.DatasetError(f"{key} is empty")
-    out = []
-    for name in names:
-        try:
-            out.append((name, catalog.get(name, cfg.DATASETS.DATA_DIR)))
-        except KeyError as e:  # the catalog's message names the dataset and the known ones
-            raise D.DatasetError(f"{key}: {e.args[0] if e.args else e}") from None
-    return out
-
-
-def dataset_paths(cfg):
-    """``(key, name, image folder, annotation file)`` of every dataset of DATASETS.TRAIN and TEST, as the catalog
-    resolves them (nothing is opened). A factory whose arguments are not a COCO root/ann_file gives ``None``s."""
-    out = []
-    for is_train, names in ((True, cfg.DATASETS.TRAIN), (False, cfg.DATASETS.TEST)):
-        key = f"DATASETS.{'TRAIN' if is_train else 'TEST'}"
-        for name, entry in _catalog_entries(cfg, names, is_train):
-            args = entry.get("args", {})
-            out.append((key, name, args.get("root"), args.get("ann_file")))
-    return out
-
-
 def use_hybrid(cfg):
     """``DATALOADER.HYBRID`` as :func:`~maskrcnn_benchmark.engine.resolve.resolve` fixed it (on for CUDA); an
     unresolved config (None) reads as the reference path."""
@@ -62,7 +37,7 @@ def use_hybrid(cfg):
 def build_dataset(cfg, names, is_train, hybrid=None):
     hybrid = use_hybrid(cfg) if hybrid is None else hybrid
     out = []
-    for _, entry in _catalog_entries(cfg, names, is_train):
+    for _, entry in catalog_entries(cfg, names, is_train):
         factory = getattr(D, entry["factory"])
         kwargs = {"hybrid": True} if hybrid else {}  # a dataset of another factory may not know the hybrid path
         out.append(factory(remove_images_without_annotations=is_train, transforms=build_transforms(cfg, is_train),
@@ -85,32 +60,7 @@ def make_device_loader(cfg, loader, device, is_train=True, static=False):
                         cache=not is_train and cfg.DATALOADER.CACHE_EVAL_IMAGES)
 
 
-# -- the number of classes and the datasets' categories -------------------------------------------------------------
-NUM_CLASSES_KEY = "MODEL.ROI_BOX_HEAD.NUM_CLASSES"
-
-
-def _describe(cats):
-    ids = [c for c, _ in cats]
-    shown = ", ".join(map(str, ids[:12])) + (", ..." if len(ids) > 12 else "")
-    return f"{len(cats)} categories (ids {shown})"
-
-
-def num_classes_from_data(cfg, is_train=True):
-    """``(categories + 1, description)`` of the datasets of DATASETS.TRAIN (or TEST), from their annotation
-    files' category lists alone (:func:`~maskrcnn_benchmark.data.datasets.coco.read_categories`: no images, no
-    annotations parsed); the datasets must agree."""
-    names = cfg.DATASETS.TRAIN if is_train else cfg.DATASETS.TEST
-    first = None
-    for name, entry in _catalog_entries(cfg, names, is_train):
-        cats = D.read_categories(entry["args"]["ann_file"])
-        if first is None:
-            first = (name, cats)
-        elif cats != first[1]:
-            raise D.DatasetError(f"datasets '{first[0]}' and '{name}' have different categories "
-                                 f"({_describe(first[1])} vs {_describe(cats)})")
-    return len(first[1]) + 1, f"'{first[0]}': {_describe(first[1])}"
-
-
+# -- the datasets' categories ----------------------------------------------------------------------------------
 def categories_of(dataset):
     """``[(id, name), ...]`` of a built dataset (all parts of a concatenated one must agree)."""
     if isinstance(dataset, torch.utils.data.ConcatDataset):
@@ -118,7 +68,7 @@ def categories_of(dataset):
         for d, cats in zip(dataset.datasets[1:], parts[1:]):
             if cats != parts[0]:
                 raise D.DatasetError(f"training datasets '{dataset.datasets[0].ann_file}' and '{d.ann_file}' have "
-                                     f"different categories ({_describe(parts[0])} vs {_describe(cats)})")
+                                     f"different categories ({describe_categories(parts[0])} vs {describe_categories(cats)})")
         return parts[0]
     return sorted((c["id"], str(c.get("name", c["id"]))) for c in dataset.coco.dataset.get("categories", []))
 
@@ -135,11 +85,11 @@ def check_num_classes(num_classes, train_dataset=None, test_datasets=()):
         other = categories_of(t)
         if reference is not t and other != cats:
             raise D.DatasetError(f"the training dataset '{_name(reference)}' and the test dataset '{_name(t)}' have "
-                                 f"different categories ({_describe(cats)} vs {_describe(other)}): the model's "
+                                 f"different categories ({describe_categories(cats)} vs {describe_categories(other)}): the model's "
                                  "labels would mean different things")
     if num_classes != len(cats) + 1:
         raise ConfigError(f"{NUM_CLASSES_KEY} is {num_classes}, but the dataset '{_name(reference)}' has "
-                          f"{_describe(cats)}: set {NUM_CLASSES_KEY} {len(cats) + 1} (its categories + "
+                          f"{describe_categories(cats)}: set {NUM_CLASSES_KEY} {len(cats) + 1} (its categories + "
                           "background), or leave it unset to derive it")
 
 

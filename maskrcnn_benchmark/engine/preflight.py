@@ -21,8 +21,8 @@ import os
 import shutil
 import subprocess
 
-from ..data.build import dataset_paths
-from ..utils.checkpoint import resolve_weights
+from ..data.catalog import dataset_paths
+from ..utils.imports import resolve_weights
 from ..utils.errors import BatchNotDivisible, DatasetMissing, NoGPU, TooFewGPUs, WeightsMissing
 
 __all__ = ["check_before_init", "check_batch", "check_data", "check_weights", "check_gpus"]

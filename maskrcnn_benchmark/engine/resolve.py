@@ -23,8 +23,7 @@ import logging
 
 from ..config import given_keys
 from ..config.config_utils import _note_given
-from ..data import num_classes_from_data
-from ..data.build import NUM_CLASSES_KEY
+from ..data.catalog import NUM_CLASSES_KEY, num_classes_from_data
 
 logger = logging.getLogger(__name__)
 

@@ -11,11 +11,7 @@ import re
 import numpy as np
 import torch
 
-from .errors import UserError
-
-
-class WeightsError(UserError, RuntimeError):
-    """Unreadable or unsafe weights file; the message names the file."""
+from .errors import WeightsError
 
 
 _ALLOWED = {

@@ -20,7 +20,7 @@ import torch
 
 from .c2_model_loading import WeightsError, load_c2_weights
 from .fileio import atomic_write, write_text
-from .imports import load_catalog
+from .imports import resolve_weights
 from .model_serialization import load_state_dict
 
 
@@ -170,18 +170,6 @@ class Checkpointer:
         self._load_training_state(data, path)
         self.logger.warning("RESUMED from %s (optimizer, LR schedule and gradient scaler restored)", path)
         return data
-
-
-def resolve_weights(cfg, path):
-    """The file behind ``MODEL.WEIGHT``: a path as given, or a ``catalog://`` name resolved by the config's paths
-    catalog (under ``DATASETS.DATA_DIR``)."""
-    if path.startswith("catalog://"):
-        catalog = load_catalog(cfg.PATHS_CATALOG)
-        try:
-            path = catalog.ModelCatalog.get(path[len("catalog://"):], cfg.DATASETS.DATA_DIR)
-        except KeyError as e:
-            raise WeightsError(f"MODEL.WEIGHT '{path}': {e.args[0] if e.args else e}") from None
-    return path
 
 
 class DetectronCheckpointer(Checkpointer):

@@ -1,7 +1,7 @@
 """The base of every error that is the user's to fix.
 
 A config key or value (:class:`~maskrcnn_benchmark.config.ConfigError`), a dataset file or entry
-(:class:`~maskrcnn_benchmark.data.datasets.DatasetError`), weights (``WeightsError``), COCO scoring input
+(``DatasetError``, also :class:`maskrcnn_benchmark.data.datasets.DatasetError`), weights (``WeightsError``), COCO scoring input
 (``ScoringError``), the output folder (``RunFolderError``) or a write that failed (``WriteError``, a full disk):
 each is a :class:`UserError` whose message names the key, file or value. The programs print it as one ``error:``
 line and exit 1 (:mod:`maskrcnn_benchmark.cli.exit_codes`); anything else that ends a program is a bug, whose
@@ -18,6 +18,14 @@ class UserError(Exception):
 class ConfigError(UserError, ValueError):
     """A config file, key or value that cannot be used (``maskrcnn_benchmark.config.ConfigError``). The message
     names it, and the value to set when one is known."""
+
+
+class DatasetError(UserError, RuntimeError):
+    """A dataset file or entry that cannot be used; the message names it."""
+
+
+class WeightsError(UserError, RuntimeError):
+    """Unreadable or unsafe weights file; the message names the file."""
 
 
 # -- what can be known before a run starts (checked before init_start: engine/preflight.py) ---------------------

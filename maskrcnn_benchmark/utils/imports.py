@@ -1,8 +1,11 @@
-"""``import_file``: load a Python source file as a module (the reference's ``utils/imports.py``), and
-``load_catalog``: the paths catalog that ``cfg.PATHS_CATALOG`` names."""
+"""``import_file``: load a Python source file as a module (the reference's ``utils/imports.py``),
+``load_catalog``: the paths catalog that ``cfg.PATHS_CATALOG`` names, and ``resolve_weights``: the file behind a
+``catalog://`` weights name. No torch: tools/preflight.py uses them."""
 import importlib.util
 import os
 import sys
+
+from .errors import WeightsError
 
 _CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config")
 
@@ -28,3 +31,15 @@ def load_catalog(path):
     if not os.path.exists(path):
         raise FileNotFoundError(f"PATHS_CATALOG file '{path}' does not exist")
     return import_file("maskrcnn_benchmark.config._paths_catalog_" + os.path.splitext(os.path.basename(path))[0], path)
+
+
+def resolve_weights(cfg, path):
+    """The file behind ``MODEL.WEIGHT``: a path as given, or a ``catalog://`` name resolved by the config's paths
+    catalog (under ``DATASETS.DATA_DIR``)."""
+    if path.startswith("catalog://"):
+        catalog = load_catalog(cfg.PATHS_CATALOG)
+        try:
+            path = catalog.ModelCatalog.get(path[len("catalog://"):], cfg.DATASETS.DATA_DIR)
+        except KeyError as e:
+            raise WeightsError(f"MODEL.WEIGHT '{path}': {e.args[0] if e.args else e}") from None
+    return path

@@ -109,3 +109,28 @@ def test_each_cause_has_its_own_code():
     codes = [c.code for c in exit_codes.EXIT_CODES]
     assert len(codes) == len(set(codes))
     assert {exit_codes.PREFLIGHT[k].code for k in exit_codes.PREFLIGHT} == {10, 11, 12, 13, 14, 15}
+
+
+@pytest.mark.slow  # starts a Python of its own (this process has torch loaded): under a second
+def test_a_cpu_run_is_judged_without_loading_torch(coco):
+    """run_and_time.sh starts tools/preflight.py before every run (and the Slurm job before its first trial,
+    tools/check_recipe.py before a job): for a CPU config neither loads torch (about 4 CPU-seconds of imports before
+    a line is printed), with the number of classes read from the annotation files and a weights file looked for.
+    A CUDA config imports torch to count the GPUs (test_fewer_gpus_than_processes_per_node)."""
+    import subprocess
+    import sys
+
+    for split in ("train", "val"):
+        (coco / "annotations" / f"instances_{split}2017.json").write_text(json.dumps(
+            {"images": [], "categories": [{"id": 3, "name": "a"}, {"id": 9, "name": "b"}]}))
+    no_classes = coco / "no_num_classes.yaml"
+    no_classes.write_text("\n".join(ln for ln in open(R50_YAML).read().splitlines() if "NUM_CLASSES" not in ln))
+    argv = ["--world-size", "8", "--config-file", str(no_classes), "DATASETS.DATA_DIR", str(coco), "MODEL.WEIGHT",
+            str(coco / "models/R-50.pkl"), "MODEL.DEVICE", "cpu", *RECIPE]
+    script = ("import sys\nfrom maskrcnn_benchmark.cli import check_recipe, preflight\n"
+              f"codes = [preflight.main({argv!r}), check_recipe.main({argv!r})]\n"
+              "print(codes, sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'torchvision'}), "
+              "'maskrcnn_benchmark.data.catalog' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    # both accepted, nothing of torch loaded, the categories read through the data's catalog module
+    assert r.stdout.strip().splitlines()[-1] == "[0, 0] [] True", r.stdout + r.stderr

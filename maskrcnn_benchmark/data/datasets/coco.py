@@ -14,14 +14,11 @@ from PIL import Image, UnidentifiedImageError
 
 from ...structures.bounding_box import BoxList
 from ...structures.image_list import RawImage
-from ...utils.errors import UserError
+from ...utils.errors import DatasetError
 from ...structures.segmentation_mask import SegmentationMask
+from ..catalog import read_categories  # noqa: F401 (the datasets' name for it)
 
 logger = logging.getLogger(__name__)
-
-
-class DatasetError(UserError, RuntimeError):
-    """A dataset file or entry that cannot be used; the message names it."""
 
 
 def has_valid_annotation(anno):
@@ -64,34 +61,6 @@ def _check_annotations(data, ann_file, has_constants):
         seg = a.get("segmentation")
         if has_constants and isinstance(seg, list) and any(isinstance(p, list) and _non_finite(p) for p in seg):
             raise DatasetError(f"annotation {aid} in '{ann_file}' has a polygon with a non-finite coordinate")
-
-
-def read_categories(ann_file):
-    """The ``categories`` of a COCO json as ``[(id, name), ...]`` sorted by id, without parsing the rest of the
-    file when it is large (COCO train is 450 MB; its category list is at the end): the bytes are searched for the
-    ``"categories"`` key and only its list is decoded. Falls back to reading the whole file."""
-    try:
-        with open(ann_file, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise DatasetError(f"cannot read annotation file '{ann_file}': {e.strerror}") from None
-    cats = None
-    decoder = json.JSONDecoder()
-    at = data.rfind(b'"categories"')
-    if at >= 0:
-        start = data.find(b"[", at)
-        colon = data.find(b":", at)
-        if 0 <= colon < start and not data[at + 12:colon].strip():
-            try:
-                cats, _ = decoder.raw_decode(data[start:].decode("utf-8", "replace"))
-            except ValueError:
-                cats = None
-    if not (isinstance(cats, list) and all(isinstance(c, dict) and "id" in c for c in cats)):
-        try:
-            cats = json.loads(data).get("categories", [])
-        except (ValueError, AttributeError) as e:
-            raise DatasetError(f"annotation file '{ann_file}' is not valid COCO json: {e}") from None
-    return sorted((c["id"], str(c.get("name", c["id"]))) for c in cats)
 
 
 def load_coco(ann_file):
