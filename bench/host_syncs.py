@@ -2,6 +2,7 @@
 """Host syncs of one training step of the static (compiled-form) R-50-FPN step, counted on the CPU (or on CUDA).
 
     python bench/host_syncs.py [--images 2,12] [--size 320x480] [--dtype float32|bfloat16|float16] [--device cpu|cuda]
+                               [KEY VALUE ...]   (config overrides, as the trainer takes them)
 
 One step as the trainer runs it (``Trainer.run_step``: forward, backward, loss scaling, optimizer step, LR
 schedule) of the MLPerf config's model in its static form (ground truth padded to
@@ -42,9 +43,10 @@ def static_batch(cfg, n, height, width):
                          cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE).collate(images, targets)
 
 
-def build(images_per_gpu, dtype, device):
+def build(images_per_gpu, dtype, device, opts=()):
     cfg = load_config(CONFIG, ["MODEL.DEVICE", device.type, "DTYPE", dtype, "SOLVER.IMS_PER_BATCH",
-                               str(images_per_gpu), "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", str(1000 * images_per_gpu)])
+                               str(images_per_gpu), "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", str(1000 * images_per_gpu),
+                               *opts])
     torch.manual_seed(0)
     model = build_detection_model(cfg).to(device).train()
     optimizer = make_optimizer(cfg, model, fused=True)
@@ -53,8 +55,8 @@ def build(images_per_gpu, dtype, device):
     return cfg, trainer
 
 
-def count_step(n, height, width, dtype, device=torch.device("cpu")):
-    cfg, trainer = build(n, dtype, device)
+def count_step(n, height, width, dtype, device=torch.device("cpu"), opts=()):
+    cfg, trainer = build(n, dtype, device, opts)
     images, targets = static_batch(cfg, n, height, width)
     images, targets = images.to(device), targets.to(device)
     trainer.run_step(images, targets)  # the first step (lazy initialization) is not the one counted
@@ -76,15 +78,18 @@ def main(argv=None):
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="float16: CUDA only (its loss scaling is part of the step)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("opts", nargs="*", metavar="KEY VALUE",
+                   help="config overrides (e.g. MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE 64: fewer mask-head rows, the "
+                        "same code path)")
     args = p.parse_args(argv)
     device = torch.device(args.device)
     height, width = (int(v) for v in args.size.split("x"))
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     totals = []
     for n in (int(v) for v in args.images.split(",")):
-        step, finite, metrics = count_step(n, height, width, args.dtype, device)
+        step, finite, metrics = count_step(n, height, width, args.dtype, device, args.opts)
         print(f"== one training step, static R-50-FPN, {n} images of {height}x{width}, {args.dtype}, {device}, "
-              f"torch {torch.__version__}")
+              f"torch {torch.__version__}" + (f", {' '.join(args.opts)}" if args.opts else ""))
         print("\n".join(step.report()) or "  (no host read, no data-dependent shape, no masked write)")
         print(f"-- outside the step: non-finite loss check (every 20 iterations on CUDA, every iteration on the "
               f"CPU): {finite.total} host sync(s); metrics line (every 20 iterations): {metrics.total}")

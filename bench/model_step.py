@@ -3,6 +3,7 @@
 
     python bench/model_step.py --device cuda --height 800 --width 1333 --batch 8 --dtype float16 --nhwc
     python bench/model_step.py --device cpu --height 800 --width 1333 --batch 2 --iters 2
+    python bench/model_step.py [options] [KEY VALUE ...]   (config overrides, as the trainer takes them)
 
 The same synthetic batch (same image size, precision, 81 classes) through:
 
@@ -22,6 +23,9 @@ or CUDA-graph capture error) is reported with its reason and the others go on. `
 the peak GPU memory of each of ``--memory-models`` (default: ``--models``), measured alone (one process per model
 and batch, one step at each of ``--memory-batches``, default ``--batch``). On CUDA ``compiled`` defaults to
 ``reduce-overhead``: the bench measures the CUDA-graph mode, which no automatic value of a run picks yet.
+``KEY VALUE`` pairs override the COCO config of the package's models; torchvision's model samples the same
+``MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE`` ROIs per image (the tests pass 64: the static step's mask head then has 16
+rows per image instead of 128, the most of a CPU smoke run's time).
 """
 import argparse
 import json
@@ -53,7 +57,7 @@ def _cfg(args, device):
     cfg = get_cfg()
     merge_cfg_from_file(cfg, CONFIG)
     merge_cfg_from_list(cfg, ["MODEL.DEVICE", device.type, "NHWC", args.nhwc,
-                              "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", 1000 * args.batch])
+                              "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", 1000 * args.batch, *args.opts])
     return cfg
 
 
@@ -136,8 +140,11 @@ def make_torchvision(args, device, dtype, images, tv_targets):
     # The recipe's backbone, not torchvision's from-scratch default (all layers trainable, BatchNorm):
     # frozen BN, stem + res2 frozen (3 trainable stages), 1000 post-NMS proposals per image.
     backbone = _resnet_fpn_extractor(resnet50(weights=None, norm_layer=FrozenBatchNorm2d), 3)
+    # the ROIs sampled per image follow the package's config (KEY VALUE overrides included)
+    rois = _cfg(args, device).MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE
     model = MaskRCNN(backbone, num_classes=81, min_size=min(args.height, args.width),
-                     max_size=max(args.height, args.width), rpn_post_nms_top_n_train=1000).to(device).train()
+                     max_size=max(args.height, args.width), rpn_post_nms_top_n_train=1000,
+                     box_batch_size_per_image=rois).to(device).train()
     if args.nhwc:
         model = model.to(memory_format=torch.channels_last)
     ims = [i.to(device) / 255.0 for i in images]
@@ -152,7 +159,7 @@ class Baseline:
         env = dict(os.environ, PYTHONPATH=root)
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--device", args.device, "--height",
                str(args.height), "--width", str(args.width), "--batch", str(args.batch), "--dtype", args.dtype]
-        cmd += ["--nhwc"] if args.nhwc else []
+        cmd += (["--nhwc"] if args.nhwc else []) + list(args.opts)
         self.proc = subprocess.Popen(cmd, env=env, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True)
         ready = self.proc.stdout.readline().strip()
@@ -210,6 +217,7 @@ def memory_alone(args, out):
                "--iters", "1", "--warmup", "1", "--json", "--peak", "--compile-backend", args.compile_backend]
         cmd += ["--nhwc"] if args.nhwc else []
         cmd += ["--compile-mode", args.compile_mode] if args.compile_mode else []
+        cmd += list(args.opts)
         r = subprocess.run(cmd, capture_output=True, text=True)
         for raw in r.stdout.splitlines():
             rec = json.loads(raw) if raw.startswith("{") else {}
@@ -284,6 +292,9 @@ def main(argv=None):
     p.add_argument("--json", action="store_true", help="JSON lines instead of text")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--peak", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("opts", nargs="*", metavar="KEY VALUE",
+                   help="config overrides of the package's models, as tools/train_mlperf.py takes them (e.g. "
+                        "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE 64: the tests' smaller ROI budget)")
     args = p.parse_args(argv)
     device = torch.device(args.device)
     gpu = device.type == "cuda"
@@ -301,9 +312,10 @@ def main(argv=None):
     out = Out(args.json)
     name = torch.cuda.get_device_name(device) if gpu else f"CPU x{torch.get_num_threads()} threads"
     out.line(f"device: {name} | torch {torch.__version__} | image {args.height}x{args.width} | batch {args.batch} | "
-             f"{args.dtype}{' | channels_last' if args.nhwc else ''} | {args.iters} rounds, models interleaved",
+             f"{args.dtype}{' | channels_last' if args.nhwc else ''} | {args.iters} rounds, models interleaved"
+             + (f" | {' '.join(args.opts)}" if args.opts else ""),
              event="setting", device=name, torch=torch.__version__, height=args.height, width=args.width,
-             batch=args.batch, dtype=args.dtype, nhwc=args.nhwc)
+             batch=args.batch, dtype=args.dtype, nhwc=args.nhwc, opts=list(args.opts))
     steps = build(args, device, dtype, out)
     times = {s.name: [] for s in steps}
     failed = set()
