@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 from helpers import REPO, bomb_png
-from train_runs import CPU_YAML, lines_after_last_log_line, mllog_events, run_merged
+from train_runs import CPU_YAML, lines_after_last_log_line, mllog_events, run_in_process, run_merged
 
 NEVER = ("MLPERF.MIN_BBOX_MAP", "1.0", "MLPERF.MIN_SEGM_MAP", "1.0")
 SHORT = ("SOLVER.MAX_ITER", 4, "SOLVER.IMS_PER_BATCH", 4, "PER_EPOCH_EVAL", False, *NEVER)
@@ -61,7 +61,7 @@ def test_num_classes_that_does_not_fit_the_data_is_one_line(tiny_data, tmp_path)
     data, out = _copy(tiny_data, tmp_path)
     for split in ("train2017", "val2017"):
         _edit_json(data / "annotations" / f"instances_{split}.json", _five_categories)
-    r = run_merged(str(data), str(out), *SHORT)
+    r = run_in_process(str(data), str(out), *SHORT)
     line = _one_error_line(r, 1)
     assert "MODEL.ROI_BOX_HEAD.NUM_CLASSES is 4" in line and "5 categories (ids 3, 7, 11, 42, 90)" in line
     assert "set MODEL.ROI_BOX_HEAD.NUM_CLASSES 6" in line
@@ -84,7 +84,7 @@ def test_num_classes_is_derived_when_the_config_does_not_set_it(tiny_data, tmp_p
 def test_train_and_val_categories_that_disagree_are_one_line(tiny_data, tmp_path):
     data, out = _copy(tiny_data, tmp_path)
     _edit_json(data / "annotations" / "instances_val2017.json", _five_categories)
-    line = _one_error_line(run_merged(str(data), str(out), *SHORT), 1)
+    line = _one_error_line(run_in_process(str(data), str(out), *SHORT), 1)
     assert "have different categories" in line and "instances_val2017.json" in line
 
 
@@ -92,7 +92,7 @@ def test_a_decompression_bomb_is_bad_input_that_names_the_file(tiny_data, tmp_pa
     data, out = _copy(tiny_data, tmp_path)
     victim = sorted((data / "train2017").iterdir())[2]
     victim.write_bytes(bomb_png())
-    line = _one_error_line(run_merged(str(data), str(out), *SHORT), 1)
+    line = _one_error_line(run_in_process(str(data), str(out), *SHORT), 1)
     assert victim.name in line and "decompression bomb" in line
 
 
@@ -100,7 +100,7 @@ def test_an_image_whose_size_disagrees_with_its_annotation_is_named(tiny_data, t
     data, out = _copy(tiny_data, tmp_path)
     victim = sorted((data / "train2017").iterdir())[1]
     Image.new("RGB", (64, 80), (90, 20, 200)).save(victim, format="JPEG")
-    line = _one_error_line(run_merged(str(data), str(out), *SHORT), 1)
+    line = _one_error_line(run_in_process(str(data), str(out), *SHORT), 1)
     assert victim.name in line and "is 64x80, but its annotation" in line and "96x96" in line
 
 
@@ -108,7 +108,7 @@ def test_a_missing_validation_image_is_found_before_training(tiny_data, tmp_path
     data, out = _copy(tiny_data, tmp_path)
     victim = sorted((data / "val2017").iterdir())[-1]
     victim.unlink()
-    r = run_merged(str(data), str(out), *SHORT)
+    r = run_in_process(str(data), str(out), *SHORT)
     line = _one_error_line(r, 1)
     assert victim.name in line and "does not exist" in line and "instances_val2017.json" in line
     keys = [e["key"] for e in mllog_events(r.stdout)]

@@ -3,7 +3,8 @@ import os
 
 import pytest
 
-from train_runs import checker_failures, compliance, lines_after_last_log_line, mllog_events, run_merged, run_train
+from train_runs import (checker_failures, compliance, lines_after_last_log_line, mllog_events, run_in_process,
+                        run_merged, run_train)
 
 LOW_TARGET = ("MLPERF.MIN_BBOX_MAP", "0.0", "MLPERF.MIN_SEGM_MAP", "0.0")
 
@@ -58,8 +59,8 @@ def test_not_converged_run_is_aborted_and_fails_checker(tiny_data, tmp_path):
 @pytest.mark.slow
 def test_nan_loss_aborts_with_clear_message(tiny_data, tmp_path):
     out = str(tmp_path)
-    r = run_merged(tiny_data, out, "SOLVER.MAX_ITER", 30, "SOLVER.BASE_LR", "1e12", "SOLVER.WARMUP_ITERS", 0,
-                   "SOLVER.CLIP_GRAD_NORM", 0.0)
+    r = run_in_process(tiny_data, out, "SOLVER.MAX_ITER", 30, "SOLVER.BASE_LR", "1e12", "SOLVER.WARMUP_ITERS", 0,
+                       "SOLVER.CLIP_GRAD_NORM", 0.0)
     assert r.returncode == 2, r.stdout[-3000:]
     tail = lines_after_last_log_line(r.stdout)
     assert len(tail) == 1 and tail[0].startswith("error: non-finite loss at iteration"), tail
@@ -76,7 +77,7 @@ def test_nan_loss_aborts_with_clear_message(tiny_data, tmp_path):
 ])
 @pytest.mark.slow
 def test_bad_input_gives_one_clear_error_line(tiny_data, tmp_path, opts, needle, code):
-    r = run_merged(tiny_data, str(tmp_path), "SOLVER.MAX_ITER", 2, *opts)
+    r = run_in_process(tiny_data, str(tmp_path), "SOLVER.MAX_ITER", 2, *opts)
     assert r.returncode == code, r.stdout[-2000:]
     tail = lines_after_last_log_line(r.stdout)
     assert len(tail) == 1 and tail[0].startswith("error: ") and needle in tail[0], r.stdout[-2000:]
