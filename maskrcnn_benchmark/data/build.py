@@ -6,8 +6,7 @@ import torch
 
 from ..utils import comm
 from ..utils.errors import BatchNotDivisible, ConfigError
-from ..utils.imports import load_catalog
-from ..utils.processes import die_with_parent, keep_freed_memory
+from ..utils.processes import die_with_parent, keep_freed_memory, quiet_when_requests_are_left
 from . import datasets as D
 from .catalog import NUM_CLASSES_KEY, catalog_entries, describe_categories
 from .collate_batch import BatchCollator
@@ -23,9 +22,12 @@ logger = logging.getLogger(__name__)
 def _worker_init(worker_id):
     """A loader worker never outlives its process: if that is killed (SIGKILL included) the kernel ends the
     worker too, instead of leaving it re-parented to PID 1 on a cluster node. It keeps freed memory for the next
-    image (:func:`~maskrcnn_benchmark.utils.processes.keep_freed_memory`)."""
+    image (:func:`~maskrcnn_benchmark.utils.processes.keep_freed_memory`), and prints nothing when its process
+    stops in the middle of fetching a batch from it
+    (:func:`~maskrcnn_benchmark.utils.processes.quiet_when_requests_are_left`)."""
     die_with_parent()
     keep_freed_memory()
+    quiet_when_requests_are_left()
 
 
 def use_hybrid(cfg):
@@ -68,7 +70,8 @@ def categories_of(dataset):
         for d, cats in zip(dataset.datasets[1:], parts[1:]):
             if cats != parts[0]:
                 raise D.DatasetError(f"training datasets '{dataset.datasets[0].ann_file}' and '{d.ann_file}' have "
-                                     f"different categories ({describe_categories(parts[0])} vs {describe_categories(cats)})")
+                                     f"different categories ({describe_categories(parts[0])} vs "
+                                     f"{describe_categories(cats)})")
         return parts[0]
     return sorted((c["id"], str(c.get("name", c["id"]))) for c in dataset.coco.dataset.get("categories", []))
 
@@ -85,8 +88,8 @@ def check_num_classes(num_classes, train_dataset=None, test_datasets=()):
         other = categories_of(t)
         if reference is not t and other != cats:
             raise D.DatasetError(f"the training dataset '{_name(reference)}' and the test dataset '{_name(t)}' have "
-                                 f"different categories ({describe_categories(cats)} vs {describe_categories(other)}): the model's "
-                                 "labels would mean different things")
+                                 f"different categories ({describe_categories(cats)} vs "
+                                 f"{describe_categories(other)}): the model's labels would mean different things")
     if num_classes != len(cats) + 1:
         raise ConfigError(f"{NUM_CLASSES_KEY} is {num_classes}, but the dataset '{_name(reference)}' has "
                           f"{describe_categories(cats)}: set {NUM_CLASSES_KEY} {len(cats) + 1} (its categories + "

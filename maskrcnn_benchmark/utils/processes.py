@@ -1,6 +1,8 @@
-"""Helper processes that never outlive their parent."""
+"""Helper processes that never outlive their parent, and stay quiet when it goes."""
 import ctypes
+import os
 import signal
+import sys
 
 _PR_SET_PDEATHSIG = 1
 
@@ -27,3 +29,27 @@ def keep_freed_memory(limit=1 << 30):
         return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(limit)) and libc.mallopt(_M_TRIM_THRESHOLD, int(limit)))
     except (AttributeError, OSError):
         return False
+
+
+def quiet_when_requests_are_left():
+    """In a loader worker: multiprocessing's resource sharer (the worker's thread that hands its batches' shared
+    memory to the main process) prints a traceback when the main process goes away in the middle of a request
+    (``ConnectionResetError`` or ``EOFError`` in its handshake), which is what a run stopped by Slurm's SIGTERM
+    does; the stop is the run's to report (one line), not the worker's. Any other exception reaches the previous
+    ``sys.excepthook`` (which the sharer's thread calls)."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        if issubclass(kind, (ConnectionError, EOFError)) and _raised_in_resource_sharer(tb):
+            return
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
+
+
+def _raised_in_resource_sharer(tb):
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.endswith(os.path.join("multiprocessing", "resource_sharer.py")):
+            return True
+        tb = tb.tb_next
+    return False
