@@ -24,6 +24,7 @@ import sys
 
 import torch
 
+from maskrcnn_benchmark.cli.common import parse_with_overrides
 from maskrcnn_benchmark.config import load_config
 from maskrcnn_benchmark.engine.hooks import MetricsHook
 from maskrcnn_benchmark.engine.trainer import Trainer
@@ -78,10 +79,7 @@ def main(argv=None):
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="float16: CUDA only (its loss scaling is part of the step)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("opts", nargs="*", metavar="KEY VALUE",
-                   help="config overrides (e.g. MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE 64: fewer mask-head rows, the "
-                        "same code path)")
-    args = p.parse_args(argv)
+    args, args.opts = parse_with_overrides(p, argv)  # KEY VALUE config overrides, anywhere
     device = torch.device(args.device)
     height, width = (int(v) for v in args.size.split("x"))
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))

@@ -37,6 +37,7 @@ import time
 
 import torch
 
+from maskrcnn_benchmark.cli.common import parse_with_overrides
 from maskrcnn_benchmark.config import get_cfg, merge_cfg_from_file, merge_cfg_from_list
 from maskrcnn_benchmark.modeling import build_detection_model
 from maskrcnn_benchmark.data.collate_batch import BatchCollator
@@ -292,10 +293,7 @@ def main(argv=None):
     p.add_argument("--json", action="store_true", help="JSON lines instead of text")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--peak", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("opts", nargs="*", metavar="KEY VALUE",
-                   help="config overrides of the package's models, as tools/train_mlperf.py takes them (e.g. "
-                        "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE 64: the tests' smaller ROI budget)")
-    args = p.parse_args(argv)
+    args, args.opts = parse_with_overrides(p, argv)  # KEY VALUE config overrides, anywhere
     device = torch.device(args.device)
     gpu = device.type == "cuda"
     args.height = args.height or (800 if gpu else 256)

@@ -123,7 +123,8 @@ def read_model_step(c):
         if kind == "setting":
             batch = e["batch"]
             c.figures.append(("setting", f"{e['device']}, torch {e['torch']}, {e['height']}x{e['width']}, batch "
-                                         f"{e['batch']}, {e['dtype']}{', channels_last' if e.get('nhwc') else ''}"))
+                                         f"{e['batch']}, {e['dtype']}{', channels_last' if e.get('nhwc') else ''}"
+                                         f"{', ' + ' '.join(e['opts']) if e.get('opts') else ''}"))
         elif kind == "setup" and e["model"].startswith("compiled"):
             c.figures.append((f"compile time, {e['model']}", f"{e['seconds']} s"))
         elif kind == "failed":
@@ -406,7 +407,7 @@ def plan(args, out_dir):
               150 if q else 90, ok_codes=(0, 3)),  # 3: the targets (set out of reach) not reached
         Check("evaluation", "blocking evaluation: inference and post-processing per image",
               [py, "bench/eval_step.py", "--device", dev, "--json"]
-              + (["--images", "1", "--height", "96", "--width", "128", "--batch", "1"] if q else
+              + (["--images", "2", "--height", "96", "--width", "128", "--batch", "2"] if q else
                  ["--images", "625", "--height", "800", "--width", "1333", "--batch", "8", "--dtype", "float16"]),
               60 if q else 80),
         Check("scoring", "background COCO scoring of one epoch's results (COCO val's 5000 images)",

@@ -1,10 +1,10 @@
 """The base of every error that is the user's to fix.
 
 A config key or value (:class:`~maskrcnn_benchmark.config.ConfigError`), a dataset file or entry
-(``DatasetError``, also :class:`maskrcnn_benchmark.data.datasets.DatasetError`), weights (``WeightsError``), COCO scoring input
-(``ScoringError``), the output folder (``RunFolderError``) or a write that failed (``WriteError``, a full disk):
-each is a :class:`UserError` whose message names the key, file or value. The programs print it as one ``error:``
-line and exit 1 (:mod:`maskrcnn_benchmark.cli.exit_codes`); anything else that ends a program is a bug, whose
+(``DatasetError``, also importable from :mod:`maskrcnn_benchmark.data.datasets`), weights (``WeightsError``), COCO
+scoring input (``ScoringError``), the output folder (``RunFolderError``) or a write that failed (``WriteError``, a
+full disk): each is a :class:`UserError` whose message names the key, file or value. The programs print it as one
+``error:`` line and exit 1 (:mod:`maskrcnn_benchmark.cli.exit_codes`); anything else that ends a program is a bug, whose
 traceback goes to the run's log, except the few ends of a run at the bottom of this module (a diverged loss, a lost
 rank, a failed evaluation), each with its own exit code. Nothing here imports torch: a program that fails on its
 command line or config says so without loading it.

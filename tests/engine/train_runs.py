@@ -75,6 +75,8 @@ def run_in_process(data_dir, out_dir, *opts, config_file=None):
     if config_file:
         argv[argv.index("--config-file") + 1] = config_file
     merged, cwd, threads = io.StringIO(), os.getcwd(), torch.get_num_threads()
+    loggers = [logging.getLogger(name) for name in ("maskrcnn_benchmark", TRACEBACK_LOGGER)]
+    saved = [(lg.propagate, lg.level) for lg in loggers]
     os.chdir(out_dir)
     torch.set_num_threads(1)  # as the subprocess runs it (OMP_NUM_THREADS=1)
     try:
@@ -84,11 +86,12 @@ def run_in_process(data_dir, out_dir, *opts, config_file=None):
     finally:
         os.chdir(cwd)
         torch.set_num_threads(threads)
-        for name in ("maskrcnn_benchmark", TRACEBACK_LOGGER):  # the run's handlers write to closed streams now
-            lg = logging.getLogger(name)
+        # the run's handlers write to the closed buffer now; the loggers propagate again (caplog) as before the run
+        for lg, (propagate, level) in zip(loggers, saved):
             for h in list(lg.handlers):
                 lg.removeHandler(h)
                 h.close()
+            lg.propagate, lg.level = propagate, level
     return subprocess.CompletedProcess(argv, code, merged.getvalue(), None)
 
 
