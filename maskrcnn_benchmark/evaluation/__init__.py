@@ -11,7 +11,7 @@ The names below are imported on first use (PEP 562): the COCO scoring process, w
 the scoring backend, no torch): it is ready in a fraction of a second instead of the seconds a torch import takes
 (tests/evaluation/test_scoring_process_imports.py reads the imports from the source).
 """
-import importlib
+from ..utils.imports import lazy_attributes
 
 _MODULE_OF = {"BackgroundScorer": "background", "ScoresFuture": "background", "Detections": "detections",
               "COCOEvaluator": "evaluator", "DatasetEvaluator": "evaluator", "inference_on_dataset": "evaluator",
@@ -20,15 +20,7 @@ _MODULE_OF = {"BackgroundScorer": "background", "ScoresFuture": "background", "D
               "format_per_class_table": "scoring", "resolve_backend": "scoring", "score_coco": "scoring"}
 
 __all__ = list(_MODULE_OF)
-
-
-def __getattr__(name):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _MODULE_OF)
 
 
 def __dir__():

@@ -1,6 +1,8 @@
 """``import_file``: load a Python source file as a module (the reference's ``utils/imports.py``),
-``load_catalog``: the paths catalog that ``cfg.PATHS_CATALOG`` names, and ``resolve_weights``: the file behind a
-``catalog://`` weights name. No torch: tools/preflight.py uses them."""
+``load_catalog``: the paths catalog that ``cfg.PATHS_CATALOG`` names, ``resolve_weights``: the file behind a
+``catalog://`` weights name, and ``lazy_attributes``: a package's names imported on first use. No torch:
+tools/preflight.py uses them."""
+import importlib
 import importlib.util
 import os
 import sys
@@ -43,3 +45,18 @@ def resolve_weights(cfg, path):
         except KeyError as e:
             raise WeightsError(f"MODEL.WEIGHT '{path}': {e.args[0] if e.args else e}") from None
     return path
+
+
+def lazy_attributes(package, module_of):
+    """A package's module-level ``__getattr__`` (PEP 562) that imports each name of ``module_of`` (``{name:
+    submodule}``) from its submodule on first use and keeps it in the package's namespace: importing the package
+    (or a light submodule of it) does not load the heavy ones."""
+    def __getattr__(name):
+        module = module_of.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{module}"), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__
