@@ -2,14 +2,16 @@
 """Where one demo iteration and one demo evaluation spend their time, by stage (``make demo``'s run, measured).
 
     python bench/demo_profile.py [--iters 60] [--warmup 10] [--data datasets/synthetic] [--threads N]
+                                 [--weights results/demo/model_0000900.pth] [--no-eval]
 
 The demo's own pieces, built as a run builds them (configs/e2e_mask_rcnn_synthetic_cpu.yaml resolved for this
 machine, make_data_loader + DeviceLoader, make_optimizer, the Trainer with its metrics hook), on the demo's
 synthetic dataset (tools/make_synthetic_coco.py --train 600 --val 100 --seed 0, made when ``--data`` has none).
 Each stage's functions are wrapped with a wall-clock timer (the CPU runs synchronously, so a stage's time is its
-compute); nothing in the package changes. Training: ``--warmup`` iterations, then ``--iters`` timed ones. Evaluation:
-the whole validation set as an epoch end runs it (run_inference into the COCOEvaluator: the blocking part), then the
-COCO scoring a run does in a background process, timed here in-process.
+compute); nothing in the package changes. Training: ``--warmup`` iterations, then ``--iters`` timed ones, from the
+model's initialization or from ``--weights`` (``--iters 0``: evaluation only). Evaluation: the whole validation set
+as an epoch end runs it (run_inference into the COCOEvaluator: the blocking part), then the COCO scoring a run does
+in a background process, timed here in-process.
 
 Prints two tables (stage, ms per iteration or per evaluation, share) and the img/s; docs/benchmarks.md keeps them.
 """
@@ -88,6 +90,8 @@ def main(argv=None):
     p.add_argument("--data", default=os.path.join(ROOT, "datasets", "synthetic"))
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: as the demo, config_CPU.sh)")
     p.add_argument("--no-eval", action="store_true")
+    p.add_argument("--weights", default="", help="start from this checkpoint of the demo model (a run with "
+                   "SAVE_CHECKPOINTS True writes model_*.pth); with --iters 0, profile its evaluation only")
     args = p.parse_args(argv)
     _ensure_data(args.data)
 
@@ -115,6 +119,9 @@ def main(argv=None):
     cfg = resolve(load_config(CONFIG, ["DATASETS.DATA_DIR", args.data]), device, 1)
     torch.manual_seed(1)
     model = build_detection_model(cfg).to(device)
+    if args.weights:
+        from maskrcnn_benchmark.utils.checkpoint import DetectronCheckpointer
+        DetectronCheckpointer(cfg, model).load_weights(args.weights)
     optimizer = make_optimizer(cfg, model)
     scheduler = make_lr_scheduler(cfg, optimizer)
     scaler = make_grad_scaler(device, cfg.DTYPE)
@@ -176,16 +183,17 @@ def main(argv=None):
             after_step()
 
     trainer.hooks.append(WarmupHook())
-    if args.warmup == 0:
-        Clock.start = time.perf_counter()
-    trainer.train()
-    train_total = time.perf_counter() - Clock.start
-    train_seconds = dict(watch.seconds)
-    images = args.iters * cfg.SOLVER.IMS_PER_BATCH
     print(f"demo_profile: torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores; "
-          f"{args.iters} iterations of {cfg.SOLVER.IMS_PER_BATCH} images after {args.warmup} warm-up ones\n")
-    print(_table(f"one training iteration ({images / train_total:.1f} img/s)", train_seconds, train_total,
-                 args.iters, "iteration"))
+          f"{args.iters} iterations of {cfg.SOLVER.IMS_PER_BATCH} images after {args.warmup} warm-up ones"
+          + (f", from {args.weights}" if args.weights else "") + "\n")
+    if args.iters:
+        if args.warmup == 0:
+            Clock.start = time.perf_counter()
+        trainer.train()
+        train_total = time.perf_counter() - Clock.start
+        images = args.iters * cfg.SOLVER.IMS_PER_BATCH
+        print(_table(f"one training iteration ({images / train_total:.1f} img/s)", dict(watch.seconds),
+                     train_total, args.iters, "iteration"))
     if args.no_eval:
         return 0
 
@@ -231,7 +239,8 @@ def main(argv=None):
                  f"({1000 * blocking / len(test_set):.1f} ms per image)", eval_seconds, blocking, 1, "evaluation"))
     print(f"\nCOCO scoring (a run's background process; here in-process, after the blocking part): {scoring:.2f} s "
           f"({len(detections)} detections; box AP {scores['bbox']['stats']['AP']:.3f}, mask AP "
-          f"{scores['segm']['stats']['AP']:.3f} after {total_iters} iterations)")
+          f"{scores['segm']['stats']['AP']:.3f} after {total_iters} iterations"
+          + (f" from {args.weights}" if args.weights else "") + ")")
     return 0
 
 

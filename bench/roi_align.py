@@ -25,6 +25,7 @@ CASES = [
     ("demo training: box head", 4, 64, 128, 128, 256, 7),
     ("demo training: mask head", 4, 64, 128, 128, 64, 14),
     ("demo inference: mask head, 100 detections per image", 4, 64, 128, 128, 400, 14),
+    ("demo inference: box head, 8 images x 150 proposals", 8, 64, 128, 128, 1200, 7),
     ("COCO training: box head (2 images x 512)", 2, 256, 800, 1088, 1024, 7),
     ("COCO training: mask head (2 images x 128)", 2, 256, 800, 1088, 256, 14),
 ]

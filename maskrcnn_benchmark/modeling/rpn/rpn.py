@@ -39,7 +39,7 @@ class RPNHead(nn.Module):
     def forward(self, features):
         logits, deltas = [], []
         for x in features:
-            t = F.relu(self.conv(x))
+            t = F.relu_(self.conv(x))
             logits.append(self.cls_logits(t))
             deltas.append(self.bbox_pred(t))
         return logits, deltas

@@ -20,4 +20,4 @@ class FPN2MLPFeatureExtractor(nn.Module):
 
     def forward(self, features, rois):
         x = self.pooler(features, rois).flatten(1)
-        return F.relu(self.fc7(F.relu(self.fc6(x))))
+        return F.relu_(self.fc7(F.relu_(self.fc6(x))))

@@ -35,5 +35,5 @@ class MaskRCNNFPNFeatureExtractor(nn.Module):
             # (1000 ROIs, 64 channels: 1.27 -> 0.76 s on 2 cores; training neither gains nor loses)
             x = x.contiguous(memory_format=torch.channels_last)
         for name in self.blocks:
-            x = F.relu(getattr(self, name)(x))
+            x = F.relu_(getattr(self, name)(x))
         return x

@@ -29,4 +29,4 @@ class MaskRCNNC4Predictor(nn.Module):
                 torch.empty_like(w, memory_format=torch.channels_last).copy_(w.detach()))
 
     def forward(self, x):
-        return self.mask_fcn_logits(F.relu(self.conv5_mask(x)))
+        return self.mask_fcn_logits(F.relu_(self.conv5_mask(x)))
