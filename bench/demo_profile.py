@@ -2,7 +2,7 @@
 """Where one demo iteration and one demo evaluation spend their time, by stage (``make demo``'s run, measured).
 
     python bench/demo_profile.py [--iters 60] [--warmup 10] [--data datasets/synthetic] [--threads N]
-                                 [--weights results/demo/model_0000900.pth] [--no-eval]
+                                 [--weights results/demo/model_0000900.pth] [--no-eval] [KEY VALUE ...]
 
 The demo's own pieces, built as a run builds them (configs/e2e_mask_rcnn_synthetic_cpu.yaml resolved for this
 machine, make_data_loader + DeviceLoader, make_optimizer, the Trainer with its metrics hook), on the demo's
@@ -92,7 +92,9 @@ def main(argv=None):
     p.add_argument("--no-eval", action="store_true")
     p.add_argument("--weights", default="", help="start from this checkpoint of the demo model (a run with "
                    "SAVE_CHECKPOINTS True writes model_*.pth); with --iters 0, profile its evaluation only")
-    args = p.parse_args(argv)
+    from maskrcnn_benchmark.cli.common import parse_with_overrides
+
+    args, args.opts = parse_with_overrides(p, argv)  # KEY VALUE config overrides, anywhere
     _ensure_data(args.data)
 
     import torch
@@ -116,7 +118,7 @@ def main(argv=None):
     # the timer around optimizer.step makes the LR scheduler think the step was replaced: it was not
     warnings.filterwarnings("ignore", message="Seems like `optimizer.step()` has been overridden")
     device = torch.device("cpu")
-    cfg = resolve(load_config(CONFIG, ["DATASETS.DATA_DIR", args.data]), device, 1)
+    cfg = resolve(load_config(CONFIG, ["DATASETS.DATA_DIR", args.data] + args.opts), device, 1)
     torch.manual_seed(1)
     model = build_detection_model(cfg).to(device)
     if args.weights:
