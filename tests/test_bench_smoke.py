@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -37,3 +38,16 @@ def test_a_compile_failure_keeps_the_other_figures():
     assert [e["model"] for e in failed] == ["compiled (default)"] and "no_such_backend" in failed[0]["reason"]
     summary = {e["model"]: e for e in events if e["event"] == "summary"}
     assert set(summary) == {"eager", "torchvision"} and all(e["img_s"] > 0 for e in summary.values())
+
+
+def test_mask_predictor_bench_prints_every_case_with_a_rounding_sized_difference(capsys):
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    try:
+        import mask_predictor
+    finally:
+        sys.path.remove(os.path.join(REPO, "bench"))
+    assert mask_predictor.main(["--scale", "0.02", "--repeats", "1", "--threads", "1"]) == 0
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
+    assert [r[0].strip() for r in rows] == [what + (" fwd + bwd" if bwd else "")
+                                          for what, _, _, _, bwd in mask_predictor.CASES]
+    assert all(float(r[-1]) < 1e-4 for r in rows)  # logits: float rounding, not a different function
