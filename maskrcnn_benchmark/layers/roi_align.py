@@ -159,10 +159,9 @@ def _roi_align_gather(features, rois, levels, output_size, scales, sampling_rati
     k, s, g = rois.shape[0], output_size, sampling_ratio
     out = torch.empty((k, c, s, s), dtype=dtype, device=table.device)
     count = float(max(g * g, 1))
-    # two buffers for all chunks: a product into a fresh tensor also zeroes and copies a new one (in the demo's
-    # evaluation a 12,544 x 64 product took 0.65 ms of fill and 0.73 ms of copy around 0.28 ms of product;
-    # docs/benchmarks.md: the evaluation 3.25-3.40 -> 2.97-3.15 s with the in-place ReLUs); _product fills them
-    # without zeroing them first
+    # two buffers for all chunks, which _product writes without zeroing them: a product into a fresh tensor also
+    # zeroes and copies one (in the demo's evaluation about 1.4 ms around a 0.3 ms 12,544 x 64 product;
+    # docs/benchmarks.md)
     acc = table.new_empty((min(k, chunk) * s * s, c))
     val = torch.empty_like(acc)
     for r0 in range(0, k, chunk):
