@@ -53,15 +53,15 @@ def paste_mask_windows(probs, boxes, height, width, threshold=0.5, padding=1, wi
         return torch.zeros((0, 0, 0), dtype=torch.bool, device=device), x0.long(), y0.long()
     sizes = torch.stack((wh, ww), 1).long().cpu()  # the one sync: window sizes for chunking
     order = torch.argsort(sizes[:, 0] * sizes[:, 1])
-    out_h, out_w = int(sizes[:, 0].max()), int(sizes[:, 1].max())
-    out = torch.zeros((d, out_h, out_w), dtype=torch.bool, device=device)
+    heights, widths = (v.tolist() for v in sizes[order].unbind(1))  # the chunking below reads Python ints
+    out = torch.zeros((d, max(heights), max(widths)), dtype=torch.bool, device=device)
     start = 0
     while start < d:
         end = start + 1
-        h_max, w_max = int(sizes[order[start], 0]), int(sizes[order[start], 1])
+        h_max, w_max = heights[start], widths[start]
         while end < d:
-            h_next = max(h_max, int(sizes[order[end], 0]))
-            w_next = max(w_max, int(sizes[order[end], 1]))
+            h_next = max(h_max, heights[end])
+            w_next = max(w_max, widths[end])
             if (end - start + 1) * max(h_next, 1) * max(w_next, 1) > max_elements:
                 break
             h_max, w_max, end = h_next, w_next, end + 1

@@ -42,11 +42,12 @@ def _random_detections(d, h, w, seed=0):
     return probs, boxes
 
 
+@pytest.mark.parametrize("max_elements", [1 << 24, 4000])  # one chunk; many chunks of a few similar windows
 @pytest.mark.parametrize("window", ["box", "full"])
-def test_pasted_masks_are_the_reference_paste(window):
+def test_pasted_masks_are_the_reference_paste(window, max_elements):
     h, w = 120, 97
     probs, boxes = _random_detections(200, h, w)
-    masks, x0, y0 = paste_mask_windows(probs, boxes, h, w, window=window)
+    masks, x0, y0 = paste_mask_windows(probs, boxes, h, w, window=window, max_elements=max_elements)
     checked = 0
     for k in range(len(boxes)):
         ref, values = _reference_paste(probs[k, 0], boxes[k], h, w)
