@@ -81,57 +81,68 @@ def _axis_samples(lo, extent, size, grid, limit):
     return low.long(), high.long(), hw, lw, inside
 
 
+def _outer(op, a, b):
+    """``op`` of ``a (K, S, G)`` on the y axis and ``b (K, S, G)`` on the x axis: ``(K, S, G, S, G)`` (bin row, sample
+    row, bin column, sample column), computed as ``(K, S*G, S*G)``, a column against a row: this broadcast
+    vectorizes (one over the trailing G-sized dims did not)."""
+    k, s, g = a.shape
+    return op(a.reshape(k, s * g, 1), b.reshape(k, 1, s * g)).view(k, s, g, s, g)
+
+
 def _sample_grid(rois, levels, shapes, scales, size, sampling_ratio):
     """torchvision's ``pre_calc_for_bilinear_interpolate`` (legacy, ``aligned=False``) for every ROI at once, each on
     its own level, with the kernel's float32 arithmetic in its order: for every ROI, bin (``size x size``) and
-    sample (``sampling_ratio`` squared, row-major), the four neighbours' flat positions in the level's ``H x W``
-    plane, their weights and whether the sample is inside (outside: weights 0, no gradient). Bilinear sampling is
-    separable: each axis is computed once per ROI, bin and sample (:func:`_axis_samples`), then combined."""
+    sample (``sampling_ratio`` squared), the four neighbours' rows in the channels-last concatenation of all levels
+    (``sum N*H*W`` rows of C) and their weights. Bilinear sampling is separable: each axis is computed once per ROI,
+    bin and sample (:func:`_axis_samples`), then combined (:func:`_outer`).
+
+    Returns ``rows`` and ``weights``, ``(K, S, G, S, G, 4)``, laid out as the axes give them (ROI, bin row, sample
+    row, bin column, sample column, neighbour: a transpose of dims 2 and 3 away from the kernel's order; making it
+    contiguous cost more than the products, its innermost dimension being G), and each axis' ``inside``, ``(K, S,
+    G)``. A sample outside on either axis (or a ROI on level -1) has weight +0.0 for each neighbour (zeroed on the
+    axis: the other factor is in [0, 1]) and valid rows (a NaN coordinate's included), so the products read real
+    rows and add nothing."""
     k = rois.shape[0]
     dev = rois.device
     lvl = levels.clamp(min=0)
     heights = torch.tensor([s[2] for s in shapes], device=dev)[lvl]
     widths = torch.tensor([s[3] for s in shapes], device=dev)[lvl]
     scale = torch.tensor(scales, dtype=torch.float64, device=dev)[lvl]
+    plane = torch.tensor([s[2] * s[3] for s in shapes], device=dev)[lvl]
+    offset = torch.cumsum(torch.tensor([0] + [s[0] * s[2] * s[3] for s in shapes[:-1]], device=dev), 0)[lvl]
+    base = offset + rois[:, 0].long() * plane  # row of pixel (0, 0) of the ROI's image on its level
     # offset_rois[i] * spatial_scale: float times double, rounded to float on assignment
     x1, y1, x2, y2 = ((rois[:, i].double() * scale).float() for i in range(1, 5))
     yl, yh, hy, ly, y_in = _axis_samples(y1, y2 - y1, size, sampling_ratio, heights)
     xl, xh, hx, lx, x_in = _axis_samples(x1, x2 - x1, size, sampling_ratio, widths)
-    g = sampling_ratio
-
-    def outer(op, a, b):  # (K, S, G) on y, (K, S, G) on x -> (K, S, S, G, G): ph, pw, iy, ix
-        # computed as (K, S*G, S*G), a column against a row (this broadcast vectorizes; one over the trailing
-        # G-sized dims did not), then viewed in the grid's order
-        r = op(a.reshape(k, size * g, 1), b.reshape(k, 1, size * g))
-        return r.view(k, size, g, size, g).transpose(2, 3).contiguous()
-
-    inside = outer(torch.logical_and, y_in, x_in) & (levels >= 0).view(k, 1, 1, 1, 1)
-    weights = torch.stack([outer(torch.mul, hy, hx), outer(torch.mul, hy, lx), outer(torch.mul, ly, hx),
-                           outer(torch.mul, ly, lx)], -1)
-    outside = ~inside[..., None]
-    weights.masked_fill_(outside, 0.0)  # in place: a where() would also fill a tensor of zeros first
-    wi = widths.view(k, 1, 1)
-    yl, yh = yl * wi, yh * wi
-    pos = torch.stack([outer(torch.add, yl, xl), outer(torch.add, yl, xh), outer(torch.add, yh, xl),
-                       outer(torch.add, yh, xh)], -1)
-    pos.masked_fill_(outside, 0)
-    return pos, weights, inside
+    y_in &= (levels >= 0).view(k, 1, 1)
+    hy, ly = torch.where(y_in, hy, 0.0), torch.where(y_in, ly, 0.0)
+    hx, lx = torch.where(x_in, hx, 0.0), torch.where(x_in, lx, 0.0)
+    wi, base = widths.view(k, 1, 1), base.view(k, 1, 1)
+    yl, yh = torch.where(y_in, yl * wi + base, base), torch.where(y_in, yh * wi + base, base)
+    xl, xh = torch.where(x_in, xl, 0), torch.where(x_in, xh, 0)
+    weights = torch.stack([_outer(torch.mul, hy, hx), _outer(torch.mul, hy, lx), _outer(torch.mul, ly, hx),
+                           _outer(torch.mul, ly, lx)], -1)
+    rows = torch.stack([_outer(torch.add, yl, xl), _outer(torch.add, yl, xh), _outer(torch.add, yh, xl),
+                        _outer(torch.add, yh, xh)], -1)
+    return rows, weights, y_in, x_in
 
 
-def _rows(rois, levels, shapes, pos):
-    """Row of each neighbour in the channels-last concatenation of all levels (``sum N*H*W`` rows of C)."""
-    dev = rois.device
-    plane = torch.tensor([s[2] * s[3] for s in shapes], device=dev)
-    offset = torch.cumsum(torch.tensor([0] + [s[0] * s[2] * s[3] for s in shapes[:-1]], device=dev), 0)
-    lvl = levels.clamp(min=0)
-    base = offset[lvl] + rois[:, 0].long() * plane[lvl]
-    return base.view(-1, *([1] * (pos.dim() - 1))) + pos
+def _kernel_order(grid):
+    """``(K, S, G, S, G, ...)`` from :func:`_sample_grid` -> ``(K, S, S, G, G, ...)``: ROI, bin, sample (a view)."""
+    return grid.transpose(2, 3)
+
+
+def _spilled_rows(rows, y_in, x_in, spill):
+    """``rows`` in the kernel's order, with ``spill`` for every sample outside its level (no gradient)."""
+    return _kernel_order(torch.where(_outer(torch.logical_and, y_in, x_in)[..., None], rows, spill))
 
 
 def _rows_matrix(rows, values, columns):
-    """``(R, columns)`` sparse CSR matrix whose row ``r`` holds ``values[r]`` at ``rows[r]`` (a fixed number of
-    entries per row, repeated columns added; no size read from the data)."""
-    r, per = rows.shape
+    """``(R, columns)`` sparse CSR matrix whose row ``r`` holds ``values[r]`` at ``rows[r]`` (``(..., P)``: P entries
+    per row, repeated columns added; no size read from the data)."""
+    per = rows.shape[-1]
+    r = rows.numel() // per
     crow = torch.arange(0, r * per + 1, per, device=rows.device)
     return torch.sparse_csr_tensor(crow, rows.reshape(-1), values.reshape(-1), size=(r, columns),
                                    check_invariants=False)
@@ -166,13 +177,13 @@ def _roi_align_gather(features, rois, levels, output_size, scales, sampling_rati
     val = torch.empty_like(acc)
     for r0 in range(0, k, chunk):
         r = slice(r0, r0 + chunk)
-        pos, weights, _ = _sample_grid(rois[r], levels[r], shapes, scales, s, g)
-        kc = pos.shape[0]
-        rows = _rows(rois[r], levels[r], shapes, pos).view(kc * s * s, g * g, 4)
-        weights = weights.to(dtype).view(kc * s * s, g * g, 4)
+        rows, weights, _, _ = _sample_grid(rois[r], levels[r], shapes, scales, s, g)
+        kc = rows.shape[0]
+        weights = weights.to(dtype)
         a, v = acc[:kc * s * s], val[:kc * s * s]
-        for sample in range(g * g):
-            _product(_rows_matrix(rows[:, sample], weights[:, sample], table.shape[0]), table,
+        for sample in range(g * g):  # row-major, as the kernel adds them
+            iy, ix = divmod(sample, g)
+            _product(_rows_matrix(rows[:, :, iy, :, ix], weights[:, :, iy, :, ix], table.shape[0]), table,
                      out=v if sample else a)
             if sample:
                 a.add_(v)
@@ -194,23 +205,22 @@ def _roi_align_scatter(grad, rois, levels, shapes, scales, sampling_ratio, chunk
     k, s, g = rois.shape[0], grad.shape[-1], sampling_ratio
     count = max(g * g, 1)
     if count & (count - 1) == 0:
-        pos, weights, inside = _sample_grid(rois, levels, shapes, scales, s, g)
-        rows = torch.where(inside[..., None], _rows(rois, levels, shapes, pos), total).reshape(-1)
-        dest, entry = torch.sort(rows, stable=True)
+        rows, weights, y_in, x_in = _sample_grid(rois, levels, shapes, scales, s, g)
+        dest, entry = torch.sort(_spilled_rows(rows, y_in, x_in, total).reshape(-1), stable=True)
         crow = torch.searchsorted(dest, torch.arange(total + 2, device=rows.device))
         matrix = torch.sparse_csr_tensor(crow, torch.div(entry, count * 4, rounding_mode="floor"),
-                                         weights.to(grad.dtype).reshape(-1)[entry], size=(total + 1, k * s * s),
-                                         check_invariants=False)
+                                         _kernel_order(weights).to(grad.dtype).reshape(-1)[entry],
+                                         size=(total + 1, k * s * s), check_invariants=False)
         acc = _product(matrix, grad.permute(0, 2, 3, 1).reshape(k * s * s, c) / float(count))
     else:
         acc = grad.new_zeros((total + 1, c))
         for r0 in range(0, k, chunk):
             r = slice(r0, r0 + chunk)
-            pos, weights, inside = _sample_grid(rois[r], levels[r], shapes, scales, s, g)
-            kc = pos.shape[0]
-            rows = torch.where(inside[..., None], _rows(rois[r], levels[r], shapes, pos), total)
+            rows, weights, y_in, x_in = _sample_grid(rois[r], levels[r], shapes, scales, s, g)
+            kc = rows.shape[0]
+            rows = _spilled_rows(rows, y_in, x_in, total)
             gb = grad[r].permute(0, 2, 3, 1).reshape(kc * s * s, 1, c)  # grad_output_this_bin
-            contrib = torch.mul(gb, weights.to(grad.dtype).view(kc * s * s, -1, 1)).div_(float(count))
+            contrib = torch.mul(gb, _kernel_order(weights).to(grad.dtype).reshape(kc * s * s, -1, 1)).div_(float(count))
             acc.index_add_(0, rows.reshape(-1), contrib.view(-1, c))
     out, start = [], 0
     for n, _, h, w in shapes:
