@@ -121,11 +121,19 @@ def _sample_grid(rois, levels, shapes, scales, size, sampling_ratio):
     wi, base = widths.view(k, 1, 1), base.view(k, 1, 1)
     yl, yh = torch.where(y_in, yl * wi + base, base), torch.where(y_in, yh * wi + base, base)
     xl, xh = torch.where(x_in, xl, 0), torch.where(x_in, xh, 0)
-    weights = torch.stack([_outer(torch.mul, hy, hx), _outer(torch.mul, hy, lx), _outer(torch.mul, ly, hx),
-                           _outer(torch.mul, ly, lx)], -1)
-    rows = torch.stack([_outer(torch.add, yl, xl), _outer(torch.add, yl, xh), _outer(torch.add, yh, xl),
-                        _outer(torch.add, yh, xh)], -1)
+    weights = _neighbours(torch.mul, (hy, ly), (hx, lx))
+    rows = _neighbours(torch.add, (yl, yh), (xl, xh))
     return rows, weights, y_in, x_in
+
+
+def _neighbours(op, ys, xs):
+    """``(K, S, G, S, G, 4)``: :func:`_outer` of the low/high y and x parts in the kernel's neighbour order (y low
+    x low, y low x high, y high x low, y high x high), each written straight into its slot (no stack)."""
+    k, s, g = ys[0].shape
+    out = ys[0].new_empty((k, s, g, s, g, 4))
+    for i, (y, x) in enumerate((a, b) for a in ys for b in xs):
+        op(y.reshape(k, s * g, 1), x.reshape(k, 1, s * g), out=out[..., i].view(k, s * g, s * g))
+    return out
 
 
 def _kernel_order(grid):
