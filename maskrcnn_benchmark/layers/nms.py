@@ -72,9 +72,10 @@ def _pairwise_iou_legacy(a, b):
     bx1, by1, bx2, by2 = (c.contiguous()[:, None, :] for c in b.unbind(-1))  # below vectorize
     area_a = (ax2 - ax1) * (ay2 - ay1)
     area_b = (bx2 - bx1) * (by2 - by1)
-    inter = (torch.minimum(ax2, bx2) - torch.maximum(ax1, bx1)).clamp(min=0) * \
-        (torch.minimum(ay2, by2) - torch.maximum(ay1, by1)).clamp(min=0)
-    return inter / (area_a + area_b - inter)
+    # the (G, R, K) intermediates computed in place: a fresh tensor of that size costs more than the arithmetic
+    inter = torch.minimum(ax2, bx2).sub_(torch.maximum(ax1, bx1)).clamp_(min=0).mul_(
+        torch.minimum(ay2, by2).sub_(torch.maximum(ay1, by1)).clamp_(min=0))
+    return inter.div_((area_a + area_b).sub_(inter))
 
 
 def suppression_bitmask(boxes, iou_threshold, block=64):
@@ -100,7 +101,7 @@ def _pack_bits(flags):
     """``(..., 64 n)`` bool -> ``(..., n)`` int64 words, flag ``j`` as bit ``j % 64`` of word ``j // 64``: packed
     eight to a byte, the bytes read as little-endian words (an eighth of the memory traffic of int64 shifts)."""
     shifts = torch.arange(8, device=flags.device, dtype=torch.uint8)
-    packed = (flags.reshape(*flags.shape[:-1], -1, 8).to(torch.uint8) << shifts).sum(-1, dtype=torch.uint8)
+    packed = (flags.reshape(*flags.shape[:-1], -1, 8).view(torch.uint8) << shifts).sum(-1, dtype=torch.uint8)
     return packed.view(torch.int64)  # distinct bits: their sum is their OR
 
 
