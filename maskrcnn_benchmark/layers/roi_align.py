@@ -176,26 +176,28 @@ def _roi_align_gather(features, rois, levels, output_size, scales, sampling_rati
     dtype = _compute_dtype(features[0].dtype)
     table = torch.cat([f.to(dtype).permute(0, 2, 3, 1).reshape(-1, c) for f in features])
     k, s, g = rois.shape[0], output_size, sampling_ratio
-    out = torch.empty((k, c, s, s), dtype=dtype, device=table.device)
+    # channels-last: each bin's C values are one row of the products, which accumulate in place (the CPU mask
+    # head's convolutions take it as it is; the box head's flatten lays it out as before)
+    out = torch.empty((k, c, s, s), dtype=dtype, device=table.device, memory_format=torch.channels_last)
+    bins = out.permute(0, 2, 3, 1).view(k * s * s, c)
     count = float(max(g * g, 1))
-    # two buffers for all chunks, which _product writes without zeroing them: a product into a fresh tensor also
+    # one buffer for all chunks, which _product writes without zeroing it: a product into a fresh tensor also
     # zeroes and copies one (in the demo's evaluation about 1.4 ms around a 0.3 ms 12,544 x 64 product;
     # docs/benchmarks.md)
-    acc = table.new_empty((min(k, chunk) * s * s, c))
-    val = torch.empty_like(acc)
+    val = table.new_empty((min(k, chunk) * s * s, c))
     for r0 in range(0, k, chunk):
         r = slice(r0, r0 + chunk)
         rows, weights, _, _ = _sample_grid(rois[r], levels[r], shapes, scales, s, g)
         kc = rows.shape[0]
         weights = weights.to(dtype)
-        a, v = acc[:kc * s * s], val[:kc * s * s]
+        a, v = bins[r0 * s * s:(r0 + kc) * s * s], val[:kc * s * s]
         for sample in range(g * g):  # row-major, as the kernel adds them
             iy, ix = divmod(sample, g)
             _product(_rows_matrix(rows[:, :, iy, :, ix], weights[:, :, iy, :, ix], table.shape[0]), table,
                      out=v if sample else a)
             if sample:
                 a.add_(v)
-        out[r] = a.div_(count).view(kc, s, s, c).permute(0, 3, 1, 2)
+        a.div_(count)
     return out
 
 
@@ -251,13 +253,19 @@ def _roi_align_masked(features, rois, levels, output_size, scales, sampling_rati
     return out
 
 
+def _uses_kernel(device, sampling_ratio):
+    """Whether the op runs torchvision's kernel per level (CUDA; adaptive grids have data-dependent sizes) rather
+    than the sparse products (the CPU, whose output is channels-last)."""
+    return device.type == "cuda" or sampling_ratio <= 0
+
+
 @torch.library.custom_op("maskrcnn::multilevel_roi_align", mutates_args=())
 def multilevel_roi_align(features: List[torch.Tensor], rois: torch.Tensor, levels: torch.Tensor, output_size: int,
                          scales: List[float], sampling_ratio: int) -> torch.Tensor:
     """``(K, C, S, S)``: ROI ``k`` pooled from ``features[levels[k]]`` (legacy ROIAlign, fp32); zeros where
     ``levels[k]`` is -1. No host sync: on the CPU sparse products over all levels (bitwise torchvision's
-    kernel), on CUDA torchvision's kernel per level with each ROI's level selected."""
-    if features[0].device.type == "cuda" or sampling_ratio <= 0:  # adaptive grids have data-dependent sizes
+    kernel; the output channels-last), on CUDA torchvision's kernel per level with each ROI's level selected."""
+    if _uses_kernel(features[0].device, sampling_ratio):
         return _roi_align_masked(features, rois, levels, output_size, scales, sampling_ratio)
     return _roi_align_gather(features, rois, levels, output_size, scales, sampling_ratio)
 
@@ -265,7 +273,9 @@ def multilevel_roi_align(features: List[torch.Tensor], rois: torch.Tensor, level
 @multilevel_roi_align.register_fake
 def _(features, rois, levels, output_size, scales, sampling_ratio):
     x = features[0]
-    return x.new_empty((rois.shape[0], x.shape[1], output_size, output_size), dtype=_compute_dtype(x.dtype))
+    layout = torch.contiguous_format if _uses_kernel(x.device, sampling_ratio) else torch.channels_last
+    return torch.empty((rois.shape[0], x.shape[1], output_size, output_size), dtype=_compute_dtype(x.dtype),
+                       device=x.device, memory_format=layout)
 
 
 @torch.library.custom_op("maskrcnn::multilevel_roi_align_backward", mutates_args=())
@@ -275,7 +285,7 @@ def multilevel_roi_align_backward(grad: torch.Tensor, rois: torch.Tensor, levels
     """The gradient of :func:`multilevel_roi_align` with respect to each feature map (fp32); ``feature_shapes``
     holds their ``(N, C, H, W)`` one after the other. No host sync (as the forward)."""
     shapes = [tuple(feature_shapes[i:i + 4]) for i in range(0, len(feature_shapes), 4)]
-    if grad.device.type != "cuda" and sampling_ratio > 0:
+    if not _uses_kernel(grad.device, sampling_ratio):
         return _roi_align_scatter(grad, rois, levels, shapes, scales, sampling_ratio)
     return _roi_align_backward_masked(grad, rois, levels, shapes, scales, sampling_ratio)
 

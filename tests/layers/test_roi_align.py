@@ -212,3 +212,19 @@ def test_multilevel_roi_align_reads_nothing_back():
         out = multilevel_roi_align(feats, rois, levels, 7, list(scales), 2)
         out.sum().backward()
     assert counter.total == 0, counter.report()
+
+
+@pytest.mark.parametrize("sampling_ratio", [2, 0])
+def test_the_compilers_view_of_the_output_has_the_real_layout(sampling_ratio):
+    """The CPU's sparse products give a channels-last output (the mask head's convolutions take it as it is), the
+    kernel path (adaptive sampling here, CUDA) a contiguous one: the fake implementation, which is all
+    torch.compile sees, must say the same, or inductor would index the output with the wrong strides."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    feats, rois, levels, scales = _levels_case(8)
+    real = multilevel_roi_align(feats, rois, levels, 7, list(scales), sampling_ratio)
+    with FakeTensorMode() as mode:
+        fake = multilevel_roi_align([mode.from_tensor(f) for f in feats], mode.from_tensor(rois),
+                                    mode.from_tensor(levels), 7, list(scales), sampling_ratio)
+    assert fake.shape == real.shape and fake.stride() == real.stride()
+    assert real.is_contiguous(memory_format=torch.channels_last if sampling_ratio else torch.contiguous_format)
