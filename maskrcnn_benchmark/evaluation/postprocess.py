@@ -49,24 +49,52 @@ def rle_change_points(masks, x0, y0, height):
 
 
 def rle_strings(positions, counts, height, width, areas=None):
-    """COCO compressed RLE ``counts`` strings from change points (host side, numpy + pycocotools' C encoder).
-    ``areas``, a list, receives each mask's pixel count (the sum of its runs of ones)."""
-    from pycocotools import mask as mask_utils
-
+    """COCO compressed RLE ``counts`` strings from change points, all masks at once in numpy: the runs, then
+    pycocotools' ``rleToString`` (each run, from the fourth on as the difference to the run two before, written
+    five bits per character from the lowest, ``0x20`` marking a continuation, plus 48), vectorized over the runs.
+    tests/evaluation holds the strings to pycocotools' own encoder. ``areas``, a list, receives each mask's pixel
+    count (the sum of its runs of ones)."""
+    n = len(counts)
+    if n == 0:
+        return []
     total = height * width
-    out = []
-    splits = np.split(np.asarray(positions, dtype=np.int64), np.cumsum(counts)[:-1]) if len(counts) else []
-    uncompressed = []
-    for p in splits:
-        if len(p) and p[-1] == total:  # a mask that ends on its last pixel: no trailing empty run
-            p = p[:-1]
-        runs = np.diff(np.concatenate(([0], p, [total])))
-        if areas is not None:
-            areas.append(int(runs[1::2].sum()))
-        uncompressed.append({"size": [height, width], "counts": runs.tolist()})
-    if uncompressed:
-        out = [r["counts"].decode("ascii") for r in mask_utils.frPyObjects(uncompressed, height, width)]
-    return out
+    positions = np.asarray(positions, dtype=np.int64)
+    mask_of_point = np.repeat(np.arange(n), counts)
+    inner = positions != total  # a mask that ends on its last pixel: no trailing empty run
+    positions, mask_of_point = positions[inner], mask_of_point[inner]
+    toggles = np.bincount(mask_of_point, minlength=n)
+    # mask i's runs: the gaps between 0, its toggles and ``total``: toggles[i] + 1 of them, from first_run[i] on
+    first_run = np.concatenate(([0], np.cumsum(toggles + 1)[:-1]))
+    first_point = np.concatenate(([0], np.cumsum(toggles)[:-1]))
+    local = np.arange(len(positions)) - first_point[mask_of_point]
+    previous = np.concatenate(([0], positions[:-1]))
+    previous[local == 0] = 0
+    runs = np.empty(int(toggles.sum()) + n, dtype=np.int64)
+    runs[first_run[mask_of_point] + local] = positions - previous
+    last = np.full(n, 0, dtype=np.int64)
+    has = toggles > 0
+    last[has] = positions[first_point[has] + toggles[has] - 1]
+    runs[first_run + toggles] = total - last
+    mask_of_run = np.repeat(np.arange(n), toggles + 1)
+    index = np.arange(len(runs)) - first_run[mask_of_run]
+    if areas is not None:
+        areas.extend(np.bincount(mask_of_run, weights=np.where(index % 2 == 1, runs, 0), minlength=n)
+                     .astype(np.int64).tolist())
+    value = runs.copy()
+    value[index > 2] -= runs[np.flatnonzero(index > 2) - 2]
+    chars, more = [], np.ones(len(value), dtype=bool)
+    while more.any():  # at most 7 rounds: runs < 2**32
+        emitted = more
+        c = value & 0x1F
+        value = value >> 5
+        more = emitted & np.where(c & 0x10, value != -1, value != 0)
+        chars.append((np.where(more, c | 0x20, c) + 48, emitted))
+    table = np.stack([c for c, _ in chars], 1).astype(np.uint8)
+    valid = np.stack([e for _, e in chars], 1)
+    blob = table[valid].tobytes()  # every run's characters, run after run, mask after mask
+    per_mask = np.bincount(mask_of_run, weights=valid.sum(1), minlength=n).astype(np.int64)
+    ends = np.cumsum(per_mask).tolist()
+    return [blob[a:b].decode("ascii") for a, b in zip([0] + ends[:-1], ends)]
 
 
 def to_original(prediction, width, height, paste_masks=True, mask_threshold=0.5):

@@ -77,6 +77,29 @@ def test_rle_from_windows_is_pycocotools_encode():
         assert [r["counts"].decode("ascii") for r in ref] == ours
 
 
+@pytest.mark.parametrize("h, w", [(120, 97), (1, 1), (3, 2), (1200, 1700)])
+def test_rle_strings_and_areas_are_pycocotools_on_edge_masks(h, w):
+    """Empty, full, first-pixel-only, last-pixel-only, ending on the last pixel, alternating pixels (runs of 1
+    after a large first one: negative differences) and random masks; on a large image the runs need five
+    characters. Strings and areas against pycocotools' encode and area."""
+    g = torch.Generator().manual_seed(h)
+    masks = [torch.zeros(h, w, dtype=torch.bool), torch.ones(h, w, dtype=torch.bool)]
+    for flat in ([0], [h * w - 1], list(range(h * w // 2, h * w)), list(range(h * w - 1, h * w // 3, -2))):
+        m = torch.zeros(h * w, dtype=torch.bool)
+        m[flat] = True
+        masks.append(m.view(w, h).t())  # flat index = column-major (COCO's order)
+    masks += list(torch.rand(3, h, w, generator=g) > torch.rand(3, 1, 1, generator=g))
+    full = torch.stack(masks)
+    zeros = torch.zeros(len(full), dtype=torch.int64)
+    pos, counts = rle_change_points(full, zeros, zeros, h)
+    areas = []
+    ours = rle_strings(pos.numpy(), counts.numpy(), h, w, areas)
+    ref = mask_utils.encode(np.asfortranarray(full.permute(1, 2, 0).numpy().astype(np.uint8)))
+    assert ours == [r["counts"].decode("ascii") for r in ref]
+    assert areas == [int(a) for a in mask_utils.area(ref)] == full.flatten(1).sum(1).tolist()
+    assert rle_strings(np.zeros(0, np.int64), np.zeros(0, np.int64), h, w) == []
+
+
 def test_detections_to_coco_boxes_labels_and_masks():
     pred = BoxList(torch.tensor([[10.0, 20.0, 49.0, 39.0], [0.0, 0.0, 99.0, 79.0]]), (100, 80))
     pred.add_field("scores", torch.tensor([0.9, 0.4]))
