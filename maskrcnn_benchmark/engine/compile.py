@@ -22,6 +22,8 @@ size on a synthetic batch (no dataset access, no optimizer step, the random stat
 submissions capture their CUDA graphs during initialization. Evaluation runs the eager model (its shapes depend
 on the detections).
 """
+import hashlib
+import importlib.util
 import logging
 import time
 
@@ -30,6 +32,46 @@ import torch
 from ..data import warm_up_batch
 
 logger = logging.getLogger(__name__)
+
+# The modules whose code torch.compile does not trace: the package's custom ops (``torch.library.custom_op``: their
+# bodies, and the fake implementations that give the compiler their outputs' shapes and strides). torch's compile
+# caches (inductor's FX graph cache, AOTAutograd's cache; on disk, kept across runs and upgrades) key on the traced
+# graph, which names such an op but holds none of its code: after a change to an op a warm cache would serve code
+# compiled for the old one (seen here: when the CPU ROIAlign's output became channels-last, the compiled step
+# failed its first iteration on inductor's stride assertion). :func:`tag_compile_caches` adds their source to the key.
+CUSTOM_OP_MODULES = ("layers.roi_align", "layers.nms", "layers.nms_triton", "layers.rasterize", "layers.op_tags",
+                     "modeling.roi_heads.mask_head.loss")
+_TAG_PREFIX = "maskrcnn-ops-"
+
+
+def _custom_op_sources():
+    top = __name__.split(".")[0]
+    sources = []
+    for name in CUSTOM_OP_MODULES:
+        with open(importlib.util.find_spec(f"{top}.{name}").origin, "rb") as f:
+            sources.append(f.read())
+    return sources
+
+
+def custom_op_tag():
+    """``maskrcnn-ops-<16 hex digits>``: a digest of the source of :data:`CUSTOM_OP_MODULES`."""
+    digest = hashlib.sha256()
+    for source in _custom_op_sources():
+        digest.update(len(source).to_bytes(8, "little"))
+        digest.update(source)
+    return _TAG_PREFIX + digest.hexdigest()[:16]
+
+
+def tag_compile_caches():
+    """Put :func:`custom_op_tag` into ``torch.compiler.config.cache_key_tag`` (part of every compile cache's key),
+    keeping a tag the user set (``TORCH_COMPILE_CACHE_KEY_TAG``) and replacing an earlier one of ours. Returns the
+    whole tag, or None on a torch without the option."""
+    config = getattr(torch.compiler, "config", None)
+    if config is None or not hasattr(config, "cache_key_tag"):
+        return None
+    others = [t for t in str(config.cache_key_tag).split(",") if t and not t.startswith(_TAG_PREFIX)]
+    config.cache_key_tag = ",".join(others + [custom_op_tag()])
+    return config.cache_key_tag
 
 
 @torch.no_grad()
@@ -67,6 +109,7 @@ class CompiledForward:
         self.cudagraphs = backend == "inductor" and mode in ("reduce-overhead", "max-autotune")
         if self.cudagraphs:
             set_graph_partition(True)
+        tag_compile_caches()
         self.compiled = torch.compile(model, backend=backend, dynamic=False, **options)
         self.failure = None
         self.compile_seconds = 0.0
