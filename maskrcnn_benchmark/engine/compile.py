@@ -17,6 +17,10 @@ Only the polygon buffers change size from batch to batch (the largest number of 
 rounded up to a power of two): those dimensions are marked dynamic, so they never cause a recompile. They only
 feed the mask-target op, whose output shape does not depend on them.
 
+torch's compile caches (on disk, reused across runs) are keyed on the source of the package's custom ops too
+(:func:`tag_compile_caches`): the traced graph names those ops but holds none of their code, so after a change to
+one of them a warm cache would otherwise serve code compiled for the old version.
+
 Compiling happens before ``run_start``: :meth:`CompiledForward.warm_up` runs forward and backward once per image
 size on a synthetic batch (no dataset access, no optimizer step, the random state restored), as NVIDIA's
 submissions capture their CUDA graphs during initialization. Evaluation runs the eager model (its shapes depend
