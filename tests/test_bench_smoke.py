@@ -51,3 +51,17 @@ def test_mask_predictor_bench_prints_every_case_with_a_rounding_sized_difference
     assert [r[0].strip() for r in rows] == [what + (" fwd + bwd" if bwd else "")
                                           for what, _, _, _, bwd in mask_predictor.CASES]
     assert all(float(r[-1]) < 1e-4 for r in rows)  # logits: float rounding, not a different function
+
+
+def test_ops_ab_bench_runs_every_case_against_another_checkout(capsys):
+    """Against this very checkout (the same code on both sides): every case runs and gives the same results."""
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    try:
+        import ops_ab
+    finally:
+        sys.path.remove(os.path.join(REPO, "bench"))
+    assert ops_ab.main(["--before", REPO, "--repeats", "1", "--scale", "0.05", "--threads", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
+    trained = sum("training" in case[0] for case in ops_ab.ROI_CASES)
+    assert len(rows) == len(ops_ab.ROI_CASES) + trained + 2 * len(ops_ab.NMS_CASES) + 2, rows
+    assert all(row.endswith("| yes |") for row in rows), rows
