@@ -9,7 +9,7 @@ Loads the other checkout's ``layers/roi_align.py``, ``layers/nms.py``, ``layers/
 namespace; relative imports resolve in this checkout's package), runs both on the same inputs, interleaved, and
 prints the fastest of ``--repeats`` runs of each case in ms (the least disturbed: this machine's speed drifts by
 tens of percent) and whether the two give the same results (bitwise: tensors equal, the same strings). Cases: the
-multi-level ROIAlign's CPU forward (and, for training, backward) at the demo's and COCO's sizes, the device NMS's
+multi-level ROIAlign's CPU forward (and, for training, backward) at the demo's and COCO's sizes (bench/roi_align.py's cases), the device NMS's
 bitmask and keep mask, the mask paste of a demo evaluation (100 images of 34 detections), the COCO strings of
 3,400 masks.
 ``--scale`` multiplies the ROI, box and detection counts (a quick run: 0.05).
@@ -24,21 +24,15 @@ import numpy as np
 import torch
 
 import maskrcnn_benchmark
+import roi_align as roi_align_bench
 from maskrcnn_benchmark.evaluation import postprocess
 from maskrcnn_benchmark.layers import mask_paste
 
 roi_align = sys.modules["maskrcnn_benchmark.layers.roi_align"]
 nms = sys.modules["maskrcnn_benchmark.layers.nms"]
 
-SCALES = [0.25, 0.125, 0.0625, 0.03125]
-# (what, images, channels, image height, image width, ROIs, output size)
-ROI_CASES = [
-    ("demo training: box head", 4, 64, 128, 128, 256, 7),
-    ("demo training: mask head", 4, 64, 128, 128, 64, 14),
-    ("demo evaluation: box head", 8, 64, 128, 128, 1200, 7),
-    ("demo evaluation: mask head", 8, 64, 128, 128, 400, 14),
-    ("COCO training: box head", 2, 256, 800, 1088, 1024, 7),
-]
+# the ROIAlign cases of bench/roi_align.py (this directory: ``python bench/ops_ab.py`` puts it on the path)
+ROI_CASES, SCALES = roi_align_bench.CASES, roi_align_bench.SCALES
 NMS_CASES = [(40, 300), (20, 300), (10, 2000)]  # groups x boxes: a demo evaluation batch's RPN, training's, COCO's
 
 
