@@ -41,8 +41,9 @@ logger = logging.getLogger(__name__)
 # bodies, and the fake implementations that give the compiler their outputs' shapes and strides). torch's compile
 # caches (inductor's FX graph cache, AOTAutograd's cache; on disk, kept across runs and upgrades) key on the traced
 # graph, which names such an op but holds none of its code: after a change to an op a warm cache would serve code
-# compiled for the old one (seen here: when the CPU ROIAlign's output became channels-last, the compiled step
-# failed its first iteration on inductor's stride assertion). :func:`tag_compile_caches` adds their source to the key.
+# compiled for the old one (an op whose output strides changed: the compiled step fails its first iteration on
+# inductor's stride assertion; tests/engine/test_compile_cache.py). :func:`tag_compile_caches` adds their source
+# to the key.
 CUSTOM_OP_MODULES = ("layers.roi_align", "layers.nms", "layers.nms_triton", "layers.rasterize", "layers.op_tags",
                      "modeling.roi_heads.mask_head.loss")
 _TAG_PREFIX = "maskrcnn-ops-"

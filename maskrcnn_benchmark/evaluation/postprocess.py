@@ -71,7 +71,7 @@ def rle_strings(positions, counts, height, width, areas=None):
     previous[local == 0] = 0
     runs = np.empty(int(toggles.sum()) + n, dtype=np.int64)
     runs[first_run[mask_of_point] + local] = positions - previous
-    last = np.full(n, 0, dtype=np.int64)
+    last = np.zeros(n, dtype=np.int64)
     has = toggles > 0
     last[has] = positions[first_point[has] + toggles[has] - 1]
     runs[first_run + toggles] = total - last

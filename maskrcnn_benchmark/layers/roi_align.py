@@ -81,12 +81,14 @@ def _axis_samples(lo, extent, size, grid, limit):
     return low.long(), high.long(), hw, lw, inside
 
 
-def _outer(op, a, b):
+def _outer(op, a, b, out=None):
     """``op`` of ``a (K, S, G)`` on the y axis and ``b (K, S, G)`` on the x axis: ``(K, S, G, S, G)`` (bin row, sample
     row, bin column, sample column), computed as ``(K, S*G, S*G)``, a column against a row: this broadcast
-    vectorizes (one over the trailing G-sized dims did not)."""
+    vectorizes (one over the trailing G-sized dims did not). ``out``: written there (a strided view is fine)."""
     k, s, g = a.shape
-    return op(a.reshape(k, s * g, 1), b.reshape(k, 1, s * g)).view(k, s, g, s, g)
+    column, row = a.reshape(k, s * g, 1), b.reshape(k, 1, s * g)
+    result = op(column, row) if out is None else op(column, row, out=out.view(k, s * g, s * g))
+    return result.view(k, s, g, s, g)
 
 
 def _sample_grid(rois, levels, shapes, scales, size, sampling_ratio):
@@ -129,10 +131,9 @@ def _sample_grid(rois, levels, shapes, scales, size, sampling_ratio):
 def _neighbours(op, ys, xs):
     """``(K, S, G, S, G, 4)``: :func:`_outer` of the low/high y and x parts in the kernel's neighbour order (y low
     x low, y low x high, y high x low, y high x high), each written straight into its slot (no stack)."""
-    k, s, g = ys[0].shape
-    out = ys[0].new_empty((k, s, g, s, g, 4))
+    out = ys[0].new_empty((*ys[0].shape, *ys[0].shape[1:], 4))
     for i, (y, x) in enumerate((a, b) for a in ys for b in xs):
-        op(y.reshape(k, s * g, 1), x.reshape(k, 1, s * g), out=out[..., i].view(k, s * g, s * g))
+        _outer(op, y, x, out=out[..., i])
     return out
 
 
@@ -232,7 +233,8 @@ def _roi_align_scatter(grad, rois, levels, shapes, scales, sampling_ratio, chunk
             kc = rows.shape[0]
             rows = _spilled_rows(rows, y_in, x_in, total)
             gb = grad[r].permute(0, 2, 3, 1).reshape(kc * s * s, 1, c)  # grad_output_this_bin
-            contrib = torch.mul(gb, _kernel_order(weights).to(grad.dtype).reshape(kc * s * s, -1, 1)).div_(float(count))
+            weights = _kernel_order(weights).to(grad.dtype).reshape(kc * s * s, -1, 1)
+            contrib = torch.mul(gb, weights).div_(float(count))
             acc.index_add_(0, rows.reshape(-1), contrib.view(-1, c))
     out, start = [], 0
     for n, _, h, w in shapes:
