@@ -181,6 +181,8 @@ def _git_state():
     return sorted(line for line in out.splitlines() if "__pycache__" not in line)
 
 
+# Over 60 s (about 3 minutes in make test): every stage of make gpu-check's CPU rehearsal, in the image stand-in;
+# one run serves all the report's checks.
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bwrap") is None or os.geteuid() != 0,
                     reason="runs in the read-only image stand-in: needs bubblewrap and root "

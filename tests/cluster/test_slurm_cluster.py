@@ -477,6 +477,7 @@ def _cmdline(pid):
         return b""
 
 
+# Over 60 s (about 75 s): Slurm's time limit is given in whole minutes, so the trial runs its one minute.
 def test_4node_trial_time_limit_expires_mid_run(cluster, synthetic_data):
     """TRIAL_MINUTES=1: Slurm stops the trial's step at its limit (SIGTERM); the trainer logs run_stop aborted,
     the job ends, nothing is left on any node."""

@@ -17,7 +17,6 @@ from train_runs import CPU_YAML, lines_after_last_log_line, mllog_events, run_in
 NEVER = ("MLPERF.MIN_BBOX_MAP", "1.0", "MLPERF.MIN_SEGM_MAP", "1.0")
 SHORT = ("SOLVER.MAX_ITER", 4, "SOLVER.IMS_PER_BATCH", 4, "PER_EPOCH_EVAL", False, *NEVER)
 
-pytestmark = pytest.mark.slow
 
 
 def _one_error_line(r, code):
@@ -68,6 +67,7 @@ def test_num_classes_that_does_not_fit_the_data_is_one_line(tiny_data, tmp_path)
     assert "block_start" not in r.stdout  # found before training
 
 
+@pytest.mark.slow  # a trainer process
 def test_num_classes_is_derived_when_the_config_does_not_set_it(tiny_data, tmp_path):
     data, out = _copy(tiny_data, tmp_path)
     for split in ("train2017", "val2017"):
@@ -126,6 +126,7 @@ def setup_environment():
 """
 
 
+@pytest.mark.slow  # a trainer process
 def test_an_unexpected_error_is_one_line_and_its_traceback_goes_to_the_log(tiny_data, tmp_path):
     data, out = _copy(tiny_data, tmp_path)
     hook = tmp_path / "site_env.py"
@@ -170,6 +171,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
+@pytest.mark.slow  # a trainer process
 def test_a_full_disk_names_the_checkpoint_and_keeps_the_previous_one(tiny_data, tmp_path, small_disk):
     data, _ = _copy(tiny_data, tmp_path)
     r = run_merged(str(data), str(small_disk), "SOLVER.MAX_ITER", 12, "SOLVER.IMS_PER_BATCH", 4,
@@ -185,6 +187,7 @@ def test_a_full_disk_names_the_checkpoint_and_keeps_the_previous_one(tiny_data, 
     assert not [p for p in os.listdir(small_disk) if p.startswith(".tmp-")]
 
 
+@pytest.mark.slow  # a trainer process
 def test_a_full_disk_names_the_mlperf_log(tiny_data, tmp_path, small_disk):
     """The disk fills while the run trains: the next MLPerf log line (or text log line) cannot be written."""
     data, _ = _copy(tiny_data, tmp_path)
@@ -219,6 +222,7 @@ def setup_environment():
 """
 
 
+@pytest.mark.slow  # a trainer process
 def test_a_full_disk_names_the_results_json_and_keeps_the_previous_one(tiny_data, tmp_path, small_disk):
     data, out = _copy(tiny_data, tmp_path)
     r = run_merged(str(data), str(out), "SOLVER.MAX_ITER", 2, "SOLVER.IMS_PER_BATCH", 4, "SAVE_CHECKPOINTS", True,

@@ -47,7 +47,10 @@ def test_test_net_writes_results_and_scores(tiny_data, tmp_path):
     per_image = {}
     for d in bbox:
         per_image[d["image_id"]] = per_image.get(d["image_id"], 0) + 1
-        assert d["bbox"][2] > 0 and d["bbox"][3] > 0
+        x, y, w, h = d["bbox"]
+        height, width = sizes[d["image_id"]]
+        # boxes clipped to the image as the reference clips them (x2 <= width - 1, "+1" widths): x + w <= width
+        assert w > 0 and h > 0 and x >= 0 and y >= 0 and x + w <= width + 1e-3 and y + h <= height + 1e-3, d
     assert max(per_image.values()) <= 100
     assert len(segm) == len(bbox)
     assert all(tuple(d["segmentation"]["size"]) == sizes[d["image_id"]] for d in segm)

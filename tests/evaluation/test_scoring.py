@@ -18,9 +18,8 @@ def _assert_identical(ours, ann_file, bbox, segm, image_ids=None):
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12, err_msg=iou_type)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("workers", [1, 3])
+@pytest.mark.parametrize("workers", [1, pytest.param(3, marks=pytest.mark.slow)])  # 3: worker processes
 def test_identical_to_pycocotools_on_synthetic_sets(tmp_path, backend, workers):
     for seed in (0, 1):
         ann, bbox, segm = make_coco_set(tmp_path, seed=seed)
@@ -29,21 +28,21 @@ def test_identical_to_pycocotools_on_synthetic_sets(tmp_path, backend, workers):
         _assert_identical(ours, ann, bbox, segm)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_hand_made_edge_cases(tmp_path, backend):
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)])  # 2: worker processes
+def test_hand_made_edge_cases(tmp_path, backend, workers):
     # one class, every object crowd-free, a subset of images scored
     ann, bbox, segm = make_coco_set(tmp_path, seed=3, categories=(5,), crowd_rate=0.0)
-    _assert_identical(score_coco(ann, (bbox, segm), backend=backend), ann, bbox, segm)
+    _assert_identical(score_coco(ann, (bbox, segm), backend=backend, workers=workers), ann, bbox, segm)
     subset = [1, 2, 3, 4, 5, 6]
-    _assert_identical(score_coco(ann, (bbox, segm), image_ids=subset, backend=backend, workers=2), ann, bbox,
+    _assert_identical(score_coco(ann, (bbox, segm), image_ids=subset, backend=backend, workers=workers), ann, bbox,
                       segm, subset)
     # only crowd annotations: every detection is ignored or unmatched
     ann, bbox, segm = make_coco_set(tmp_path, seed=4, crowd_rate=1.0)
-    _assert_identical(score_coco(ann, (bbox, segm), backend=backend), ann, bbox, segm)
+    _assert_identical(score_coco(ann, (bbox, segm), backend=backend, workers=workers), ann, bbox, segm)
     # no detections at all
     ann, _, _ = make_coco_set(tmp_path, seed=5)
-    ours = score_coco(ann, ([], []), backend=backend, workers=2)
+    ours = score_coco(ann, ([], []), backend=backend, workers=workers)
     _assert_identical(ours, ann, [], [])
     assert ours["bbox"]["stats"]["AP"] == 0.0
 

@@ -43,6 +43,7 @@ def test_anchors_and_visibility_match(golden):
 def test_rpn_post_processing_identical_including_order(golden, device, mode):
     g = golden("rpn_post")
     anchors, objectness, regression, sizes = _rpn_inputs(g["inputs"], device)
+    assert len(g["inputs"]["targets"]) == len(sizes)  # zip() would stop at the shorter list
     targets = [BoxList(t["bbox_xyxy"].to(device), (w, h)) for t, (h, w) in zip(g["inputs"]["targets"], sizes)]
     for v in g["variants"]:
         c = v["config"]
