@@ -18,7 +18,6 @@ NEVER = ("MLPERF.MIN_BBOX_MAP", "1.0", "MLPERF.MIN_SEGM_MAP", "1.0")
 SHORT = ("SOLVER.MAX_ITER", 4, "SOLVER.IMS_PER_BATCH", 4, "PER_EPOCH_EVAL", False, *NEVER)
 
 
-
 def _one_error_line(r, code):
     tail = lines_after_last_log_line(r.stdout)
     assert r.returncode == code, r.stdout[-3000:]
