@@ -33,13 +33,13 @@ class Matcher:
         between = (matched_vals >= self.low_threshold) & (matched_vals < self.high_threshold)
         matches[between] = self.BETWEEN_THRESHOLDS
         if self.allow_low_quality_matches:
-            best_for_gt = match_quality.max(dim=2, keepdim=True).values
-            is_best = (match_quality == best_for_gt) & (best_for_gt >= 0)  # padded rows are -1
-            low_quality = is_best.any(dim=1)
+            best_for_gt = match_quality.amax(dim=2, keepdim=True)
+            best_for_gt.masked_fill_(best_for_gt < 0, float("nan"))  # padded rows (-1) equal nothing
+            low_quality = (match_quality == best_for_gt).any(dim=1)
             matches = torch.where(low_quality, all_matches, matches)
         return matches
 
 
 def batched_iou(gt_boxes, gt_valid, boxes):
     """IoU ``(N, G, P)`` between padded gt ``(N, G, 4)`` and boxes ``(N, P, 4)``; padded gt rows get -1."""
-    return pairwise_iou(gt_boxes, boxes).masked_fill(~gt_valid[:, :, None], -1.0)
+    return pairwise_iou(gt_boxes, boxes).masked_fill_(~gt_valid[:, :, None], -1.0)

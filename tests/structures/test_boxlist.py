@@ -64,3 +64,39 @@ def test_to_image_list_pads_to_divisible_size():
     assert il.tensors.shape == (2, 3, 16, 24)
     assert il.image_sizes == [(10, 13), (7, 20)]
     assert il.tensors[0, :, 10:].abs().sum() == 0 and il.tensors[1, :, :7, :20].min() == 1
+
+
+def _integer_boxes(gen, *shape):
+    """Integer corners (some degenerate: x2 = x1 - 1 is a zero "+1" width), small enough that every area, sum and
+    intersection is exact in float32."""
+    xy = torch.randint(0, 900, (*shape, 2), generator=gen)
+    wh = torch.randint(-1, 400, (*shape, 2), generator=gen)
+    return torch.cat((xy, xy + wh), -1).float()
+
+
+def test_pairwise_iou_is_torchvisions_box_iou_of_the_plus_one_boxes():
+    # Oracle: torchvision's box_iou on the boxes with x2 + 1, y2 + 1 (the "+1" convention as plain widths). On
+    # integer corners every step before the final division is exact in both, and the division is correctly
+    # rounded in both: the results are bitwise equal. Batched inputs equal the images one at a time.
+    from torchvision.ops import box_iou
+
+    from maskrcnn_benchmark.structures.boxlist_ops import pairwise_iou
+
+    gen = torch.Generator().manual_seed(0)
+    gt, anchors = _integer_boxes(gen, 3, 17), _integer_boxes(gen, 3, 500)
+    gt[0, :3] = anchors[0, :3]  # identical boxes: IoU exactly 1
+    shift = torch.tensor([0.0, 0.0, 1.0, 1.0])
+    ours = pairwise_iou(gt, anchors)
+    assert ours.shape == (3, 17, 500)
+    exact = dict(rtol=0, atol=0, equal_nan=True)  # two zero-area boxes: 0 / 0 in both
+    for i in range(3):
+        torch.testing.assert_close(ours[i], box_iou(gt[i] + shift, anchors[i] + shift), **exact)
+        torch.testing.assert_close(ours[i], pairwise_iou(gt[i], anchors[i]), **exact)
+    assert torch.equal(ours[0, :3].diagonal(), torch.ones(3))
+    torch.testing.assert_close(pairwise_iou(gt, anchors[:1]), pairwise_iou(gt, anchors[:1].expand(3, -1, -1)),
+                               **exact)
+    # real-valued corners: the same formula, rounding aside
+    real = torch.rand(40, 4, generator=gen) * 500
+    real[:, 2:] += real[:, :2]
+    torch.testing.assert_close(pairwise_iou(real, real.flip(0)), box_iou(real + shift, real.flip(0) + shift),
+                               rtol=1e-6, atol=1e-7)
