@@ -73,6 +73,7 @@ class Step:
         self.scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
         self.setup_seconds = 0.0
         self.note = ""
+        self.mask_rows = None  # rows of the mask head in the last step (the package's models)
 
     def _sync(self):
         if self.device.type == "cuda":
@@ -94,13 +95,22 @@ class Step:
         return time.perf_counter() - t0, t1 - t0
 
 
+def _count_mask_rows(step, model):
+    """``step.mask_rows``: the rows the mask head computes in each step (eager models: a forward hook)."""
+    def hook(module, inputs, output):
+        step.mask_rows = output.shape[0]
+
+    model.roi_heads.mask.feature_extractor.register_forward_hook(hook)
+    return step
+
+
 def make_eager(args, device, dtype, images, targets):
     model = build_detection_model(_cfg(args, device)).to(device).train()
     il, tg = BatchCollator(32).collate(images, targets)
     il, tg = il.to(device), tg.to(device)
     if args.nhwc:
         il.tensors = il.tensors.contiguous(memory_format=torch.channels_last)
-    return Step(EAGER, lambda: model(il, tg), model.parameters(), device, dtype)
+    return _count_mask_rows(Step(EAGER, lambda: model(il, tg), model.parameters(), device, dtype), model)
 
 
 def _static_inputs(args, cfg, device, images, targets):
@@ -118,10 +128,12 @@ def make_static_step(args, device, dtype, images, targets, mode=None):
     model = build_detection_model(cfg).to(device).train()
     size, il, batch = _static_inputs(args, cfg, device, images, targets)
     if mode is None:
-        return Step(STATIC, lambda: model(il, batch), model.parameters(), device, dtype, fused=True)
+        return _count_mask_rows(Step(STATIC, lambda: model(il, batch), model.parameters(), device, dtype,
+                                     fused=True), model)
     precompute_anchors(model, [size], device)
     compiled = CompiledForward(model, mode, backend=args.compile_backend, batch_size=args.batch)
     step = Step(f"compiled ({mode})", lambda: compiled(il, batch), model.parameters(), device, dtype, fused=True)
+    step.mask_rows = args.batch * model.roi_heads.mask.max_positives  # the static step's fixed rows
     t = time.perf_counter()
     step.run()  # compiles (and, with reduce-overhead, records the CUDA graphs on the next calls)
     step.run()
@@ -350,18 +362,22 @@ def main(argv=None):
     ref = statistics.median(t for t, _ in measured[EAGER]) if EAGER in measured else None
     out.line("", event=None)
     out.line(f"| {'model':34} | {'step ms':>9} | {'img/s':>7} | {'vs eager':>8} | {'fwd+bwd ms':>10} | "
-             f"{'img/s':>7} |")
-    out.line(f"|{'-' * 36}|{'-' * 11}|{'-' * 9}|{'-' * 10}|{'-' * 12}|{'-' * 9}|")
+             f"{'img/s':>7} | {'mask rows':>9} |")
+    out.line(f"|{'-' * 36}|{'-' * 11}|{'-' * 9}|{'-' * 10}|{'-' * 12}|{'-' * 9}|{'-' * 11}|")
+    rows = {s.name: getattr(s, "mask_rows", None) for s in steps}
     for k, v in measured.items():
         step_s = statistics.median(t for t, _ in v)
         fb = statistics.median(f for _, f in v)
         rel = f"{ref / step_s:7.2f}x" if ref else "       -"
         out.line(f"| {k:34} | {1000 * step_s:9.0f} | {args.batch / step_s:7.2f} | {rel} | {1000 * fb:10.0f} | "
-                 f"{args.batch / fb:7.2f} |", event="summary", model=k, step_ms=round(1000 * step_s, 1),
-                 img_s=round(args.batch / step_s, 3), fwd_bwd_ms=round(1000 * fb, 1),
-                 fwd_bwd_img_s=round(args.batch / fb, 3), rounds=len(v))
+                 f"{args.batch / fb:7.2f} | {'-' if rows.get(k) is None else rows[k]:>9} |", event="summary",
+                 model=k, step_ms=round(1000 * step_s, 1), img_s=round(args.batch / step_s, 3),
+                 fwd_bwd_ms=round(1000 * fb, 1), fwd_bwd_img_s=round(args.batch / fb, 3), rounds=len(v),
+                 mask_rows=rows.get(k))
     out.line("", event=None)
-    out.line("(vs eager: the eager step's time over this model's: above 1, faster than eager)")
+    out.line("(vs eager: the eager step's time over this model's: above 1, faster than eager; mask rows: the mask "
+             "head's rows per step, the positives of the batch in the eager step, the sampler's positive budget "
+             "per image in the static ones)")
     if args.memory and gpu:
         memory_alone(args, out)
     return 0

@@ -20,6 +20,10 @@ def test_model_step_bench_prints_every_form_with_the_eager_ratio():
     for name in ("eager", "static eager", "compiled (default)", "torchvision"):
         assert any(r.startswith(f"| {name} ") for r in rows), out.stdout
     assert "compiled (default): ready in" in out.stdout and "round 1:" in out.stdout
+    mask_rows = {r.split("|")[1].strip(): r.split("|")[-2].strip() for r in rows}
+    # the static forms' fixed rows: the sampler's positive budget (64 x 0.25) for the one image; torchvision: none
+    assert mask_rows["static eager"] == mask_rows["compiled (default)"] == "16", out.stdout
+    assert mask_rows["torchvision"] == "-" and 1 <= int(mask_rows["eager"]) <= 16, out.stdout
     assert out.stdout.splitlines()[0].endswith("| MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE 64"), out.stdout
 
 

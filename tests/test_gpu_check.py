@@ -298,14 +298,15 @@ def test_a_compile_failure_keeps_the_other_models_figures():
     torchvision rows and every memory row survive, the failure is a figure with its reason."""
     c = gpu_check.Check("model_step", "t", [], 1, status="passed")
     c.output = "\n".join([
-        '{"event": "summary", "model": "eager", "img_s": 20.5}',
+        '{"event": "summary", "model": "eager", "img_s": 20.5, "mask_rows": 37}',
         '{"event": "failed", "model": "compiled (reduce-overhead)", "reason": "InductorError: boom"}',
         '{"event": "summary", "model": "torchvision", "img_s": 15.0}',
         '{"event": "memory", "model": "eager", "batch": 8, "gib": 30.25}',
         '{"event": "memory", "model": "eager", "batch": 12, "gib": 41.5}'])
     gpu_check.read_model_step(c)
     figures = dict(c.figures)
-    assert figures["training step img/s, eager"] == "20.5" and figures["training step img/s, torchvision"] == "15.0"
+    assert figures["training step img/s, eager"] == "20.5 (37 mask-head rows per step)"
+    assert figures["training step img/s, torchvision"] == "15.0"
     assert figures["compiled (reduce-overhead)"] == "FAILED (InductorError: boom)"
     assert figures["peak GPU memory alone, eager, batch 8"] == "30.25 GiB"
     assert figures["peak GPU memory alone, eager, batch 12"] == "41.50 GiB"

@@ -132,7 +132,9 @@ def read_model_step(c):
             c.figures.append((f"{e['model']}", f"FAILED ({e['reason']})"))
         elif kind == "summary":
             summarized.add(e.get("model"))
-            c.figures.append((f"training step img/s, {e['model']}", f"{e['img_s']}"))
+            rows = e.get("mask_rows")  # the mask head's rows: the batch's positives, or the static step's budget
+            c.figures.append((f"training step img/s, {e['model']}",
+                              f"{e['img_s']}" + ("" if rows is None else f" ({rows} mask-head rows per step)")))
         elif kind == "round":
             for model, seconds in e["seconds"].items():
                 rounds.setdefault(model, []).append(seconds)
