@@ -112,12 +112,14 @@ def main(argv=None):
     from maskrcnn_benchmark.modeling.roi_heads.mask_head import mask_head as mask_module
     from maskrcnn_benchmark.solver import make_lr_scheduler, make_optimizer
     from maskrcnn_benchmark.utils.amp import make_grad_scaler
+    from maskrcnn_benchmark.utils.host_memory import keep_freed_blocks
 
     if args.threads:
         torch.set_num_threads(args.threads)
     # the timer around optimizer.step makes the LR scheduler think the step was replaced: it was not
     warnings.filterwarnings("ignore", message="Seems like `optimizer.step()` has been overridden")
     device = torch.device("cpu")
+    keep_freed_blocks()  # as the run does on the CPU
     cfg = resolve(load_config(CONFIG, ["DATASETS.DATA_DIR", args.data] + args.opts), device, 1)
     torch.manual_seed(1)
     model = build_detection_model(cfg).to(device)

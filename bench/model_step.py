@@ -15,6 +15,9 @@ The same synthetic batch (same image size, precision, 81 classes) through:
 * ``torchvision``: ``MaskRCNN`` with the recipe's backbone (frozen BN, 3 trainable stages);
 * ``--baseline DIR``: the eager step of another checkout (a git worktree), in a process of its own.
 
+On the CPU glibc's malloc keeps freed blocks, as a CPU training run sets it (maskrcnn_benchmark/utils/
+host_memory.py): otherwise every large activation is a fresh ``mmap``, faulted in page by page at every step.
+
 Forward + backward + SGD step, timed model after model in each round so that all see the same machine load (medians
 over ``--iters`` rounds), also forward + backward alone (the step without the optimizer). Every model's setup
 (compile time) is printed as soon as it is done, every round as soon as it is timed; a model that fails (a compile
@@ -28,6 +31,7 @@ and batch, one step at each of ``--memory-batches``, default ``--batch``). On CU
 rows per image instead of 128, the most of a CPU smoke run's time).
 """
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -46,6 +50,16 @@ from maskrcnn_benchmark.synthetic.batch import synthetic_batch
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
                       "e2e_mask_rcnn_R_50_FPN_1x.yaml")
 EAGER, STATIC, TORCHVISION = "eager", "static eager", "torchvision"
+
+
+def keep_freed_blocks():
+    """The host allocator as a CPU training run sets it (maskrcnn_benchmark/utils/host_memory.py), read from this
+    checkout's file: a ``--baseline`` worker imports another checkout's package, which may not have it."""
+    path = os.path.join(os.path.dirname(CONFIG), os.pardir, "maskrcnn_benchmark", "utils", "host_memory.py")
+    spec = importlib.util.spec_from_file_location("_bench_host_memory", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.keep_freed_blocks()
 
 
 def autocast(device, dtype):
@@ -315,6 +329,8 @@ def main(argv=None):
     args.iters = args.iters or (10 if gpu else 2)
     args.warmup = args.warmup if args.warmup is not None else (3 if gpu else 1)
     dtype = getattr(torch, args.dtype)
+    if not gpu:
+        keep_freed_blocks()
     if args.worker:
         return worker(args, device, dtype)
     if gpu:

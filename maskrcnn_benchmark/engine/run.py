@@ -29,6 +29,7 @@ from ..solver import make_lr_scheduler, make_optimizer
 from ..utils import comm
 from ..utils.amp import autocast_dtype, make_grad_scaler
 from ..utils.checkpoint import DetectronCheckpointer
+from ..utils.host_memory import glibc_version, keep_freed_blocks
 from ..utils.logger import TRACEBACK_LOGGER, setup_logger
 from ..utils.mlperf_logger import MLPerfLogger
 from ..utils.rng import set_rng_state
@@ -154,6 +155,9 @@ class MLPerfRun:
         ml.init_start()
         rank, world, _, device = comm.init_distributed(opts.local_rank, self.cfg.MODEL.DEVICE,
                                                        opts.timeout or self.cfg.DISTRIBUTED_TIMEOUT)
+        if device.type == "cpu" and keep_freed_blocks():  # no page faults for each large tensor (utils/host_memory)
+            logger.info("host allocator: glibc %s malloc serves large blocks from its heap and keeps freed ones",
+                        glibc_version())
         seed = comm.broadcast_object(opts.seed if opts.seed is not None else int.from_bytes(os.urandom(4), "little"))
         _seed_everything(seed, rank)
         cfg = self.cfg = resolve(self.cfg, device, world)  # every auto value fixed, and logged, once
