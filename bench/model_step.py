@@ -114,7 +114,9 @@ def _count_mask_rows(step, model):
     def hook(module, inputs, output):
         step.mask_rows = output.shape[0]
 
-    model.roi_heads.mask.feature_extractor.register_forward_hook(hook)
+    mask = getattr(model.roi_heads, "mask", None)  # none with MODEL.MASK_ON False
+    if mask is not None:
+        mask.feature_extractor.register_forward_hook(hook)
     return step
 
 
@@ -147,7 +149,8 @@ def make_static_step(args, device, dtype, images, targets, mode=None):
     precompute_anchors(model, [size], device)
     compiled = CompiledForward(model, mode, backend=args.compile_backend, batch_size=args.batch)
     step = Step(f"compiled ({mode})", lambda: compiled(il, batch), model.parameters(), device, dtype, fused=True)
-    step.mask_rows = args.batch * model.roi_heads.mask.max_positives  # the static step's fixed rows
+    mask = getattr(model.roi_heads, "mask", None)
+    step.mask_rows = args.batch * mask.max_positives if mask is not None else None  # the static step's fixed rows
     t = time.perf_counter()
     step.run()  # compiles (and, with reduce-overhead, records the CUDA graphs on the next calls)
     step.run()
@@ -393,7 +396,7 @@ def main(argv=None):
     out.line("", event=None)
     out.line("(vs eager: the eager step's time over this model's: above 1, faster than eager; mask rows: the mask "
              "head's rows per step, the positives of the batch in the eager step, the sampler's positive budget "
-             "per image in the static ones)")
+             "per image times the images in the static ones)")
     if args.memory and gpu:
         memory_alone(args, out)
     return 0

@@ -12,7 +12,11 @@ def pairwise_iou(boxes1, boxes2):
     tensors): the RPN matches every anchor of a batch against every ground-truth slot, 2 x 96 x 268,569 pairs at
     800x1344, where each fresh intermediate costs more than its arithmetic. The float32 operations and their order
     are the reference's: ``w = (min(x2) - max(x1)) + 1`` clamped at 0 (and ``h``), ``inter = w * h``, ``inter /
-    ((area1 + area2) - inter)``. For matching (under ``no_grad``): the in-place steps are not differentiable."""
+    ((area1 + area2) - inter)``."""
+    if not boxes1.is_floating_point():
+        boxes1 = boxes1.float()
+    if not boxes2.is_floating_point():
+        boxes2 = boxes2.float()
     area1 = (boxes1[..., 2] - boxes1[..., 0] + TO_REMOVE) * (boxes1[..., 3] - boxes1[..., 1] + TO_REMOVE)
     area2 = (boxes2[..., 2] - boxes2[..., 0] + TO_REMOVE) * (boxes2[..., 3] - boxes2[..., 1] + TO_REMOVE)
     x1, y1, x2, y2 = (c.contiguous()[..., :, None] for c in boxes1.unbind(-1))

@@ -93,6 +93,7 @@ def test_pairwise_iou_is_torchvisions_box_iou_of_the_plus_one_boxes():
         torch.testing.assert_close(ours[i], box_iou(gt[i] + shift, anchors[i] + shift), **exact)
         torch.testing.assert_close(ours[i], pairwise_iou(gt[i], anchors[i]), **exact)
     assert torch.equal(ours[0, :3].diagonal(), torch.ones(3))
+    torch.testing.assert_close(pairwise_iou(gt.long(), anchors.long()), ours, **exact)  # integer boxes: float IoU
     torch.testing.assert_close(pairwise_iou(gt, anchors[:1]), pairwise_iou(gt, anchors[:1].expand(3, -1, -1)),
                                **exact)
     # real-valued corners: the same formula, rounding aside
