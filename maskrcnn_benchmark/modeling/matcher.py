@@ -41,5 +41,6 @@ class Matcher:
 
 
 def batched_iou(gt_boxes, gt_valid, boxes):
-    """IoU ``(N, G, P)`` between padded gt ``(N, G, 4)`` and boxes ``(N, P, 4)``; padded gt rows get -1."""
+    """IoU ``(N, G, P)`` between padded gt ``(N, G, 4)`` and boxes ``(N, P, 4)`` (or ``(1, P, 4)``, the same for
+    every image); padded gt rows get -1."""
     return pairwise_iou(gt_boxes, boxes).masked_fill_(~gt_valid[:, :, None], -1.0)

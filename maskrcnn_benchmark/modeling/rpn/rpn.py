@@ -217,7 +217,7 @@ class RPNLossComputation:
         :class:`TargetBatch`; ``sizes``: ``(N, 2)`` (height, width)."""
         n = targets.boxes.shape[0]
         gt_boxes, gt_valid = targets.boxes, targets.valid
-        matches = self.matcher(batched_iou(gt_boxes, gt_valid, anchors[None].expand(n, -1, -1)))
+        matches = self.matcher(batched_iou(gt_boxes, gt_valid, anchors[None]))  # one anchor set, broadcast
         labels = (matches >= 0).float()
         labels[~self.anchor_generator.visibility(anchors, sizes)] = -1
         labels[matches == Matcher.BETWEEN_THRESHOLDS] = -1
