@@ -49,7 +49,9 @@ def make_optimizer(cfg, model, fused=None):
         g["lr"] = torch.tensor(g["initial_lr"], dtype=torch.float32, device=device)
     logger.info("optimizer: torch fused SGD (apex not importable), learning rate a %s tensor", device.type)
     optimizer = torch.optim.SGD(groups, lr=groups[0]["lr"], momentum=s.MOMENTUM, fused=True)
+    _zero_momentum_buffers(optimizer)
     optimizer.register_load_state_dict_post_hook(_lr_on_device)
+    optimizer.register_load_state_dict_post_hook(_zero_momentum_buffers)
     return optimizer
 
 
@@ -60,6 +62,26 @@ def _lr_on_device(optimizer):
         device = g["params"][0].device
         if not (isinstance(g["lr"], torch.Tensor) and g["lr"].device == device):
             g["lr"] = torch.tensor(float(g["lr"]), dtype=torch.float32, device=device)
+
+
+def _zero_momentum_buffers(optimizer):
+    """Give every parameter a zero momentum buffer before torch's fused SGD steps.
+
+    Without one, the fused step's first call allocates the buffers with ``empty_like`` and leaves their first
+    value to the kernel; when the gradient scaler has found an overflow, the kernel skips the whole update (the
+    scaler hands it ``found_inf`` on the device and calls ``step`` anyway: that is what keeps it sync-free), so
+    the buffers keep whatever memory they got and every later step adds it into the weights. A float16 run
+    overflows at its first steps by design (the scale starts at 2^16), so such a run diverged at once. With zero
+    buffers the first update is ``0.9 * 0 + g = g``, the value torch's first step copies: the same weights,
+    bitwise, when no step is skipped (tests/solver/test_solver.py). A loaded state without buffers (saved before
+    any step) gets them too."""
+    for g in optimizer.param_groups:
+        if g["momentum"] == 0:
+            continue
+        for p in g["params"]:
+            state = optimizer.state[p]
+            if state.get("momentum_buffer") is None:
+                state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
 def make_lr_scheduler(cfg, optimizer):

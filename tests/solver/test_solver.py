@@ -63,3 +63,77 @@ def test_param_groups_bias_lr_and_decay():
     assert biases["lr"] == pytest.approx(0.04) and biases["weight_decay"] == 0
     assert all(p.requires_grad for g in opt.param_groups for p in g["params"])
     assert isinstance(make_lr_scheduler(cfg, opt), WarmupMultiStepLR)
+
+
+def _sgd_under_a_scaler(optimizer_for, overflow=(), steps=4):
+    """``steps`` SGD steps of a small two-layer model under a float16 run's GradScaler (on the CPU: the same rules,
+    the scale starting at 2^16), unscaled before the step as the trainer does when it clips; the loss is made
+    infinite at the iterations in ``overflow``. Returns the model, its optimizer and the final scale."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    optimizer = optimizer_for(model)
+    scaler = torch.amp.GradScaler("cpu")
+    data = torch.Generator().manual_seed(1)
+    for i in range(1, steps + 1):
+        loss = model(torch.randn(4, 8, generator=data)).square().sum()
+        if i in overflow:
+            loss = loss * float("inf")
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+    return model, optimizer, scaler.get_scale()
+
+
+def _solver_cfg():
+    cfg = small_cfg()
+    merge_cfg_from_list(cfg, ["SOLVER.BASE_LR", 0.02, "SOLVER.WEIGHT_DECAY", 1e-4, "SOLVER.MOMENTUM", 0.9])
+    return cfg
+
+
+def test_fused_sgd_survives_the_float16_scalers_skipped_first_steps(monkeypatch):
+    """A float16 run's first steps overflow (the scale starts at 2^16 and halves until the gradients fit). With
+    torch's fused SGD the scaler still calls ``step`` (the skip is decided on the device), and torch's fused step
+    allocated its momentum buffers with ``empty_like`` and left them unset when it skipped: every later step then
+    added that memory into the weights (an H200 float16 run, 2026-11-26, and the CPU with float16 autocast
+    diverged at once). ``empty_like`` is made to return NaN here, one of the contents uninitialised memory may
+    have, so the test does not depend on what the allocator happens to hand out."""
+    empty_like = torch.empty_like
+
+    def uninitialised(t, *args, **kwargs):
+        out = empty_like(t, *args, **kwargs)
+        return out.fill_(float("nan")) if out.is_floating_point() else out
+
+    monkeypatch.setattr(torch, "empty_like", uninitialised)
+    cfg = _solver_cfg()
+    fused, fused_opt, fused_scale = _sgd_under_a_scaler(lambda m: make_optimizer(cfg, m, fused=True), overflow={1, 2})
+    # the oracle: torch's SGD unfused, which the scaler does not call at all when the gradients overflow
+    plain, _, plain_scale = _sgd_under_a_scaler(lambda m: make_optimizer(cfg, m, fused=False), overflow={1, 2})
+    assert fused_scale == plain_scale == 2.0 ** 14
+    for group in fused_opt.param_groups:
+        assert all(torch.isfinite(fused_opt.state[p]["momentum_buffer"]).all() for p in group["params"])
+    # not bitwise: torch's fused kernel rounds its multiply-adds once (one float32 ulp per step, ~1e-7 here)
+    for a, b in zip(fused.parameters(), plain.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_fused_sgd_with_zero_momentum_buffers_is_torchs_fused_sgd_bitwise():
+    """The zero buffers change nothing when no step is skipped: against torch's own fused SGD (its first step
+    copies the gradient into the buffer; ours computes 0.9 * 0 + g), the same weights bitwise."""
+    cfg = _solver_cfg()
+    ours, ours_opt, _ = _sgd_under_a_scaler(lambda m: make_optimizer(cfg, m, fused=True))
+
+    def torch_fused(model):
+        groups = [{"params": g["params"], "lr": g["lr"].clone(), "weight_decay": g["weight_decay"]}
+                  for g in make_optimizer(cfg, model, fused=True).param_groups]
+        return torch.optim.SGD(groups, lr=groups[0]["lr"], momentum=0.9, fused=True)
+
+    theirs, _, _ = _sgd_under_a_scaler(torch_fused)
+    for a, b in zip(ours.parameters(), theirs.parameters()):
+        assert torch.equal(a, b)
+    # a loaded state without buffers (saved before any step, here by an unfused optimizer) gets zero ones
+    model = torch.nn.Linear(4, 2)
+    fused = make_optimizer(cfg, model, fused=True)
+    fused.load_state_dict(make_optimizer(cfg, model, fused=False).state_dict())
+    assert all(torch.equal(fused.state[p]["momentum_buffer"], torch.zeros_like(p)) for p in model.parameters())
