@@ -49,10 +49,13 @@ class Trainer:
     step k - 1).
 
     Non-finite losses: in float32/bfloat16 a non-finite loss aborts the run (NonFiniteLossError, on every rank
-    together). In float16 the GradScaler skips a step whose gradients overflowed (a non-finite loss always
-    does) and halves the loss scale, as NVIDIA's FP16 optimizer does: that is not an abort; the run aborts
-    only when the scale falls below MIN_LOSS_SCALE. Both are checked every ``nan_check_period`` iterations from
-    device-side state, so GPU steps do not sync for it.
+    together). In float16 the GradScaler skips a step whose gradients overflowed and halves the loss scale, as
+    NVIDIA's FP16 optimizer does: that is not an abort; the run aborts only when the scale falls below
+    MIN_LOSS_SCALE. The scaler reads the gradients, not the loss: a NaN loss as a rule has NaN gradients
+    (skipped), an infinite one need not (binary cross-entropy at a float16 logit that overflowed is infinite with
+    a gradient of +-1), and that step is taken, as the reference's apex scaler takes it; the metrics line shows
+    the inf. Both rules are checked every ``nan_check_period`` iterations from device-side state, so GPU steps do
+    not sync for it.
 
     ``forward(images, targets) -> loss dict`` runs the step's forward: the model itself, or the compiled step
     (:class:`~maskrcnn_benchmark.engine.compile.CompiledForward`); the loop is the same for both, and ``model``

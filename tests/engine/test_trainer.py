@@ -72,3 +72,31 @@ def test_fp16_skipped_step_is_not_an_abort_but_a_collapsed_scale_is():
     t = _trainer(_Model(bad=set(range(1, 20)), value=float("inf")), 20, scaler=scaler)
     with pytest.raises(NonFiniteLossError, match="loss scale fell"):
         t.train()
+
+
+class _OverflowedLogit(torch.nn.Module):
+    """Binary cross-entropy at a logit that overflowed float16 (inf) at the iterations in ``bad``: the loss is
+    infinite, its gradient finite (sigmoid(inf) - 0 = 1 for a negative target)."""
+
+    def __init__(self, bad):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(()))
+        self.bad, self.calls = set(bad), 0
+
+    def forward(self, images, targets):
+        self.calls += 1
+        logits = torch.stack((self.w, self.w + (float("inf") if self.calls in self.bad else 0.0)))
+        return {"loss": torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.tensor([1.0, 0.0]))}
+
+
+def test_fp16_infinite_loss_with_finite_gradients_is_stepped_as_the_reference_does():
+    """The scaler reads gradients, not the loss (docs/numerics.md, float16): an infinite loss whose gradients are
+    finite is neither skipped nor an abort, and the weights stay finite; in float32 the same loss aborts."""
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 4)
+    model = _OverflowedLogit(bad={3})
+    t = _trainer(model, 6, scaler=scaler)
+    t.train()
+    assert t.iter == 6 and scaler.get_scale() == 2.0 ** 4  # no step was skipped
+    assert torch.isfinite(model.w) and model.calls == 6
+    with pytest.raises(NonFiniteLossError, match="iteration 3"):
+        _trainer(_OverflowedLogit(bad={3}), 6).train()
