@@ -2,8 +2,10 @@
 # Run a command in the job's image (Singularity or Apptainer) the way every trial runs it:
 #   CONTAINER=IMAGE CONTAINER_BINDS=src:dst[:ro],... slurm/in_container.sh ./run_and_time.sh
 # --cleanenv: nothing of the host's environment leaks in (PYTHONPATH, a ~/.local site, a host venv) except the
-# variables the job means to pass: Slurm's, the system config's (DGX*, EXTRA_*, ...), MLPerf's, NCCL's/UCX's, the
-# run's (MASTER_*, TRIAL_NAME, PREFLIGHT_*, ...) and CONTAINER_ENV_EXTRA (names). Inside: PYTHONNOUSERSITE=1,
+# variables the job means to pass: Slurm's, the system config's (DGX*, EXTRA_*, ...), MLPerf's, NCCL's/UCX's, gloo's
+# (GLOO_SOCKET_IFNAME: the trainer's side group for its stop decisions is gloo, beside NCCL), torch.distributed's
+# (TORCH_NCCL_*, TORCH_DISTRIBUTED_*), the run's (MASTER_*, TRIAL_NAME, PREFLIGHT_*, ...) and CONTAINER_ENV_EXTRA
+# (names). Inside: PYTHONNOUSERSITE=1,
 # DATADIR=/data, LOGDIR=/results, the working directory /workspace/object_detection (the checkout bound over the
 # image's copy). --nv exposes the GPUs.
 set -euo pipefail
@@ -18,7 +20,8 @@ pass=()
 while IFS= read -r -d '' item; do
   name="${item%%=*}"
   case "${name}" in
-    SLURM_* | DGX* | MLPERF_* | NCCL_* | UCX_* | MASKRCNN_*) pass+=("${item}") ;;
+    SLURM_* | DGX* | MLPERF_* | NCCL_* | UCX_* | GLOO_* | TORCH_NCCL_* | TORCH_DISTRIBUTED_* | MASKRCNN_*)
+      pass+=("${item}") ;;
     *) for n in "${names[@]}" "${extra_names[@]}"; do
          if [[ "${name}" == "${n}" ]]; then pass+=("${item}"); break; fi
        done ;;

@@ -231,8 +231,10 @@ def check_values(cfg):
              "must be an integer from 1 to 8")
     _require(cfg.DTYPE in ("float32", "float16", "bfloat16"), "DTYPE", cfg.DTYPE,
              "must be float32, float16 or bfloat16")
-    _require(cfg.MODEL.DEVICE in ("cpu", "cuda") or str(cfg.MODEL.DEVICE).startswith("cuda:"), "MODEL.DEVICE",
-             cfg.MODEL.DEVICE, "must be cpu or cuda")
+    # not cuda:N: each process takes the GPU of its local rank (the reference's rule), and the code that asks
+    # "cuda?" compares the name (a cuda:N config trained on the CPU)
+    _require(cfg.MODEL.DEVICE in ("cpu", "cuda"), "MODEL.DEVICE", cfg.MODEL.DEVICE,
+             "must be cpu or cuda (each process takes the GPU of its local rank; CUDA_VISIBLE_DEVICES picks GPUs)")
     return cfg
 
 

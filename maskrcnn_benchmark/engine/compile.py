@@ -22,8 +22,8 @@ torch's compile caches (on disk, reused across runs) are keyed on the source of 
 one of them a warm cache would otherwise serve code compiled for the old version.
 
 Compiling happens before ``run_start``: :meth:`CompiledForward.warm_up` runs forward and backward once per image
-size on a synthetic batch (no dataset access, no optimizer step, the random state restored), as NVIDIA's
-submissions capture their CUDA graphs during initialization. Evaluation runs the eager model (its shapes depend
+size on a synthetic batch (no dataset access, no optimizer step, the random state restored), twice with CUDA
+graphs (the second call records them), as NVIDIA's submissions capture their CUDA graphs during initialization. Evaluation runs the eager model (its shapes depend
 on the detections).
 """
 import hashlib
@@ -137,14 +137,23 @@ class CompiledForward:
         except Exception as e:  # noqa: BLE001 - any backend failure: run on eagerly, say why
             if not _is_compile_error(e):
                 raise
-            self.failure = e
-            logger.warning("torch.compile failed (%s: %s): the run continues with the eager model", type(e).__name__,
-                           str(e).splitlines()[0] if str(e) else "")
+            self._fail(e)
             return self.model(images, targets)
+
+    def _fail(self, e):
+        self.failure = e
+        logger.warning("torch.compile failed (%s: %s): the run continues with the eager model", type(e).__name__,
+                       str(e).splitlines()[0] if str(e) else "")
 
     def warm_up(self, sizes, images_per_batch, device, max_gt, dtype=None):
         """Compile for each image size in ``sizes`` before the clock starts: forward and backward of a synthetic
-        batch, gradients dropped, random state restored (the run then draws exactly what an eager run would)."""
+        batch, gradients dropped, random state restored (the run then draws exactly what an eager run would).
+
+        With CUDA graphs (``reduce-overhead``, ``max-autotune``) each size runs twice: torch's CUDA-graph trees run
+        a function's first call as a warm-up and record its graphs at the second, so one call would leave the
+        recording to the first training iteration, after ``run_start``. A compile or capture error, in the forward
+        or in the backward, is a compile failure (one warning); the remaining sizes still run, eagerly (a rank whose
+        forward failed alone then takes part in the same gradient all-reduces as the others)."""
         if self.failure is not None:
             return 0.0
         t0 = time.perf_counter()
@@ -154,11 +163,16 @@ class CompiledForward:
         try:
             for h, w in sizes:
                 images, targets = warm_up_batch(images_per_batch, h, w, max_gt, device)
-                with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-                    losses = self(images, targets)
-                sum(losses.values()).backward()
-                if self.failure is not None:
-                    break
+                for _ in range(2 if self.cudagraphs and self.failure is None else 1):
+                    with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                        losses = self(images, targets)
+                    compiled = self.failure is None
+                    try:
+                        sum(losses.values()).backward()
+                    except Exception as e:  # noqa: BLE001 - a capture error of the backward graph
+                        if not (compiled and _is_compile_error(e)):
+                            raise
+                        self._fail(e)
         finally:
             for p in self.model.parameters():
                 p.grad = None

@@ -38,7 +38,9 @@ def make_optimizer(cfg, model, fused=None):
     if fused is None:
         fused = s.USE_FUSED_SGD
     if not fused or not groups:
-        return torch.optim.SGD(groups, lr=s.BASE_LR, momentum=s.MOMENTUM)
+        optimizer = torch.optim.SGD(groups, lr=s.BASE_LR, momentum=s.MOMENTUM)
+        optimizer.register_load_state_dict_post_hook(_keep_own_implementation)
+        return optimizer
     apex_sgd = _fused_sgd()
     if apex_sgd is not None:
         logger.info("optimizer: apex FusedSGD")
@@ -50,9 +52,23 @@ def make_optimizer(cfg, model, fused=None):
     logger.info("optimizer: torch fused SGD (apex not importable), learning rate a %s tensor", device.type)
     optimizer = torch.optim.SGD(groups, lr=groups[0]["lr"], momentum=s.MOMENTUM, fused=True)
     _zero_momentum_buffers(optimizer)
+    optimizer.register_load_state_dict_post_hook(_keep_own_implementation)
     optimizer.register_load_state_dict_post_hook(_lr_on_device)
     optimizer.register_load_state_dict_post_hook(_zero_momentum_buffers)
     return optimizer
+
+
+def _keep_own_implementation(optimizer):
+    """torch's ``load_state_dict`` gives every group the saved run's settings, its ``fused``/``foreach`` flags
+    included, while the optimizer object keeps its own: a fused optimizer resumed from an unfused run's checkpoint
+    (``COMPILE`` or ``SOLVER.USE_FUSED_SGD`` changed, or apex present at save time only) still tells the gradient
+    scaler that it unscales and skips by itself, and its groups' unfused step then refuses the scaler's arguments
+    (an AssertionError at the first float16 step). The groups get this optimizer's own flags back, and an unfused
+    one its LR as a number (a fused run saves a tensor)."""
+    for g in optimizer.param_groups:
+        g["fused"], g["foreach"] = optimizer.defaults.get("fused"), optimizer.defaults.get("foreach")
+        if not optimizer.defaults.get("fused") and isinstance(g["lr"], torch.Tensor):
+            g["lr"] = float(g["lr"])
 
 
 def _lr_on_device(optimizer):

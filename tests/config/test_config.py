@@ -48,6 +48,9 @@ def test_r50_yaml_sets_exactly_the_reference_values():
     ("MODEL.ROI_BOX_HEAD.NUM_CLASSES", "1", "NUM_CLASSES' = 1"),
     ("DTYPE", "float8", "DTYPE' = 'float8'"),
     ("MODEL.RPN.POSITIVE_FRACTION", "1.5", "POSITIVE_FRACTION' = 1.5"),
+    # accepted before, and a cuda:1 run then trained on the CPU (init_distributed and the loader's pinning
+    # compared the name with "cuda")
+    ("MODEL.DEVICE", "cuda:1", "MODEL.DEVICE' = 'cuda:1': must be cpu or cuda"),
 ])
 def test_values_that_cannot_work_are_one_line_errors(key, value, message):
     with pytest.raises(ConfigError) as e:

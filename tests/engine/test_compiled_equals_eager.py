@@ -184,3 +184,51 @@ def test_graph_partition_is_set_for_cuda_graphs():
         assert config.graph_partition is True
     finally:
         config.graph_partition = False
+
+
+class _CaptureFailsInBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("operation not permitted when stream is capturing\nCUDA kernel errors ...")
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_warm_up_records_cuda_graphs_before_the_clock_and_survives_a_backward_capture_error(mode, caplog,
+                                                                                            monkeypatch):
+    """torch's CUDA-graph trees run a compiled function's first call as a warm-up and record its graphs at the
+    second: with CUDA graphs the warm-up calls the compiled step twice per image size, so the recording happens
+    before run_start (once in the default mode). A capture error raised by the backward (outside the compiled
+    call) is a compile failure too: one warning, and the remaining sizes run eagerly."""
+    from torch._inductor import config
+
+    if hasattr(config, "graph_partition"):
+        monkeypatch.setattr(config, "graph_partition", config.graph_partition)  # restored afterwards
+    model = build_detection_model(small_cfg()).train()
+    forward = CompiledForward(model, mode, "inductor", batch_size=2)
+    sizes = [(96, 128), (128, 96), (128, 128)]
+    fail_at = 3 if mode == "reduce-overhead" else 2  # the first call of the second size
+    calls = []
+
+    def compiled(images, targets):
+        calls.append(tuple(images.tensors.shape[-2:]))
+        losses = model(images, targets)
+        if len(calls) == fail_at:
+            losses = {k: _CaptureFailsInBackward.apply(v) for k, v in losses.items()}
+        return losses
+
+    forward.compiled = compiled
+    with caplog.at_level(logging.WARNING):
+        forward.warm_up(sizes, 2, torch.device("cpu"), max_gt=4)
+    if mode == "reduce-overhead":
+        assert calls == [(96, 128), (96, 128), (128, 96)]
+    else:
+        assert calls == [(96, 128), (128, 96)]
+    assert forward.failure is not None
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "torch.compile failed (RuntimeError: operation not permitted when stream is capturing): the run continues "
+        "with the eager model"]
+    assert all(p.grad is None for p in model.parameters())

@@ -386,3 +386,28 @@ def test_submit_refuses_the_recipe_before_submitting(tmp_path):
     assert r.returncode == 10, r.stdout + r.stderr
     assert "error: recipe refused: opt_learning_rate_decay_factor 0.2" in r.stderr
     assert "nothing submitted" in r.stderr and not list((tmp_path / "res").glob("result_*"))
+
+
+@pytest.mark.slow  # starts bash
+def test_in_container_passes_the_distributed_settings_and_nothing_else(tmp_path):
+    """slurm/in_container.sh runs the image with --cleanenv and names what crosses: besides NCCL's, gloo's
+    interface (the trainer's stop decisions go over a gloo group beside NCCL; without GLOO_SOCKET_IFNAME inside, a
+    node whose hostname resolves to a loopback or unroutable address cannot form it) and torch.distributed's own
+    settings; a host variable the job does not mean to pass stays out. A runtime stand-in prints what it is
+    given."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "singularity").write_text("#!/bin/bash\nprintf '%s\\n' \"$@\"\n")
+    (bindir / "singularity").chmod(0o755)
+    env = clean_env(PATH=f"{bindir}:{os.environ['PATH']}", CONTAINER="/images/x.sif", GLOO_SOCKET_IFNAME="ib0",
+                    NCCL_SOCKET_IFNAME="ib0", TORCH_NCCL_BLOCKING_WAIT="1", TORCH_DISTRIBUTED_DEBUG="DETAIL",
+                    HOST_ONLY_SETTING="leak")
+    r = subprocess.run([str(ROOT / "slurm/in_container.sh"), "python3", "-V"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    args = r.stdout.splitlines()
+    assert args[:3] == ["exec", "--cleanenv", "--nv"] and args[-2:] == ["python3", "-V"]
+    for item in ("GLOO_SOCKET_IFNAME=ib0", "NCCL_SOCKET_IFNAME=ib0", "TORCH_NCCL_BLOCKING_WAIT=1",
+                 "TORCH_DISTRIBUTED_DEBUG=DETAIL"):
+        assert item in args, (item, args)
+    assert not any(a.startswith("HOST_ONLY_SETTING") for a in args)

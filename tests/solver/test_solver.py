@@ -137,3 +137,40 @@ def test_fused_sgd_with_zero_momentum_buffers_is_torchs_fused_sgd_bitwise():
     fused = make_optimizer(cfg, model, fused=True)
     fused.load_state_dict(make_optimizer(cfg, model, fused=False).state_dict())
     assert all(torch.equal(fused.state[p]["momentum_buffer"], torch.zeros_like(p)) for p in model.parameters())
+
+
+@pytest.mark.parametrize("saved_fused,resumed_fused", [(False, True), (True, False)])
+def test_resuming_from_the_other_sgd_keeps_the_optimizers_own_implementation(saved_fused, resumed_fused):
+    """A checkpoint's optimizer state carries its run's ``fused``/``foreach`` flags, and torch's load_state_dict
+    copies them into the groups: a fused optimizer resumed from an unfused run's state then failed its first
+    float16 step (the scaler hands a fused optimizer its scale and inf flag, the unfused step asserts they are
+    None). After the load each optimizer steps as itself; the oracle is the same run never interrupted, in the
+    resumed implementation (one float32 ulp per step apart when the implementations differ: torch's fused kernel
+    rounds its multiply-adds once)."""
+    cfg = _solver_cfg()
+
+    def steps(model, optimizer, scaler, n, data):
+        for _ in range(n):
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(model(torch.randn(4, 8, generator=data)).square().sum()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 3)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    saved = make_optimizer(cfg, model, fused=saved_fused)
+    data = torch.Generator().manual_seed(1)
+    steps(model, saved, torch.amp.GradScaler("cpu"), 2, data)
+    resumed = make_optimizer(cfg, model, fused=resumed_fused)
+    resumed.load_state_dict(saved.state_dict())
+    assert [g["fused"] for g in resumed.param_groups] == [True if resumed_fused else None] * 2
+    assert all(isinstance(g["lr"], torch.Tensor) == resumed_fused for g in resumed.param_groups)
+    steps(model, resumed, torch.amp.GradScaler("cpu"), 2, data)
+
+    oracle = torch.nn.Linear(8, 3)
+    oracle.load_state_dict(start)
+    data = torch.Generator().manual_seed(1)
+    steps(oracle, make_optimizer(cfg, oracle, fused=resumed_fused), torch.amp.GradScaler("cpu"), 4, data)
+    for a, b in zip(model.parameters(), oracle.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
