@@ -16,7 +16,7 @@ export DGXNNODES="${DGXNNODES:-1}"
 ## Time budget (minutes). A trial gets the expected training time plus the init allowance, +25 %: Slurm stops a
 ## trial at that limit (srun --time) and the next one starts. The job asks for NEXP trials + 15 minutes.
 export DGXRUNMINUTES="${DGXRUNMINUTES:-30}"  # on paper (docs/cluster.md, "Scale on paper"): not yet measured
-export DGXINITMINUTES="${DGXINITMINUTES:-10}"  # init: data, cuDNN autotuning; compiling the step if COMPILE True
+export DGXINITMINUTES="${DGXINITMINUTES:-10}"  # init: data, model, NCCL; compiling the step if COMPILE True
 export NEXP="${NEXP:-5}"
 # shellcheck source=slurm/time_budget.sh
 source "$(dirname "${BASH_SOURCE[0]}")/slurm/time_budget.sh"  # TRIAL_MINUTES and WALLTIME from the three above
