@@ -100,3 +100,43 @@ def test_fp16_infinite_loss_with_finite_gradients_is_stepped_as_the_reference_do
     assert torch.isfinite(model.w) and model.calls == 6
     with pytest.raises(NonFiniteLossError, match="iteration 3"):
         _trainer(_OverflowedLogit(bad={3}), 6).train()
+
+
+def test_a_float16_run_as_a_gpu_runs_it_trains_through_its_skipped_first_steps(monkeypatch):
+    """The GPU's float16 on the CPU (which maps DTYPE float16 to bfloat16; forced here): the real model under
+    float16 autocast, the GradScaler from 2^16, torch's fused SGD (a compiled run's optimizer). Its first steps
+    overflow and are skipped, by design; the run goes on with finite losses and weights that moved. Before the
+    fused optimizer got zero momentum buffers, the skipped first step left them uninitialised and the weights
+    went NaN a few steps later (an H200 run, and this test: ``empty_like`` returns NaN here, which uninitialised
+    memory may hold, so the test does not depend on what the allocator hands out)."""
+    import maskrcnn_benchmark.engine.trainer as trainer_module
+    from helpers import shapes_image, small_cfg
+    from maskrcnn_benchmark.modeling import build_detection_model
+    from maskrcnn_benchmark.modeling.compat import target_batch
+    from maskrcnn_benchmark.solver import make_lr_scheduler, make_optimizer
+    from maskrcnn_benchmark.structures import to_image_list
+
+    empty_like = torch.empty_like
+
+    def uninitialised(t, *args, **kwargs):
+        out = empty_like(t, *args, **kwargs)
+        return out.fill_(float("nan")) if out.is_floating_point() else out
+
+    monkeypatch.setattr(torch, "empty_like", uninitialised)
+    monkeypatch.setattr(trainer_module, "autocast_dtype", lambda device, dtype: torch.float16)
+    torch.manual_seed(0)
+    cfg = small_cfg("SOLVER.BASE_LR", 0.01, "SOLVER.WARMUP_ITERS", 0)
+    model = build_detection_model(cfg).train()
+    start = [p.detach().clone() for p in model.parameters()]
+    optimizer = make_optimizer(cfg, model, fused=True)
+    img, target = shapes_image()
+    batch = (to_image_list([img, img.flip(-1)], 32), target_batch([target, target.transpose(0)]), None)
+    scaler = torch.amp.GradScaler("cpu")
+    t = Trainer(model, optimizer, make_lr_scheduler(cfg, optimizer), [batch] * 8, torch.device("cpu"), 8, 100,
+                dtype="float16", scaler=scaler, clip_grad_norm=10.0)
+    t.train()
+    skipped = int(torch.log2(torch.tensor(2.0 ** 16 / scaler.get_scale())))
+    assert 1 <= skipped < 8, scaler.get_scale()  # some first steps overflowed, the later ones trained
+    assert all(torch.isfinite(v) for v in t.storage.latest("loss").values())
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert any(not torch.equal(p, p0) for p, p0 in zip(model.parameters(), start))
