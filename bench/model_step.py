@@ -44,6 +44,7 @@ import torch
 from maskrcnn_benchmark.cli.common import parse_with_overrides
 from maskrcnn_benchmark.config import get_cfg, merge_cfg_from_file, merge_cfg_from_list
 from maskrcnn_benchmark.modeling import build_detection_model
+from maskrcnn_benchmark.solver import zero_momentum_buffers
 from maskrcnn_benchmark.data.collate_batch import BatchCollator
 from maskrcnn_benchmark.synthetic.batch import synthetic_batch
 
@@ -84,6 +85,8 @@ class Step:
         params = [p for p in parameters if p.requires_grad]
         lr = torch.tensor(1e-3, device=device) if fused else 1e-3
         self.opt = torch.optim.SGD(params, lr=lr, momentum=0.9, **({"fused": True} if fused else {}))
+        if fused:
+            zero_momentum_buffers(self.opt)  # else a float16 step the scaler skips leaves them unset (solver/build.py)
         self.scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
         self.setup_seconds = 0.0
         self.note = ""

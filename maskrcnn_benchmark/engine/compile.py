@@ -151,26 +151,37 @@ class CompiledForward:
 
         With CUDA graphs (``reduce-overhead``, ``max-autotune``) each size runs twice: torch's CUDA-graph trees run
         a function's first call as a warm-up and record its graphs at the second, so one call would leave the
-        recording to the first training iteration, after ``run_start``. A compile or capture error, in the forward
-        or in the backward, is a compile failure (one warning); the remaining sizes still run, eagerly (a rank whose
-        forward failed alone then takes part in the same gradient all-reduces as the others)."""
+        recording to the first training iteration, after ``run_start``. A compile or capture error of the forward
+        is a compile failure (one warning): the remaining calls still run, eagerly, so a rank whose forward failed
+        alone takes part in the same gradient all-reduces as the others. One of the backward is a compile failure
+        in a single process; with several ranks it ends the run (the others wait in the all-reduces that backward
+        did not finish)."""
         if self.failure is not None:
             return 0.0
         t0 = time.perf_counter()
         precompute_anchors(self.model, sizes, device)
         cpu_state = torch.get_rng_state()
         cuda_state = torch.cuda.get_rng_state_all() if device.type == "cuda" else None
+        repeats = 2 if self.cudagraphs else 1  # the same calls on every rank, whatever fails on one
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized() and \
+            torch.distributed.get_world_size() > 1
         try:
             for h, w in sizes:
                 images, targets = warm_up_batch(images_per_batch, h, w, max_gt, device)
-                for _ in range(2 if self.cudagraphs and self.failure is None else 1):
+                for _ in range(repeats):
                     with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
                         losses = self(images, targets)
                     compiled = self.failure is None
+                    # as the trainer's step: no gradients in before the backward (a CUDA-graph replay's gradient
+                    # outputs are invalid once the next call has begun; accumulating into them raises)
+                    for p in self.model.parameters():
+                        p.grad = None
                     try:
                         sum(losses.values()).backward()
                     except Exception as e:  # noqa: BLE001 - a capture error of the backward graph
-                        if not (compiled and _is_compile_error(e)):
+                        # with several ranks a backward that stopped halfway has left the others in its
+                        # all-reduces: no way on but the error
+                        if not (compiled and _is_compile_error(e)) or distributed:
                             raise
                         self._fail(e)
         finally:

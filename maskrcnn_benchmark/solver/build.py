@@ -44,17 +44,19 @@ def make_optimizer(cfg, model, fused=None):
     apex_sgd = _fused_sgd()
     if apex_sgd is not None:
         logger.info("optimizer: apex FusedSGD")
-        return apex_sgd(groups, lr=s.BASE_LR, momentum=s.MOMENTUM)
+        optimizer = apex_sgd(groups, lr=s.BASE_LR, momentum=s.MOMENTUM)
+        optimizer.register_load_state_dict_post_hook(_keep_own_implementation)
+        return optimizer
     device = groups[0]["params"][0].device
     for g in groups:
         g["initial_lr"] = float(g["lr"])  # the schedule's base, exact (a float32 tensor would round it)
         g["lr"] = torch.tensor(g["initial_lr"], dtype=torch.float32, device=device)
     logger.info("optimizer: torch fused SGD (apex not importable), learning rate a %s tensor", device.type)
     optimizer = torch.optim.SGD(groups, lr=groups[0]["lr"], momentum=s.MOMENTUM, fused=True)
-    _zero_momentum_buffers(optimizer)
+    zero_momentum_buffers(optimizer)
     optimizer.register_load_state_dict_post_hook(_keep_own_implementation)
     optimizer.register_load_state_dict_post_hook(_lr_on_device)
-    optimizer.register_load_state_dict_post_hook(_zero_momentum_buffers)
+    optimizer.register_load_state_dict_post_hook(zero_momentum_buffers)
     return optimizer
 
 
@@ -64,7 +66,7 @@ def _keep_own_implementation(optimizer):
     (``COMPILE`` or ``SOLVER.USE_FUSED_SGD`` changed, or apex present at save time only) still tells the gradient
     scaler that it unscales and skips by itself, and its groups' unfused step then refuses the scaler's arguments
     (an AssertionError at the first float16 step). The groups get this optimizer's own flags back, and an unfused
-    one its LR as a number (a fused run saves a tensor)."""
+    or apex one its LR as a number (torch's fused run saves a tensor)."""
     for g in optimizer.param_groups:
         g["fused"], g["foreach"] = optimizer.defaults.get("fused"), optimizer.defaults.get("foreach")
         if not optimizer.defaults.get("fused") and isinstance(g["lr"], torch.Tensor):
@@ -80,8 +82,9 @@ def _lr_on_device(optimizer):
             g["lr"] = torch.tensor(float(g["lr"]), dtype=torch.float32, device=device)
 
 
-def _zero_momentum_buffers(optimizer):
-    """Give every parameter a zero momentum buffer before torch's fused SGD steps.
+def zero_momentum_buffers(optimizer):
+    """Give every parameter a zero momentum buffer before torch's fused SGD steps (any torch fused SGD: the benches
+    build their own).
 
     Without one, the fused step's first call allocates the buffers with ``empty_like`` and leaves their first
     value to the kernel; when the gradient scaler has found an overflow, the kernel skips the whole update (the
@@ -90,9 +93,10 @@ def _zero_momentum_buffers(optimizer):
     overflows at its first steps by design (the scale starts at 2^16), so such a run diverged at once. With zero
     buffers the first update is ``0.9 * 0 + g = g``, the value torch's first step copies: the same weights,
     bitwise, when no step is skipped (tests/solver/test_solver.py). A loaded state without buffers (saved before
-    any step) gets them too."""
+    any step) gets them too. Not with dampening (never set here): torch's first step copies ``g``, a zero buffer
+    would give ``(1 - dampening) g``."""
     for g in optimizer.param_groups:
-        if g["momentum"] == 0:
+        if g["momentum"] == 0 or g.get("dampening", 0) != 0:
             continue
         for p in g["params"]:
             state = optimizer.state[p]

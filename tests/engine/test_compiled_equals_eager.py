@@ -186,14 +186,22 @@ def test_graph_partition_is_set_for_cuda_graphs():
         config.graph_partition = False
 
 
-class _CaptureFailsInBackward(torch.autograd.Function):
+class _Backward(torch.autograd.Function):
+    """The identity; its backward, the first node of the loss's backward, records whether the parameters came in
+    with gradients (a CUDA-graph replay's gradient outputs are invalid once the next call has begun, so nothing
+    may accumulate into them) and raises a CUDA-graph capture error when told to."""
+
     @staticmethod
-    def forward(ctx, x):
+    def forward(ctx, x, params, log, fail):
+        ctx.params, ctx.log, ctx.fail = params, log, fail
         return x.clone()
 
     @staticmethod
     def backward(ctx, grad):
-        raise RuntimeError("operation not permitted when stream is capturing\nCUDA kernel errors ...")
+        ctx.log.append(all(p.grad is None for p in ctx.params))
+        if ctx.fail:
+            raise RuntimeError("operation not permitted when stream is capturing\nCUDA kernel errors ...")
+        return grad, None, None, None
 
 
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
@@ -201,32 +209,40 @@ def test_warm_up_records_cuda_graphs_before_the_clock_and_survives_a_backward_ca
                                                                                             monkeypatch):
     """torch's CUDA-graph trees run a compiled function's first call as a warm-up and record its graphs at the
     second: with CUDA graphs the warm-up calls the compiled step twice per image size, so the recording happens
-    before run_start (once in the default mode). A capture error raised by the backward (outside the compiled
-    call) is a compile failure too: one warning, and the remaining sizes run eagerly."""
+    before run_start (once in the default mode), each backward starting without gradients, as the trainer's
+    does. A capture error raised by the backward (outside the compiled call; here at the call that records) is
+    a compile failure too: one warning, and the remaining calls run eagerly, as many as the compiled ones would
+    have been (with several ranks, the same all-reduces on every rank)."""
     from torch._inductor import config
 
     if hasattr(config, "graph_partition"):
         monkeypatch.setattr(config, "graph_partition", config.graph_partition)  # restored afterwards
     model = build_detection_model(small_cfg()).train()
+    params = [p for p in model.parameters() if p.requires_grad]
     forward = CompiledForward(model, mode, "inductor", batch_size=2)
     sizes = [(96, 128), (128, 96), (128, 128)]
-    fail_at = 3 if mode == "reduce-overhead" else 2  # the first call of the second size
-    calls = []
+    repeats = 2 if mode == "reduce-overhead" else 1
+    fail_at = repeats  # the call that records the first size's graphs (the default mode: its only call)
+    calls, eager_calls, clean_backward = [], [], []
+    step = model.forward
 
     def compiled(images, targets):
         calls.append(tuple(images.tensors.shape[-2:]))
-        losses = model(images, targets)
-        if len(calls) == fail_at:
-            losses = {k: _CaptureFailsInBackward.apply(v) for k, v in losses.items()}
-        return losses
+        losses = step(images, targets)
+        return {k: _Backward.apply(v, params, clean_backward, len(calls) == fail_at and k == "loss_mask")
+                for k, v in losses.items()}
+
+    def eager(images, targets):
+        eager_calls.append(tuple(images.tensors.shape[-2:]))
+        return step(images, targets)
 
     forward.compiled = compiled
+    monkeypatch.setattr(model, "forward", eager)
     with caplog.at_level(logging.WARNING):
         forward.warm_up(sizes, 2, torch.device("cpu"), max_gt=4)
-    if mode == "reduce-overhead":
-        assert calls == [(96, 128), (96, 128), (128, 96)]
-    else:
-        assert calls == [(96, 128), (128, 96)]
+    assert calls == [sizes[0]] * repeats
+    assert eager_calls == [s for s in sizes[1:] for _ in range(repeats)]
+    assert clean_backward and all(clean_backward)
     assert forward.failure is not None
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
         "torch.compile failed (RuntimeError: operation not permitted when stream is capturing): the run continues "

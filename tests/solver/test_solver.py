@@ -174,3 +174,25 @@ def test_resuming_from_the_other_sgd_keeps_the_optimizers_own_implementation(sav
     steps(oracle, make_optimizer(cfg, oracle, fused=resumed_fused), torch.amp.GradScaler("cpu"), 4, data)
     for a, b in zip(model.parameters(), oracle.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_apex_fused_sgd_resumed_from_torchs_fused_state_gets_its_lr_as_a_number(monkeypatch):
+    """With apex importable (NGC images) make_optimizer returns apex's FusedSGD, which reads its LR as a number: a
+    state saved by torch's fused SGD (no apex at save time) carries device-tensor LRs, which apex would read
+    back from the device every step. A stand-in for apex's class (torch's unfused SGD: apex is not installed
+    here) shows the hook."""
+    import maskrcnn_benchmark.solver.build as build
+
+    class ApexStandIn(torch.optim.SGD):
+        pass
+
+    cfg = _solver_cfg()
+    model = torch.nn.Linear(4, 2)
+    saved = make_optimizer(cfg, model, fused=True)  # torch's fused SGD: LR tensors
+    monkeypatch.setattr(build, "_fused_sgd", lambda: ApexStandIn)
+    apex = make_optimizer(cfg, model, fused=True)
+    assert isinstance(apex, ApexStandIn)
+    apex.load_state_dict(saved.state_dict())
+    # the saved float32 values (the schedule writes the exact ones from initial_lr at its next step)
+    assert [g["lr"] for g in apex.param_groups] == [float(torch.tensor(0.02)), float(torch.tensor(0.04))]
+    assert all(type(g["lr"]) is float and not g["fused"] for g in apex.param_groups)
