@@ -6,6 +6,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,37 @@ def test_the_trial_limit_follows_the_gpu_check_projection(tmp_path):
     assert r.returncode == 0, r.stderr
     assert f"DGXRUNMINUTES=8 from make gpu-check's projection ({projection})" in r.stdout
     assert "trial limit=16 min" in r.stdout  # (8 + 5 init) x 1.25
+
+
+def _fake_gpu_check_python(tmp_path, rc, write_report):
+    """A ``python`` for the job (CONTAINER=none) that plays tools/gpu_check.py: the node's checks exit ``rc``, with
+    or without their report (summary.json); ``--across-nodes`` is recorded and passes. Everything else runs."""
+    fake = tmp_path / "python-gpu-check"
+    fake.write_text(textwrap.dedent(f"""\
+        #!/bin/bash
+        if [[ "${{1:-}}" == tools/gpu_check.py ]]; then
+          out="${{@: -1}}"
+          if [[ " $* " == *" --across-nodes "* ]]; then echo across >> "{tmp_path}/calls"; exit 0; fi
+          echo node >> "{tmp_path}/calls"; mkdir -p "$out"
+          {'echo {} > "$out/summary.json"' if write_report else 'echo "error: no GPU" >&2'}
+          exit {rc}
+        fi
+        exec {sys.executable} "$@"
+        """))
+    fake.chmod(0o755)
+    return fake
+
+
+@pytest.mark.parametrize("rc,report,job_rc,calls", [
+    (1, True, 1, ["node", "across"]),    # a check failed or ran out of time: the report exists, go on
+    (0, True, 0, ["node", "across"]),
+    (15, False, 15, ["node"]),           # gpu-check itself failed (no GPU): nothing more to do
+])
+def test_a_failed_check_on_the_node_still_runs_the_checks_across_nodes(tmp_path, rc, report, job_rc, calls):
+    """slurm/gpu_check.sbatch: a check of the node's that failed or hit its time cap (gpu-check's exit 1, its
+    report written) no longer ends the job before the checks across nodes, the part of the allocation a single
+    node cannot do; the job's exit code keeps the node's failure. gpu-check failing without a report (no GPU)
+    still ends it with its own code."""
+    r = run_job(tmp_path, GPU_CHECK=1, PYTHON=_fake_gpu_check_python(tmp_path, rc, report))
+    assert r.returncode == job_rc, r.stdout + r.stderr
+    assert (tmp_path / "calls").read_text().split() == calls
