@@ -373,7 +373,8 @@ def main(argv=None):
                      event="round", round=r - args.warmup + 1, seconds=row)
     if args.peak and gpu:
         for s in steps:
-            out.line("", event="peak", model=s.name, gib=torch.cuda.max_memory_allocated(device) / 2 ** 30)
+            if s.name not in failed:  # a step that failed (out of memory) has no peak to report
+                out.line("", event="peak", model=s.name, gib=torch.cuda.max_memory_allocated(device) / 2 ** 30)
     for s in steps:
         if isinstance(s, Baseline):
             s.close()
