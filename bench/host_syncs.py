@@ -16,11 +16,18 @@ apart (inductor lowers them to a select, no sync). The image size does not chang
 Then the checks that run outside the step, with their period: the non-finite loss check (every 20 iterations on
 CUDA, every iteration on the CPU) and the metrics line (every 20 iterations).
 
+On CUDA the step also runs once under torch's own sync debug mode (``torch.cuda.set_sync_debug_mode("warn")``),
+which sees what an op-level count cannot: every blocking copy between host and device (a tensor made from a Python
+list on the device, ``.cpu()``), stream and device synchronizes; each site printed with its count, and a last line
+``CUDA synchronizing calls: N per step (static step, B images)``.
+
 Last lines: ``host syncs: N per step (static step, B images)`` for each B.
 """
 import argparse
+import collections
 import os
 import sys
+import warnings
 
 import torch
 
@@ -63,13 +70,32 @@ def count_step(n, height, width, dtype, device=torch.device("cpu"), opts=()):
     trainer.run_step(images, targets)  # the first step (lazy initialization) is not the one counted
     with HostSyncCounter() as step:
         trainer.run_step(images, targets)
+    cuda_syncs = cuda_sync_sites(lambda: trainer.run_step(images, targets)) if device.type == "cuda" else None
     with HostSyncCounter() as finite:
         trainer.check_finite()
     trainer.iter = trainer.storage.iter = 20
     trainer.hooks[0].before_train()
     with HostSyncCounter() as metrics:
         trainer.hooks[0].after_step()
-    return step, finite, metrics
+    return step, finite, metrics, cuda_syncs
+
+
+def cuda_sync_sites(fn):
+    """The synchronizing CUDA calls of ``fn()`` by site (``file:line`` of the Python line that made them), as torch's
+    sync debug mode reports them."""
+    torch.cuda.synchronize()
+    sites = collections.Counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    for w in caught:
+        if "synchroniz" in str(w.message):
+            sites[f"{os.path.relpath(w.filename)}:{w.lineno}"] += 1
+    return sites
 
 
 def main(argv=None):
@@ -85,7 +111,7 @@ def main(argv=None):
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     totals = []
     for n in (int(v) for v in args.images.split(",")):
-        step, finite, metrics = count_step(n, height, width, args.dtype, device, args.opts)
+        step, finite, metrics, cuda_syncs = count_step(n, height, width, args.dtype, device, args.opts)
         print(f"== one training step, static R-50-FPN, {n} images of {height}x{width}, {args.dtype}, {device}, "
               f"torch {torch.__version__}" + (f", {' '.join(args.opts)}" if args.opts else ""))
         print("\n".join(step.report()) or "  (no host read, no data-dependent shape, no masked write)")
@@ -93,9 +119,16 @@ def main(argv=None):
               f"CPU): {finite.total} host sync(s); metrics line (every 20 iterations): {metrics.total}")
         for line in finite.report() + metrics.report():
             print(f"   {line}")
-        totals.append((n, step.total))
+        if cuda_syncs is not None:
+            print("-- the same step under torch.cuda.set_sync_debug_mode: synchronizing CUDA calls by site")
+            for site, count in cuda_syncs.most_common():
+                print(f"   {count:4d}  {site}")
+        totals.append((n, step.total, None if cuda_syncs is None else sum(cuda_syncs.values())))
     print()
-    for n, total in totals:
+    for n, total, cuda_total in totals:
+        if cuda_total is not None:
+            print(f"CUDA synchronizing calls: {cuda_total} per step (static step, {n} images)")
+    for n, total, _ in totals:
         print(f"host syncs: {total} per step (static step, {n} images)")
     return 0
 

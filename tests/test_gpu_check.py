@@ -398,6 +398,11 @@ def test_each_verdict_of_a_stage(tmp_path, monkeypatch):
     waits = syncs("host syncs: 0 per step (static step, 2 images)\nhost syncs: 60 per step (static step, 12 images)")
     assert waits.status.startswith("FAILED (the step waits for the host")
     assert syncs("Traceback ...").status == "FAILED (no count printed)"
+    # on CUDA: torch's sync debug mode over the same step (blocking copies an op-level count cannot see) counts too
+    copies = syncs("CUDA synchronizing calls: 3 per step (static step, 2 images)\n"
+                   "host syncs: 0 per step (static step, 2 images)\n")
+    assert copies.status.startswith("FAILED (the step waits for the host")
+    assert dict(copies.figures)["synchronizing CUDA calls per step (torch.cuda.set_sync_debug_mode), 2 images"] == "3"
 
 
 def test_a_failing_stage_fails_the_verdict_and_the_caps_add_up_to_the_budget(tmp_path, monkeypatch):

@@ -157,9 +157,13 @@ def read_host_syncs(c):
     counts = re.findall(r"^host syncs: (\d+) per step \(static step, (\d+) images\)$", c.output, re.M)
     for n, images in counts:
         c.figures.append((f"host syncs per step, {images} images", n))
+    # on CUDA, torch's own sync debug mode over the same step: also the blocking copies the op-level count misses
+    cuda = re.findall(r"^CUDA synchronizing calls: (\d+) per step \(static step, (\d+) images\)$", c.output, re.M)
+    for n, images in cuda:
+        c.figures.append((f"synchronizing CUDA calls per step (torch.cuda.set_sync_debug_mode), {images} images", n))
     if c.status == "passed" and not counts:
         c.status = "FAILED (no count printed)"
-    elif c.status == "passed" and any(int(n) for n, _ in counts):
+    elif c.status == "passed" and any(int(n) for n, _ in counts + cuda):
         c.status = "FAILED (the step waits for the host: the sites are in host_syncs.log)"
 
 
