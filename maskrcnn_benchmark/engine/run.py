@@ -206,7 +206,8 @@ class MLPerfRun:
 
         background = BackgroundScorer(COCOScorer.for_dataset(test_set, backend=opts.coco_backend or
                                                              cfg.TEST.COCO_BACKEND, workers=cfg.TEST.COCO_WORKERS),
-                                      asynchronous=not opts.sync_eval)
+                                      asynchronous=not opts.sync_eval,
+                                      niceness=10 if device.type == "cuda" else 0)  # rank 0's host thread first
         evaluator = COCOEvaluator(test_set, background, mask_method=cfg.TEST.MASK_ENCODING)
         bare_model = model.module if hasattr(model, "module") else model
         evaluation = EvaluationHook(evaluator, lambda: run_inference(bare_model, test_loader, evaluator, device,

@@ -32,11 +32,13 @@ logger = logging.getLogger(__name__)
 RESTARTS_PER_EPOCH = 1
 
 
-def _serve(conn, parent_pid, scorer):
+def _serve(conn, parent_pid, scorer, niceness=0):
     die_with_parent()
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
     os.setpgid(0, 0)  # our own group: shutdown() kills it with the scoring pool's workers
+    if niceness:
+        os.nice(niceness)  # its pool workers inherit it
     while True:
         try:
             msg = conn.recv()
@@ -81,11 +83,18 @@ class ScoresFuture:
 class BackgroundScorer:
     """``scorer`` (a :class:`~maskrcnn_benchmark.evaluation.COCOScorer`) run in a scoring process of its own:
     ``background(detections, epoch)`` returns a :class:`ScoresFuture`. Rank 0 only (the detections are gathered
-    there)."""
+    there).
 
-    def __init__(self, scorer, asynchronous=True):
+    ``niceness``: the scoring process's (and its pool's) priority below the trainer's. A GPU run asks for it
+    (engine/run.py): the scorer runs on rank 0's cores (its affinity; one pool worker per core by default), where
+    the rank's host thread launches the GPU work, and a slower rank 0 holds every rank back at the next
+    all-reduce; idle cores it still gets in full. On a CPU run the trainer uses every core, so a lower priority
+    would only delay the scores, and with them the stop."""
+
+    def __init__(self, scorer, asynchronous=True, niceness=0):
         self.scorer = scorer
         self.asynchronous = asynchronous
+        self.niceness = niceness
         self._proc = None
         self._conn = None
         self._waiting = []    # futures sent to the process, in order, with their detections
@@ -122,7 +131,7 @@ class BackgroundScorer:
         self._conn, child = ctx.Pipe()
         # not daemonic (a daemon may not have the scoring pool as children): shut down at exit, before
         # multiprocessing's own exit handler would wait for it
-        self._proc = ctx.Process(target=_serve, args=(child, os.getpid(), self.scorer),
+        self._proc = ctx.Process(target=_serve, args=(child, os.getpid(), self.scorer, self.niceness),
                                  name="coco-scorer", daemon=False)
         # Ctrl-C reaches the whole foreground process group; the trainer decides what happens, the scorer (and
         # its pool) ignore it from the first instruction on: an ignored signal stays ignored across exec

@@ -69,7 +69,7 @@ def test_a_scoring_process_that_dies_while_idle_is_noticed_at_the_next_poll(coco
     ann, bbox, segm = coco_set
     dets = Detections.from_coco_lists(bbox, segm)
     expected = COCOScorer(ann, workers=1)(dets)
-    bg = BackgroundScorer(COCOScorer(ann, workers=1))
+    bg = BackgroundScorer(COCOScorer(ann, workers=1), niceness=10)  # what a GPU run asks for
     bg(dets, epoch=1).result()
     os.kill(bg.pid, 9)
     deadline = time.time() + 10
@@ -78,6 +78,8 @@ def test_a_scoring_process_that_dies_while_idle_is_noticed_at_the_next_poll(coco
         time.sleep(0.01)
     assert bg.restarts == 1 and bg.pid is not None
     scores = bg(dets, epoch=2).result()  # the restarted process scores as the first did
+    # it yields the trainer's cores, restarted too (on rank 0 it shares them with the rank's host thread)
+    assert os.getpriority(os.PRIO_PROCESS, bg.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
     assert scores["bbox"]["stats"] == expected["bbox"]["stats"] and scores["segm"]["stats"] == expected["segm"]["stats"]
     bg.shutdown()
 
