@@ -16,10 +16,11 @@ apart (inductor lowers them to a select, no sync). The image size does not chang
 Then the checks that run outside the step, with their period: the non-finite loss check (every 20 iterations on
 CUDA, every iteration on the CPU) and the metrics line (every 20 iterations).
 
-On CUDA the step also runs once under torch's own sync debug mode (``torch.cuda.set_sync_debug_mode("warn")``),
-which sees what an op-level count cannot: every blocking copy between host and device (a tensor made from a Python
-list on the device, ``.cpu()``), stream and device synchronizes; each site printed with its count, and a last line
-``CUDA synchronizing calls: N per step (static step, B images)``.
+On CUDA the step runs once more with torch's own hooks on, which see what an op-level count cannot: every blocking
+copy between host and device (a tensor made from a Python list on the device, ``.cpu()``), stream, event and device
+synchronizes (counted by the GPU trace callbacks of torch's CUDA sanitizer; each site named by the sync debug mode's
+warning where Python sees one); each site printed with its count, and a last line ``CUDA synchronizing calls: N per
+step (static step, B images)``.
 
 Last lines: ``host syncs: N per step (static step, B images)`` for each B.
 """
@@ -80,21 +81,47 @@ def count_step(n, height, width, dtype, device=torch.device("cpu"), opts=()):
     return step, finite, metrics, cuda_syncs
 
 
+_TRACE = {"registered": False, "on": False, "count": 0}
+UNSEEN = "(no Python line: a C++ op called through torch.ops, whose warning bypasses Python's)"
+
+
+def _count_sync(*_):
+    if _TRACE["on"]:
+        _TRACE["count"] += 1
+
+
 def cuda_sync_sites(fn):
-    """The synchronizing CUDA calls of ``fn()`` by site (``file:line`` of the Python line that made them), as torch's
-    sync debug mode reports them."""
+    """The synchronizing CUDA calls of ``fn()`` by site. The count: torch's GPU trace callbacks for stream, device
+    and event synchronizations (the hooks its CUDA sanitizer uses: every thread, backward's included, and C++ ops
+    called through ``torch.ops``; switched on for the rest of the process). The sites: the warnings of torch's
+    sync debug mode (``file:line`` of the Python line that made the call; a backward's are all its
+    ``.backward()`` line), where Python sees them; the rest are counted under :data:`UNSEEN`."""
+    if not _TRACE["registered"]:
+        from torch.cuda import _gpu_trace
+
+        torch._C._activate_gpu_trace()
+        for register in (_gpu_trace.register_callback_for_stream_synchronization,
+                         _gpu_trace.register_callback_for_device_synchronization,
+                         _gpu_trace.register_callback_for_event_synchronization):
+            register(_count_sync)
+        _TRACE["registered"] = True
     torch.cuda.synchronize()
     sites = collections.Counter()
+    _TRACE["count"] = 0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
+        _TRACE["on"] = True
         try:
             fn()
         finally:
+            _TRACE["on"] = False
             torch.cuda.set_sync_debug_mode("default")
     for w in caught:
         if "synchroniz" in str(w.message):
             sites[f"{os.path.relpath(w.filename)}:{w.lineno}"] += 1
+    if _TRACE["count"] > sum(sites.values()):
+        sites[UNSEEN] = _TRACE["count"] - sum(sites.values())
     return sites
 
 

@@ -252,14 +252,18 @@ def memory_alone(args, out):
         cmd += ["--compile-mode", args.compile_mode] if args.compile_mode else []
         cmd += list(args.opts)
         r = subprocess.run(cmd, capture_output=True, text=True)
+        reasons = []
         for raw in r.stdout.splitlines():
             rec = json.loads(raw) if raw.startswith("{") else {}
             if rec.get("event") == "peak":
                 rec["event"], rec["batch"] = "memory", batch
                 out.line(f"peak GPU memory, {rec['model']} alone, batch {batch}: {rec['gib']:.2f} GiB", **rec)
+            elif rec.get("event") == "failed":  # the step's own error (out of memory), caught by the child
+                reasons.append(rec["reason"])
         if r.returncode:
-            out.line(f"peak GPU memory, {model} alone, batch {batch}: FAILED (exit {r.returncode})", event="memory",
-                     model=model, batch=batch, failed=r.stderr.strip().splitlines()[-1:] or [""])
+            reason = reasons[:1] or r.stderr.strip().splitlines()[-1:] or [""]
+            out.line(f"peak GPU memory, {model} alone, batch {batch}: FAILED (exit {r.returncode}: {reason[0]})",
+                     event="memory", model=model, batch=batch, failed=reason)
 
 
 def build(args, device, dtype, out):
@@ -378,7 +382,7 @@ def main(argv=None):
     for s in steps:
         if isinstance(s, Baseline):
             s.close()
-    measured = {k: v for k, v in times.items() if v}
+    measured = {k: v for k, v in times.items() if v and k not in failed}  # a failure is not a rate
     if not measured:
         out.line("no model was measured", event="summary", models={})
         return 1

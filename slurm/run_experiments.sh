@@ -199,7 +199,7 @@ fi
 # ------------------------------------------------------------------------------ gpu-check across nodes (GPU_CHECK=1)
 # slurm/gpu_check.sbatch: a 20-iteration training run on two nodes (the system's recipe and data, through
 # run_and_time.sh as a trial runs), then tools/gpu_check.py --across-nodes judges it and the all-reduce above
-# against NCCL_MIN_BUSBW and adds both to the report. Its exit code is the job's.
+# against NCCL_MIN_BUSBW and adds both to the report. The job's exit code: its, else the node checks'.
 if [[ "${GPU_CHECK:-0}" == 1 ]]; then
   mkdir -p "${LOGDIR}/gpu-check"
   if [[ "${NNODES}" -gt 1 ]]; then
@@ -215,7 +215,8 @@ if [[ "${GPU_CHECK:-0}" == 1 ]]; then
   srun_on 1
   "${srun_cmd[@]}" "${in_image[@]}" "${python}" tools/gpu_check.py --across-nodes --min-busbw "${NCCL_MIN_BUSBW:-0}" \
     --out "$([[ "${CONTAINER_RUNTIME}" == none ]] && echo "${LOGDIR}" || echo /results)/gpu-check" || across_rc=$?
-  echo "run_experiments: gpu-check across nodes exit code ${across_rc} (report ${LOGDIR}/gpu-check/report.md)"
+  echo "run_experiments: gpu-check across nodes exit code ${across_rc}, on the node ${gpu_check_rc}: the job exits" \
+       "$(( across_rc != 0 ? across_rc : gpu_check_rc )) (report ${LOGDIR}/gpu-check/report.md)"
   exit "$(( across_rc != 0 ? across_rc : gpu_check_rc ))"
 fi
 

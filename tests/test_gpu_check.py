@@ -250,7 +250,8 @@ def test_the_projection_shows_every_term_and_writes_the_trials_time_limits(tmp_p
     lines = gpu_check.projection(step, tmp_path)
     assert lines[0].startswith("per GPU: 150.0 img/s (eager, the step a run takes") and "8 x 150.0 = 1200 img/s" \
         in lines[0]
-    assert lines[1].startswith("faster form measured: compiled (default), 200.0 img/s per GPU")
+    assert lines[1] == ("faster form measured: compiled (default), 200.0 img/s per GPU (a run takes it when asked: "
+                        "COMPILE True, COMPILE_MODE default; not in this projection)")
     assert any(line.startswith("1 node(s), global batch 96: 14.06 epochs x (117266 images / 1,200 img/s")
                for line in lines)
     assert any("assumption: scaling efficiency" in line for line in lines)
@@ -448,3 +449,14 @@ def test_a_model_step_where_every_model_failed_is_a_report_not_a_crash():
     assert figures["peak GPU memory alone, eager, batch 12"] == "FAILED (torch.OutOfMemoryError: CUDA out of memory.)"
     assert not any(k.startswith("training step img/s") for k in figures)
     assert gpu_check.projection(c) == ["no training-step figure: nothing to project"]
+    # a model that failed after some rounds has its summary line too: a failure, not a rate for the projection
+    c.output = "\n".join([
+        '{"event": "failed", "model": "eager", "reason": "OutOfMemoryError: CUDA out of memory."}',
+        '{"event": "summary", "model": "eager", "img_s": 80.0}',
+        '{"event": "summary", "model": "compiled (default)", "img_s": 60.0}'])
+    c.figures = []
+    gpu_check.read_model_step(c)
+    figures = dict(c.figures)
+    assert "training step img/s, eager" not in figures and figures["eager"].startswith("FAILED")
+    assert gpu_check.projection(c)[0].startswith("per GPU: 60.0 img/s (compiled (default), the eager step, which a "
+                                                 "run takes, was not measured")

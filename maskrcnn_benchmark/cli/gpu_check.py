@@ -12,7 +12,8 @@ Runs what exists of these, each as its own program with a time cap, and writes `
    alone at 8 and 12 images (``bench/model_step.py``; a model that fails to compile is reported and the others'
    figures are kept);
 3. the host syncs of one static training step on CUDA, float16, 2 and 12 images (``bench/host_syncs.py``: each
-   host read and data-dependent shape, the custom ops' bodies included; any makes the check fail), and the hybrid
+   host read and data-dependent shape, the custom ops' bodies included, and torch's own count of synchronizing CUDA
+   calls, blocking copies included; any makes the check fail), and the hybrid
    input pipeline's device time per batch (``bench/input_pipeline.py --device cuda``);
 4. the blocking evaluation per image (inference and post-processing of 625 images at 800x1333, COCO val's share
    of one GPU on one node; ``bench/eval_step.py``), which the projection uses, and the background COCO scoring of
@@ -132,6 +133,8 @@ def read_model_step(c):
             c.figures.append((f"{e['model']}", f"FAILED ({e['reason']})"))
         elif kind == "summary" and "model" not in e:  # no model was measured at all (every one failed)
             summarized.add(None)
+        elif kind == "summary" and e["model"] in failed:  # failed after some rounds: a failure, not a rate
+            summarized.add(e["model"])
         elif kind == "summary":
             summarized.add(e.get("model"))
             rows = e.get("mask_rows")  # the mask head's rows: the batch's positives, or the static step's budget
@@ -358,8 +361,11 @@ def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None, scori
              "here)"]
     fastest, fastest_rate = max(ours.items(), key=lambda kv: kv[1])
     if fastest_rate > per_gpu:
-        lines.append(f"faster form measured: {short(fastest)}, {fastest_rate:.1f} img/s per GPU (a run takes it only "
-                     "when asked: COMPILE True and its COMPILE_MODE; not in this projection)")
+        mode = re.match(r"compiled \((.+)\)$", short(fastest))
+        how = (f"a run takes it when asked: COMPILE True, COMPILE_MODE {mode.group(1)}" if mode else
+               "no run takes it: the static step runs compiled only")
+        lines.append(f"faster form measured: {short(fastest)}, {fastest_rate:.1f} img/s per GPU ({how}; not in this "
+                     "projection)")
     if gap is not None:
         lines.append(f"evaluation gap on one node: {ONE_NODE_EVAL_IMAGES} images (COCO val / 8 GPUs) x "
                      f"{dict(evaluation.figures)['blocking evaluation, ms per image']} ms (measured above) = "

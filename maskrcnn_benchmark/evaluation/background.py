@@ -38,7 +38,11 @@ def _serve(conn, parent_pid, scorer, niceness=0):
         os._exit(1)
     os.setpgid(0, 0)  # our own group: shutdown() kills it with the scoring pool's workers
     if niceness:
-        os.nice(niceness)  # its pool workers inherit it
+        try:  # the process group: every thread of it (os.nice would leave threads already started, BLAS's, behind);
+            # its pool workers, forked later, inherit it
+            os.setpriority(os.PRIO_PGRP, 0, min(19, os.getpriority(os.PRIO_PROCESS, 0) + niceness))
+        except OSError as e:  # a sandbox that forbids it: score at the trainer's priority rather than not at all
+            print(f"coco-scorer: priority unchanged ({e})", flush=True)
     while True:
         try:
             msg = conn.recv()
