@@ -579,7 +579,9 @@ def child_env(args: argparse.Namespace, local_rank: int) -> Dict[str, str]:
         LOCAL_WORLD_SIZE=str(args.nproc_per_node),
         NODE_RANK=str(args.node_rank),
     )
-    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA's device i is the plan's GPU i (PCI order)
+    # CUDA's device i must be the plan's GPU i (PCI order), whatever the environment says: CUDA's own default,
+    # FASTEST_FIRST, set explicitly or not, may order the GPUs otherwise and bind each rank beside another's GPU
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env
 
 

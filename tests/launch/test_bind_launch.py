@@ -481,3 +481,12 @@ def test_signals_are_forwarded(child):
     assert rc == 128 + signal.SIGTERM
     for i in range(2):
         assert (out / f"term{i}").read_text() == str(int(signal.SIGTERM))
+
+
+def test_the_children_number_the_gpus_in_the_plans_order_whatever_the_environment_says(monkeypatch):
+    """The plan binds local rank i beside GPU i in PCI bus order; CUDA numbers the GPUs that way only with
+    CUDA_DEVICE_ORDER=PCI_BUS_ID. A FASTEST_FIRST in the environment (CUDA's own default, spelled out in some
+    site profiles) was kept, so CUDA's device i could be another GPU than the plan's."""
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    args = bl.parse_args(["--nproc_per_node=2", "train.py"])
+    assert [bl.child_env(args, i)["CUDA_DEVICE_ORDER"] for i in range(2)] == ["PCI_BUS_ID", "PCI_BUS_ID"]
