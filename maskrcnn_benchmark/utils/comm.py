@@ -18,7 +18,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from .errors import NoGPU, RankLost
+from .errors import NoGPU, RankLost, UserError
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ def _env_int(*names, default=None):
 
 
 HEARTBEAT_PERIOD_S = 2.0
-_state = {"timeout": None, "heartbeat": None}
+_state = {"timeout": None, "heartbeat": None, "side_group": None}
 
 
 class _Heartbeat:
@@ -138,12 +138,28 @@ def init_distributed(local_rank=None, device="cuda", timeout_s=300):
                                 world_size=world, timeout=datetime.timedelta(seconds=timeout_s))
         _state["timeout"] = timeout_s
         synchronize()
+        if use_cuda:
+            _state["side_group"] = gloo_side_group(timeout_s)
         try:
             _state["heartbeat"] = _Heartbeat(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), rank, world,
                                              timeout_s)
         except Exception as e:  # noqa: BLE001 - diagnostics only: training works without it
             logger.warning("no heartbeat (a stalled rank will not be named): %s", str(e).splitlines()[0])
     return rank, world, local_rank, dev
+
+
+def gloo_side_group(timeout_s):
+    """The gloo group beside NCCL that :class:`AsyncFlag` all-reduces its small CPU tensors over, formed with the
+    process group (before ``init_stop`` and ``run_start``): gloo finds its interface from the hostname unless
+    ``GLOO_SOCKET_IFNAME`` names one, so on a node whose hostname resolves to an address the others cannot reach
+    the run fails here, in one line naming the setting, before its clock starts."""
+    try:
+        return dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    except Exception as e:  # noqa: BLE001 - gloo's own error is a C++ enforce message of several lines
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"the gloo group beside NCCL could not be formed ({first}); set GLOO_SOCKET_IFNAME to the "
+                        "network interface the nodes reach each other on (as NCCL_SOCKET_IFNAME), GLOO_SOCKET_IFNAME="
+                        f"'{os.environ.get('GLOO_SOCKET_IFNAME', '')}'") from None
 
 
 def get_world_size():
@@ -209,8 +225,9 @@ class AsyncFlag:
         self.group = None
         if self.world > 1:
             timeout = datetime.timedelta(seconds=_state["timeout"] or 300)
-            self.group = dist.group.WORLD if dist.get_backend() == "gloo" else dist.new_group(backend="gloo",
-                                                                                               timeout=timeout)
+            # the side group init_distributed formed (a process group made elsewhere, as in tests: formed here)
+            self.group = dist.group.WORLD if dist.get_backend() == "gloo" else \
+                _state.get("side_group") or gloo_side_group(timeout.total_seconds())
         self._work = None
         self._buf = None
 
@@ -248,10 +265,11 @@ def destroy():
     if _state["heartbeat"] is not None:
         _state["heartbeat"].stop()
         _state["heartbeat"] = None
+    _state["side_group"] = None  # destroyed with the process group
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
 
 __all__ = ["init_distributed", "get_rank", "get_world_size", "is_main_process", "synchronize", "all_gather",
-           "broadcast_object", "reduce_dict", "AsyncFlag", "unresponsive_ranks", "collective_timeout", "destroy",
-           "RankLost", "as_rank_lost"]
+           "broadcast_object", "reduce_dict", "AsyncFlag", "gloo_side_group", "unresponsive_ranks",
+           "collective_timeout", "destroy", "RankLost", "as_rank_lost"]

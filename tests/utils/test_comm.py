@@ -1,0 +1,27 @@
+"""The distributed bootstrap's own errors (the collectives themselves are exercised by the multi-rank runs)."""
+import pytest
+
+from maskrcnn_benchmark.cli.exit_codes import BAD_INPUT, describe
+from maskrcnn_benchmark.utils import comm
+from maskrcnn_benchmark.utils.errors import UserError
+
+GLOO_REFUSED = ("[enforce fail at ../third_party/gloo/gloo/transport/tcp/pair.cc:446] op.preamble.length <= "
+                "op.nbytes. Connection refused\nException raised from ... (most recent call first):\nframe #0: ...")
+
+
+def test_a_gloo_side_group_that_cannot_form_is_one_line_naming_its_setting(monkeypatch):
+    """On NCCL runs the trainer's stop decisions go over a gloo group beside NCCL, formed with the process group
+    (before run_start: before, it was formed after the clock started, by the first hook). gloo finds its interface
+    from the hostname; where that resolves to an address the other nodes cannot reach, forming it fails with a
+    C++ message of many lines: one line instead, naming GLOO_SOCKET_IFNAME, exit 1 (a site setting)."""
+    def refused(**kwargs):
+        assert kwargs["backend"] == "gloo"
+        raise RuntimeError(GLOO_REFUSED)
+
+    monkeypatch.setattr(comm.dist, "new_group", refused)
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth9")
+    with pytest.raises(UserError) as e:
+        comm.gloo_side_group(30)
+    code, line = describe(e.value)
+    assert code == BAD_INPUT.code and "\n" not in line
+    assert "Connection refused" in line and "set GLOO_SOCKET_IFNAME" in line and "GLOO_SOCKET_IFNAME='eth9'" in line
