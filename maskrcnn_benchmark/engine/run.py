@@ -154,7 +154,7 @@ class MLPerfRun:
         check_before_init(self.cfg, world, per_node)  # a bad path or batch ends the run here, not after compiling
         ml.init_start()
         rank, world, _, device = comm.init_distributed(opts.local_rank, self.cfg.MODEL.DEVICE,
-                                                       opts.timeout or self.cfg.DISTRIBUTED_TIMEOUT)
+                                                       opts.timeout or self.cfg.DISTRIBUTED_TIMEOUT, side_group=True)
         if device.type == "cpu" and keep_freed_blocks():  # no page faults for each large tensor (utils/host_memory)
             logger.info("host allocator: glibc %s malloc serves large blocks from its heap and keeps freed ones",
                         glibc_version())

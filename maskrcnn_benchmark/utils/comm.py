@@ -119,8 +119,10 @@ def launch_sizes():
     return world, int(per_node) if per_node.strip().isdigit() else 1
 
 
-def init_distributed(local_rank=None, device="cuda", timeout_s=300):
-    """Initialise torch.distributed from the environment; returns ``(rank, world_size, local_rank, device)``."""
+def init_distributed(local_rank=None, device="cuda", timeout_s=300, side_group=False):
+    """Initialise torch.distributed from the environment; returns ``(rank, world_size, local_rank, device)``.
+    ``side_group`` (a training run): with NCCL, also the gloo group :class:`AsyncFlag` uses
+    (:func:`gloo_side_group`), formed now, before the run's clock starts."""
     world = _env_int("WORLD_SIZE", "SLURM_NTASKS", default=1)
     rank = _env_int("RANK", "SLURM_PROCID", default=0)
     if local_rank is None or local_rank < 0:
@@ -138,7 +140,7 @@ def init_distributed(local_rank=None, device="cuda", timeout_s=300):
                                 world_size=world, timeout=datetime.timedelta(seconds=timeout_s))
         _state["timeout"] = timeout_s
         synchronize()
-        if use_cuda:
+        if use_cuda and side_group:
             _state["side_group"] = gloo_side_group(timeout_s)
         try:
             _state["heartbeat"] = _Heartbeat(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), rank, world,
