@@ -4,8 +4,10 @@ Boxes are rescaled to the original image and written as ``[x, y, w, h]`` with th
 probabilities are pasted with the reference's geometry (pad by one pixel, expand the box by ``(M + 2) / M``,
 truncate to integers, bilinear resize to the box, threshold 0.5) and run-length encoded as COCO RLE.
 
-Everything runs where the model ran, for all detections of a batch at once; one transfer brings the boxes,
-scores, labels and the RLE change points to the host, which only turns the runs into COCO's compressed strings.
+Everything runs where the model ran, image by image (each image's size and windows differ); the host reads are
+batched: three transfers per batch bring the boxes, scores and labels, the RLE change points and their counts to
+the host, which only turns the runs into COCO's compressed strings. Finding an image's change points is a
+``nonzero`` (its output size is the data's), so on a GPU each image with masks waits for the device there.
 
 Two ways to paste and encode (``method``), measured by ``bench/coco_eval.py``:
 
@@ -111,7 +113,8 @@ def detections_to_coco(predictions, image_ids, image_sizes_wh, category_ids, mas
     """One :class:`Detections` per image of a batch. ``predictions``: the model's BoxLists (any device, in the
     resized images' coordinates), ``image_sizes_wh``: each original image ``(width, height)``, ``category_ids``:
     a tensor or sequence mapping contiguous labels to COCO category ids. Everything is computed on the
-    predictions' device; one transfer per batch brings boxes, scores, categories and mask change points over."""
+    predictions' device, image by image; three transfers per batch bring boxes, scores, categories and mask change
+    points over."""
     if method not in METHODS:
         raise ValueError(f"mask encoding method must be one of {METHODS}, got {method!r}")
     rows, change_points, change_counts, has_masks = [], [], [], []
