@@ -37,6 +37,19 @@ SMALL_OVERRIDES = [
 ]
 
 
+def uninitialised_memory_is_nan(monkeypatch):
+    """``torch.empty_like`` returns NaN-filled tensors (floating point) for the rest of the test: one of the contents
+    uninitialised memory may hold, so a test that must see a read of it does not depend on what the allocator
+    happens to hand out."""
+    empty_like = torch.empty_like
+
+    def uninitialised(t, *args, **kwargs):
+        out = empty_like(t, *args, **kwargs)
+        return out.fill_(float("nan")) if out.is_floating_point() else out
+
+    monkeypatch.setattr(torch, "empty_like", uninitialised)
+
+
 def small_cfg(*extra):
     cfg = get_cfg()
     merge_cfg_from_file(cfg, R50_YAML)

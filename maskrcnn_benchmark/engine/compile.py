@@ -34,6 +34,7 @@ import time
 import torch
 
 from ..data import warm_up_batch
+from ..utils import comm
 
 logger = logging.getLogger(__name__)
 
@@ -163,8 +164,7 @@ class CompiledForward:
         cpu_state = torch.get_rng_state()
         cuda_state = torch.cuda.get_rng_state_all() if device.type == "cuda" else None
         repeats = 2 if self.cudagraphs else 1  # the same calls on every rank, whatever fails on one
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized() and \
-            torch.distributed.get_world_size() > 1
+        distributed = comm.get_world_size() > 1
         try:
             for h, w in sizes:
                 images, targets = warm_up_batch(images_per_batch, h, w, max_gt, device)

@@ -110,19 +110,13 @@ def test_a_float16_run_as_a_gpu_runs_it_trains_through_its_skipped_first_steps(m
     went NaN a few steps later (an H200 run, and this test: ``empty_like`` returns NaN here, which uninitialised
     memory may hold, so the test does not depend on what the allocator hands out)."""
     import maskrcnn_benchmark.engine.trainer as trainer_module
-    from helpers import shapes_image, small_cfg
+    from helpers import shapes_image, small_cfg, uninitialised_memory_is_nan
     from maskrcnn_benchmark.modeling import build_detection_model
     from maskrcnn_benchmark.modeling.compat import target_batch
     from maskrcnn_benchmark.solver import make_lr_scheduler, make_optimizer
     from maskrcnn_benchmark.structures import to_image_list
 
-    empty_like = torch.empty_like
-
-    def uninitialised(t, *args, **kwargs):
-        out = empty_like(t, *args, **kwargs)
-        return out.fill_(float("nan")) if out.is_floating_point() else out
-
-    monkeypatch.setattr(torch, "empty_like", uninitialised)
+    uninitialised_memory_is_nan(monkeypatch)
     monkeypatch.setattr(trainer_module, "autocast_dtype", lambda device, dtype: torch.float16)
     torch.manual_seed(0)
     cfg = small_cfg("SOLVER.BASE_LR", 0.01, "SOLVER.WARMUP_ITERS", 0)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from helpers import small_cfg
+from helpers import small_cfg, uninitialised_memory_is_nan
 from maskrcnn_benchmark.config import merge_cfg_from_list
 from maskrcnn_benchmark.modeling import build_detection_model
 from maskrcnn_benchmark.solver import WarmupMultiStepLR, make_lr_scheduler, make_optimizer
@@ -99,13 +99,7 @@ def test_fused_sgd_survives_the_float16_scalers_skipped_first_steps(monkeypatch)
     added that memory into the weights (an H200 float16 run, 2026-11-26, and the CPU with float16 autocast
     diverged at once). ``empty_like`` is made to return NaN here, one of the contents uninitialised memory may
     have, so the test does not depend on what the allocator happens to hand out."""
-    empty_like = torch.empty_like
-
-    def uninitialised(t, *args, **kwargs):
-        out = empty_like(t, *args, **kwargs)
-        return out.fill_(float("nan")) if out.is_floating_point() else out
-
-    monkeypatch.setattr(torch, "empty_like", uninitialised)
+    uninitialised_memory_is_nan(monkeypatch)
     cfg = _solver_cfg()
     fused, fused_opt, fused_scale = _sgd_under_a_scaler(lambda m: make_optimizer(cfg, m, fused=True), overflow={1, 2})
     # the oracle: torch's SGD unfused, which the scaler does not call at all when the gradients overflow
