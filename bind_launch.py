@@ -372,7 +372,8 @@ def plan_bindings(
 
 # --------------------------------------------------------------------------------------------- slurm
 def expand_hostlist(hostlist: str) -> List[str]:
-    """Expand a Slurm hostlist ('node[1-3,7],gpu01') without scontrol."""
+    """Expand a Slurm hostlist ('node[1-3,7],gpu01', 'rack[1-2]-n[01-04]') without scontrol, in scontrol's
+    order: a name with several bracket groups expands its first group slowest."""
     hosts: List[str] = []
     parts: List[str] = []
     depth, cur = 0, ""
@@ -387,19 +388,25 @@ def expand_hostlist(hostlist: str) -> List[str]:
     if cur:
         parts.append(cur)
     for part in parts:
-        if "[" not in part:
-            hosts.append(part)
-            continue
-        prefix, rest = part.split("[", 1)
-        ranges, suffix = rest.split("]", 1)
-        for r in ranges.split(","):
-            if "-" in r:
-                lo, hi = r.split("-", 1)
-                width = len(lo)
-                hosts.extend(f"{prefix}{n:0{width}d}{suffix}" for n in range(int(lo), int(hi) + 1))
-            else:
-                hosts.append(f"{prefix}{r}{suffix}")
+        hosts.extend(_expand_name(part))
     return hosts
+
+
+def _expand_name(name: str) -> List[str]:
+    if "[" not in name:
+        return [name]
+    prefix, rest = name.split("[", 1)
+    ranges, suffix = rest.split("]", 1)
+    values: List[str] = []
+    for r in ranges.split(","):
+        if "-" in r:
+            lo, hi = r.split("-", 1)
+            width = len(lo)
+            values.extend(f"{n:0{width}d}" for n in range(int(lo), int(hi) + 1))
+        else:
+            values.append(r)
+    tails = _expand_name(suffix)
+    return [f"{prefix}{v}{tail}" for v in values for tail in tails]
 
 
 def _first_host(nodelist: str) -> Optional[str]:

@@ -129,7 +129,8 @@ in_image=()
 case "${CONTAINER_RUNTIME}" in
   none) ;;
   singularity | apptainer) in_image=("${REPO}/slurm/in_container.sh") ;;
-  pyxis)
+  pyxis)  # the job's environment goes in as it is: the host's DATADIR and LOGDIR are not paths in there
+    in_image=(env DATADIR=/data LOGDIR=/results)
     container_opts=("--container-image=${CONTAINER}" "--container-mounts=${CONTAINER_BINDS}"
                     --container-workdir=/workspace/object_detection --no-container-mount-home) ;;
 esac
@@ -163,7 +164,7 @@ fi
 preflight_rc=0
 if [[ "${CONTAINER_RUNTIME}" == pyxis ]]; then
   srun_on 1
-  PREFLIGHT_ONLY=1 "${srun_cmd[@]}" ./run_and_time.sh || preflight_rc=$?
+  PREFLIGHT_ONLY=1 "${srun_cmd[@]}" "${run_cmd[@]}" || preflight_rc=$?
 else
   PREFLIGHT_ONLY=1 "${run_cmd[@]}" || preflight_rc=$?
 fi

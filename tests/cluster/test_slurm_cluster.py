@@ -337,7 +337,9 @@ def test_4node_container_real_trainer_short_run(cluster, synthetic_data, image, 
 def test_pyxis_command_line(cluster, synthetic_data, image, tmp_path):
     """CONTAINER_RUNTIME=pyxis: the job passes the image, the binds and the working folder to srun
     (--container-image, --container-mounts, --container-workdir); an srun standing in for pyxis records the command
-    line and runs it in the stand-in image, as the plugin would."""
+    line and runs it in the stand-in image as the plugin would: the job's environment passed in, the image's own
+    (a Docker image's ENV) over it but no %environment (enroot images have none), no /tmp, home or working folder
+    from the host (pyxis binds only --container-mounts)."""
     shim_dir = Path(cluster.workdir) / "pyxis-bin"
     shim_dir.mkdir(exist_ok=True)
     record = Path(cluster.workdir) / "jobs" / "pyxis" / "srun_calls"
@@ -361,7 +363,8 @@ for a in args:
 opts = [a for a in rest if a.startswith("-")]
 cmd = rest[len(opts):]
 if image:
-    cmd = [{str(STANDIN)!r}, "exec", "-B", mounts, "--pwd", workdir, image, *cmd]
+    cmd = [{str(STANDIN)!r}, "exec", "--contain", "--no-home", "-B", mounts, "--pwd", workdir, image, *cmd]
+    os.environ["SINGULARITY_STANDIN_ENV_SCRIPTS"] = "10-*.sh"
 os.execv("/usr/bin/srun", ["srun", *opts, *cmd])
 """)
     shim.chmod(0o755)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -188,6 +189,27 @@ def test_expand_hostlist():
     assert bl.expand_hostlist("node[1-3,7],gpu01") == ["node1", "node2", "node3", "node7", "gpu01"]
     assert bl.expand_hostlist("tara-dgx[008-010]") == ["tara-dgx008", "tara-dgx009", "tara-dgx010"]
     assert bl.expand_hostlist("single") == ["single"]
+    # two bracket groups in one name (rack-and-node naming): Slurm expands them prefix-major (scontrol's output)
+    assert bl.expand_hostlist("rack[1-2]-n[01-02]") == ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]
+    assert bl.expand_hostlist("a[001-002,5]") == ["a001", "a002", "a5"]
+
+
+HOSTLISTS = ["node[1-3,7],gpu01", "tara-dgx[008-010]", "single", "h1,h2", "a[8-11]", "a[001-002,5]",
+             "rack[1-2]-n[01-02]", "x[1-2],y[3-4]", "dc1-rack[07-08]-gpu[1-3],login01"]
+
+
+@pytest.mark.slow
+def test_expand_hostlist_agrees_with_scontrol(tmp_path):
+    """The oracle is Slurm's own expansion (``scontrol show hostnames``: a local call, it needs only a config)."""
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        pytest.skip("scontrol is not installed (tests/cluster/install_deps.sh installs slurm-wlm)")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=t\nSlurmctldHost=localhost\nNodeName=localhost CPUs=1\nPartitionName=p Nodes=localhost\n")
+    for hostlist in HOSTLISTS:
+        out = subprocess.run([scontrol, "show", "hostnames", hostlist], capture_output=True, text=True, check=True,
+                             env={**os.environ, "SLURM_CONF": str(conf)})
+        assert bl.expand_hostlist(hostlist) == out.stdout.split(), hostlist
 
 
 def test_slurm_defaults():
