@@ -111,9 +111,23 @@ def _aspect_group_ids(dataset, bins=(1,)):
 
 
 class _Concat(torch.utils.data.ConcatDataset):
-    def get_img_info(self, idx):
+    """The training datasets as one; an index may carry its augmentation seed (``(index, seed)``, what the
+    training sampler yields), passed on to the member dataset that holds the index."""
+
+    def _locate(self, idx):
         d = bisect.bisect_right(self.cumulative_sizes, idx)
-        return self.datasets[d].get_img_info(idx - (self.cumulative_sizes[d - 1] if d else 0))
+        return self.datasets[d], idx - (self.cumulative_sizes[d - 1] if d else 0)
+
+    def __getitem__(self, idx):
+        if not isinstance(idx, tuple):
+            return super().__getitem__(idx)
+        idx, seed = idx
+        dataset, local = self._locate(idx)
+        return dataset[(local, seed)]
+
+    def get_img_info(self, idx):
+        dataset, local = self._locate(idx)
+        return dataset.get_img_info(local)
 
 
 def make_data_loader(cfg, is_train=True, is_distributed=False, start_iter=0, num_replicas=None, rank=None,

@@ -125,6 +125,27 @@ def test_synthetic_dataset_through_transforms_and_loader(synthetic_dir):
     assert sorted(seen) == list(range(8))
 
 
+def test_two_training_datasets_are_concatenated(synthetic_dir):
+    """DATASETS.TRAIN with two entries (the reference's ('coco_2014_train', 'coco_2014_valminusminival')): one
+    dataset of both, its augmentation seeds passed through to the member that holds the index."""
+    cfg = small_cfg()
+    merge_cfg_from_list(cfg, ["DATASETS.DATA_DIR", str(synthetic_dir),
+                              "DATASETS.TRAIN", "('coco_2017_train', 'coco_2017_val')",
+                              "INPUT.MIN_SIZE_TRAIN", "(64,)", "INPUT.MAX_SIZE_TRAIN", 64,
+                              "DATALOADER.NUM_WORKERS", 0, "DATALOADER.ASPECT_RATIO_GROUPING", False,
+                              "SOLVER.IMS_PER_BATCH", 4, "SOLVER.MAX_ITER", 3])
+    loader = make_data_loader(cfg, is_train=True, seed=1)
+    dataset = loader.dataset
+    sizes = [len(d) for d in dataset.datasets]
+    assert len(sizes) == 2 and len(dataset) == sum(sizes)
+    # the last index is the second dataset's last image, read through the tuple form the training sampler yields
+    image, target, _ = dataset[(len(dataset) - 1, 123)]
+    img_id = dataset.datasets[1].ids[sizes[1] - 1]
+    assert target.bbox.shape[0] == len(dataset.datasets[1].coco.imgToAnns[img_id])
+    batches = list(loader)
+    assert len(batches) == 3 and all(images.tensors.shape[0] == 4 for images, _, _ in batches)
+
+
 def test_flip_moves_boxes_and_polygons_together(synthetic_dir):
     cfg = small_cfg("INPUT.HORIZONTAL_FLIP_PROB_TRAIN", 1.0, "INPUT.MIN_SIZE_TRAIN", "(128,)",
                     "INPUT.MAX_SIZE_TRAIN", 128)
