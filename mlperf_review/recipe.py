@@ -80,11 +80,14 @@ def compliance_refusals(log_text: str, ruleset: str, division: str = "closed") -
     return out
 
 
-def closed_rule_refusals(hparams: Dict[str, object], ruleset: str, already: List[str]) -> List[str]:
+def closed_rule_refusals(hparams: Dict[str, object], ruleset: str, already: List[str],
+                         images_per_chip: Optional[int] = None) -> List[str]:
     """The closed-division invariants the review knows (:func:`.rules.closed_rule_warnings`: image sizes 800/1333,
-    optimizer, ...) that the compliance checker's rule file does not check, each once."""
+    optimizer, the decay-step formula, candidates per chip, ...) that the compliance checker's rule file does not
+    check, each once."""
     judged = {r.split(" ", 1)[0] for r in already}
-    return [f"{w} (MLPerf closed rules, training {ruleset})" for w in closed_rule_warnings(hparams, ruleset)
+    return [f"{w} (MLPerf closed rules, training {ruleset})"
+            for w in closed_rule_warnings(hparams, ruleset, images_per_chip)
             if w.split(" ", 1)[0] not in judged]
 
 
@@ -130,13 +133,14 @@ def _same(want, got):
 
 
 def check_recipe(log_text: str, ruleset: str = "3.1.0", division: str = "closed",
-                 allow_non_rcp: bool = False) -> RecipeVerdict:
-    """The verdict on the hyperparameter lines a run would log (``log_text``)."""
+                 allow_non_rcp: bool = False, images_per_chip: Optional[int] = None) -> RecipeVerdict:
+    """The verdict on the hyperparameter lines a run would log (``log_text``); ``images_per_chip``: the run's
+    images per GPU, when known (num_image_candidates is then judged exactly)."""
     hparams = hparams_from_log(log_text)
     verdict = RecipeVerdict(ruleset, division, hparams)
     verdict.refusals += compliance_refusals(log_text, ruleset, division)
     if division == "closed":
-        verdict.refusals += closed_rule_refusals(hparams, ruleset, verdict.refusals)
+        verdict.refusals += closed_rule_refusals(hparams, ruleset, verdict.refusals, images_per_chip)
     if division == "closed" and at_least(ruleset, RCP_MIN_RULESET):
         refusals, warnings, verdict.rcp = rcp_check(hparams, ruleset)
         verdict.refusals += refusals

@@ -96,11 +96,51 @@ def _is_multiple(value: float, unit: float) -> bool:
     return abs(round(q) - q) < 1e-5
 
 
-def closed_rule_warnings(hparams: Dict, ruleset: Optional[str]) -> List[str]:
+# The hyperparameter table's rules that reviewers check by hand (marked "*" in training_rules.adoc: the checker's
+# rule file does not check them). Decay steps: "(60000, 80000) * (1 + K / 10) * 16 / global_batch_size where K is
+# integer", in the rules of v0.7 and v1.0 (the text read); NVIDIA's accepted v3.0 8-node recipe (6125, 8000 at a
+# global batch of 256) does not meet it, so from 3.0.0 it is not applied. Candidates: "1000 or 1000 * batches per
+# chip", and until 2.1.0 (training_policies PR #504 dropped the duplicate row) also 2000.
+DECAY_STEPS_BASE = (60000, 80000)
+DECAY_RULE_BEFORE = "3.0.0"
+CANDIDATES_2000_BEFORE = "2.1.0"
+
+
+def decay_steps_k(steps, global_batch_size) -> Optional[int]:
+    """The integer K with ``steps`` = (60000, 80000) * (1 + K/10) * 16 / global batch, each step rounded either
+    way (the RCPs' 272 record: 5294 and 7058), or None."""
+    if not (isinstance(steps, (list, tuple)) and len(steps) == 2) or not global_batch_size:
+        return None
+    scale = 16.0 / float(global_batch_size)
+    k = round((float(steps[0]) / (DECAY_STEPS_BASE[0] * scale) - 1.0) * 10.0)
+    exact = [b * (1.0 + k / 10.0) * scale for b in DECAY_STEPS_BASE]
+    return k if all(abs(float(s) - e) < 1.0 for s, e in zip(steps, exact)) else None
+
+
+def _candidates_rule(cand, gbs, ruleset, images_per_chip) -> Optional[str]:
+    allowed = {1000.0} | ({2000.0} if not at_least(ruleset, CANDIDATES_2000_BEFORE) else set())
+    rule = "1000" + (" or 2000" if 2000.0 in allowed else "") + " or 1000 x images per chip"
+    if float(cand) in allowed:
+        return None
+    if images_per_chip is not None:
+        if float(cand) != 1000.0 * images_per_chip:
+            return f"num_image_candidates {cand!r} is not {rule} ({images_per_chip} images per chip: " \
+                   f"{1000 * images_per_chip})"
+        return None
+    per_chip = float(cand) / 1000.0
+    if per_chip != int(per_chip) or (isinstance(gbs, (int, float)) and gbs > 0 and gbs % per_chip):
+        return f"num_image_candidates {cand!r} is not {rule} (no whole number of chips at global batch {gbs} " \
+               f"takes {per_chip:g} images each)"
+    return None
+
+
+def closed_rule_warnings(hparams: Dict, ruleset: Optional[str], images_per_chip: Optional[int] = None) -> List[str]:
     """Warnings where logged hyperparameters break the closed-division rules for Mask R-CNN.
 
     Covers what the compliance checker checks (so that the reason is explicit) and what it does not check
-    (fixed image sizes, optimizer).
+    (fixed image sizes, optimizer, the decay-step formula, the candidates per chip). ``images_per_chip`` (the
+    recipe gate knows it; a log does not): num_image_candidates is judged exactly, else only whether some
+    whole number of chips fits the global batch.
     """
     out: List[str] = []
     gbs = hparams.get("global_batch_size")
@@ -119,10 +159,20 @@ def closed_rule_warnings(hparams: Dict, ruleset: Optional[str]) -> List[str]:
     steps = hparams.get("opt_learning_rate_decay_steps")
     if steps is not None and not (isinstance(steps, (list, tuple)) and len(steps) == 2):
         out.append(f"opt_learning_rate_decay_steps {steps!r} is not two steps")
+    elif (steps is not None and isinstance(gbs, (int, float)) and not isinstance(gbs, bool) and gbs > 0
+          and not at_least(ruleset, DECAY_RULE_BEFORE) and decay_steps_k(steps, gbs) is None):
+        k = round((float(steps[0]) * gbs / (16.0 * DECAY_STEPS_BASE[0]) - 1.0) * 10.0)
+        near = [int(b * (1 + k / 10) * 16 / gbs) for b in DECAY_STEPS_BASE]
+        out.append(f"opt_learning_rate_decay_steps {list(steps)} is not (60000, 80000) x (1 + K/10) x 16 / "
+                   f"global_batch_size {gbs:g} for an integer K (K={k}: {near})")
     cand = hparams.get("num_image_candidates")
     if cand is not None:
         if not isinstance(cand, (int, float)) or isinstance(cand, bool) or not _is_multiple(cand, 1000.0):
             out.append(f"num_image_candidates {cand!r} is not a multiple of 1000")
+        else:
+            problem = _candidates_rule(cand, gbs, ruleset, images_per_chip)
+            if problem:
+                out.append(problem)
     min_size = hparams.get("min_image_size")
     if min_size is not None and min_size != 800:
         out.append(f"min_image_size {min_size!r} is not 800 (fixed in the closed division)")

@@ -37,7 +37,7 @@ def build_parser():
     return p
 
 
-def judge_recipe(cfg, world_size, ruleset, division="closed", allow_non_rcp=False, out=sys.stdout):
+def judge_recipe(cfg, world_size, ruleset, division="closed", allow_non_rcp=False, out=None):
     """Print the verdict on ``cfg``'s recipe at ``world_size`` processes (warnings and refusals to stderr) and
     raise :class:`~maskrcnn_benchmark.utils.errors.RecipeRefused` when it is refused. The config is resolved
     first (:func:`~maskrcnn_benchmark.engine.resolve.resolve`, for ``MODEL.DEVICE``), as the run resolves it."""
@@ -47,6 +47,7 @@ def judge_recipe(cfg, world_size, ruleset, division="closed", allow_non_rcp=Fals
     from ..utils.errors import ConfigError, RecipeRefused
     from ..utils.mlperf_logger import MLPerfLogger
 
+    out = sys.stdout if out is None else out  # the stream of the call, not of the import
     if world_size <= 0:
         raise ConfigError("--world-size (or WORLD_SIZE) is needed: the number of GPUs of the run")
     cfg = resolve(cfg, cfg.MODEL.DEVICE, world_size)
@@ -54,7 +55,8 @@ def judge_recipe(cfg, world_size, ruleset, division="closed", allow_non_rcp=Fals
     logger = MLPerfLogger(stream=stream, ruleset=ruleset)
     logger.hyperparameters(cfg, world_size)
     logger.close()
-    verdict = check_recipe(stream.getvalue(), ruleset, division, allow_non_rcp)
+    verdict = check_recipe(stream.getvalue(), ruleset, division, allow_non_rcp,
+                           images_per_chip=cfg.SOLVER.IMS_PER_BATCH // world_size)
     for w in verdict.warnings:
         print(f"check_recipe: WARNING: {w}", file=sys.stderr)
     for r in verdict.refusals[:-1]:

@@ -114,7 +114,10 @@ def test_global_batch_verdict_matches_the_rcp_checker(batch, accepted, tmp_path)
     from mlperf_logging.rcp_checker import rcp_checker
 
     for gz in sorted(REF.glob("result_*.txt.gz")):
-        (tmp_path / gz.name[:-3]).write_text(_log_with(gzip.open(gz, "rt").read(), {"global_batch_size": batch}))
+        # num_image_candidates 1000 (allowed at any batch): the logs' 8000 (8 images per chip) cannot make a batch of
+        # 100 or 4, which the rules refuse before any RCP question
+        (tmp_path / gz.name[:-3]).write_text(_log_with(gzip.open(gz, "rt").read(), {"global_batch_size": batch,
+                                                                                      "num_image_candidates": 1000}))
     official_ok, message, _ = rcp_checker.check_directory(str(tmp_path), "training", "3.1.0", False, False,
                                                           rcp_pass="full_rcps")
     from mlperf_review.rules import HPARAM_KEYS
@@ -165,3 +168,24 @@ def test_check_recipe_refuses_image_sizes_other_than_800_1333(capsys):
     assert program.main(base + ["INPUT.MIN_SIZE_TRAIN", "(640,)", "INPUT.MAX_SIZE_TRAIN", "1066"]) == 10
     err = capsys.readouterr().err
     assert "640 is not 800" in err and "1066 is not 1333" in err, err
+
+
+@pytest.mark.parametrize("override, message", [
+    (["SOLVER.STEPS", "(9100,12000)"], "opt_learning_rate_decay_steps [9100, 12000] is not (60000, 80000)"),
+    (["MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", "7000"], "num_image_candidates 7000 is not 1000 or 2000 or 1000 x "
+                                                      "images per chip (4 images per chip: 4000)"),
+])
+def test_check_recipe_refuses_the_rules_reviewers_check_by_hand(capsys, override, message):
+    """The two hyperparameter rules the compliance checker leaves to the reviewers (decay steps, candidates per
+    chip), refused by tools/check_recipe.py at the 4-node H100 recipe's 32 GPUs, 4 images each (ruleset 1.0.0,
+    where both apply)."""
+    from maskrcnn_benchmark.cli import check_recipe as program
+
+    base = ["--world-size=32", "--ruleset", "1.0.0", "--config-file",
+            str(ROOT / "configs" / "e2e_mask_rcnn_R_50_FPN_1x.yaml"),
+            *re.search(r'EXTRA_CONFIG="\$\{EXTRA_CONFIG:-(.*)\}"',
+                       (ROOT / "config_DGXH100_4x8x4.sh").read_text()).group(1).split()]
+    assert program.main(base) == 0
+    capsys.readouterr()
+    assert program.main(base + override) == 10
+    assert message in capsys.readouterr().err

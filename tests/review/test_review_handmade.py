@@ -243,14 +243,58 @@ def test_closed_hyperparameter_warnings(tmp_path):
 
 def test_closed_rule_function():
     good = {"opt_base_learning_rate": 0.12, "opt_learning_rate_decay_factor": 0.1, "num_image_candidates": 6000,
-            "opt_learning_rate_decay_steps": [1, 2], "min_image_size": 800, "max_image_size": 1333,
+            "opt_learning_rate_decay_steps": [12000, 16000], "min_image_size": 800, "max_image_size": 1333,
             "global_batch_size": 96}
     assert closed_rule_warnings(good, "0.7.0") == []
-    small = dict(good, global_batch_size=8, opt_base_learning_rate=0.01)
+    small = dict(good, global_batch_size=8, opt_base_learning_rate=0.01, num_image_candidates=1000,
+                 opt_learning_rate_decay_steps=[144000, 192000])
     assert closed_rule_warnings(small, "2.0.0") == []
     assert len(closed_rule_warnings(small, "1.0.0")) == 1
     assert closed_rule_warnings(dict(good, min_image_size=640), "0.7.0") == [
         "min_image_size 640 is not 800 (fixed in the closed division)"]
+
+
+def test_rules_reviewers_check_by_hand():
+    """training_rules.adoc's hyperparameter table marks two Mask R-CNN rules "check manually": decay steps
+    (60000, 80000) x (1 + K/10) x 16 / global batch for an integer K, and num_image_candidates 1000 (or 2000,
+    before 2.1.0) or 1000 x images per chip. Examples are NVIDIA's v0.7 recipes (K = 2 at 48..128, K = 5 at 256)."""
+    base = {"opt_base_learning_rate": 0.16, "opt_learning_rate_decay_factor": 0.1, "num_image_candidates": 4000,
+            "opt_learning_rate_decay_steps": [9000, 12000], "global_batch_size": 128}
+    assert closed_rule_warnings(base, "1.0.0", images_per_chip=4) == []
+    assert closed_rule_warnings(dict(base, global_batch_size=256, opt_learning_rate_decay_steps=[5625, 7500],
+                                     num_image_candidates=1000), "0.7.0") == []
+    off = closed_rule_warnings(dict(base, opt_learning_rate_decay_steps=[9100, 12000]), "1.0.0")
+    assert off == ["opt_learning_rate_decay_steps [9100, 12000] is not (60000, 80000) x (1 + K/10) x 16 / "
+                   "global_batch_size 128 for an integer K (K=2: [9000, 12000])"]
+    # the same K for both steps
+    assert len(closed_rule_warnings(dict(base, opt_learning_rate_decay_steps=[9000, 12500]), "2.1.0")) == 1
+    # not applied from 3.0.0: NVIDIA's accepted v3.0 8-node recipe (6125, 8000 at 256) does not meet it
+    assert closed_rule_warnings(dict(base, global_batch_size=256, opt_learning_rate_decay_steps=[6125, 8000],
+                                     num_image_candidates=1000), "3.0.0") == []
+    assert closed_rule_warnings(dict(base, num_image_candidates=7000), "1.0.0", images_per_chip=4) == [
+        "num_image_candidates 7000 is not 1000 or 2000 or 1000 x images per chip (4 images per chip: 4000)"]
+    assert closed_rule_warnings(dict(base, num_image_candidates=2000), "1.0.0", images_per_chip=4) == []
+    assert len(closed_rule_warnings(dict(base, num_image_candidates=2000), "2.1.0", images_per_chip=4)) == 1
+    # from a log alone (images per chip unknown): 7 images per chip cannot make a global batch of 128
+    assert closed_rule_warnings(dict(base, num_image_candidates=7000), "1.0.0") == [
+        "num_image_candidates 7000 is not 1000 or 2000 or 1000 x images per chip (no whole number of chips at "
+        "global batch 128 takes 7 images each)"]
+    assert closed_rule_warnings(dict(base, num_image_candidates=8000), "1.0.0") == []
+
+
+@pytest.mark.parametrize("ruleset", ["1.0.0", "1.1.0", "2.0.0", "2.1.0"])
+def test_every_rcp_meets_the_decay_step_rule(ruleset):
+    """The oracle: mlperf-logging's RCP records (the recipes the working group accepted) for the rulesets where the
+    decay-step rule is applied."""
+    import mlperf_logging
+
+    from mlperf_review.rules import decay_steps_k
+
+    path = Path(mlperf_logging.__file__).parent / "rcp_checker" / f"training_{ruleset}" / "rcps_maskrcnn.json"
+    records = json.loads(path.read_text()).values()
+    assert records
+    for r in records:
+        assert decay_steps_k(r["Hyperparams"]["opt_learning_decay_steps"], r["BS"]) is not None, r
 
 
 def test_open_division_skips_closed_rules(tmp_path):
