@@ -315,6 +315,11 @@ def review_folder(folder, ruleset: Optional[str] = None, max_errors: int = 10) -
             warnings.append(f"runs log different {key}: " + ", ".join(
                 f"{r.name}={r.hparams[key]}" for r in runs if key in r.hparams))
     for r in runs:
+        # the checker only asks for the key; the rules ("You must flush the cache or restart the system prior to
+        # benchmarking") ask for its truth
+        if r.cache_clear and not any(v is True or str(v).lower() == "true" for v in r.cache_clear):
+            warnings.append(f"{r.name}: cache_clear is {r.cache_clear[0]!r}: the rules require the cache flushed "
+                            "before every run (the compliance checker only checks that the key is logged)")
         if r.init_min is not None:
             limit = rules.init_limit_minutes(folder_ruleset, division)
             if r.init_min >= limit:

@@ -54,6 +54,7 @@ class RunSummary:
     final_segm: Optional[float] = None
     gbs: Optional[Any] = None
     seeds: List[Any] = field(default_factory=list)
+    cache_clear: List[Any] = field(default_factory=list)  # the values of the cache_clear records
     hparams: Dict[str, Any] = field(default_factory=dict)
     throughput_ips: Optional[float] = None
     throughput_source: str = ""
@@ -156,6 +157,7 @@ def summarize(log: ParsedLog) -> RunSummary:
                              + ", ".join(sorted(distinct)[:4]))
     run.gbs = run.hparams.get("global_batch_size")
     run.seeds = [e.value for e in log.all("seed")]
+    run.cache_clear = [e.value for e in log.all("cache_clear")]
 
     # init time: first init_start .. init_stop
     init_starts = log.all("init_start")

@@ -12,7 +12,7 @@
 set -euo pipefail
 
 # Exit codes of the launch layer (maskrcnn_benchmark/cli/exit_codes.py has the table; a test keeps them equal).
-readonly EXIT_BAD_INPUT=1 EXIT_RUNTIME_MISSING=20 EXIT_IMAGE_UNREADABLE=21 EXIT_BIND_SOURCE_MISSING=22
+readonly EXIT_BAD_INPUT=1 EXIT_RUNTIME_MISSING=20 EXIT_IMAGE_UNREADABLE=21 EXIT_BIND_SOURCE_MISSING=22 EXIT_CACHES_NOT_DROPPED=23
 
 fail() {  # code, message: one line, then exit
   echo "error: $2" >&2
@@ -232,6 +232,16 @@ cache_cmd=("${srun_cmd[@]}" bash -c "${DROP_CACHES_CMD}")
 srun_on "${NNODES}"
 train_cmd=("${srun_cmd[@]}")
 if [[ -n "${TRIAL_MINUTES:-}" ]]; then train_cmd+=("--time=${TRIAL_MINUTES}"); fi
+# MLPerf: "You must flush the cache or restart the system prior to benchmarking"; a log saying cache_clear false
+# cannot be submitted, so a job that cannot drop the caches stops here, before any trial is spent.
+if [[ "${CLEAR_CACHES}" == 1 ]]; then
+  if ! cache_err="$("${cache_cmd[@]}" 2>&1)"; then
+    fail "${EXIT_CACHES_NOT_DROPPED}" "dropping the page cache failed on the nodes (DROP_CACHES_CMD='${DROP_CACHES_CMD}': $(tail -n 1 <<< "${cache_err}")): MLPerf requires it before every run; run the job as root, set DROP_CACHES_CMD='sudo /sbin/sysctl vm.drop_caches=3', or CLEAR_CACHES=0 for runs not to be submitted (their logs say cache_clear false)"
+  fi
+else
+  echo "run_experiments: WARNING: CLEAR_CACHES=0: the page cache is not dropped before the trials; their logs say" \
+       "cache_clear false, which MLPerf does not accept for a submission" >&2
+fi
 next_index() {  # the first k >= $1 with no result_<k>.txt: a result file is never overwritten
   local k="$1"
   while [[ -e "${LOGDIR}/result_${k}.txt" ]]; do k=$((k + 1)); done

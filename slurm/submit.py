@@ -122,10 +122,15 @@ class NodeTask:
             env["MLPERF_CACHE_CLEARED"] = "0"
             if self.clear_caches:
                 r = subprocess.run(["bash", "-c", self.drop_caches_cmd], capture_output=True, text=True)
-                if r.returncode != 0:
-                    emit(f"submit: WARNING: cache clearing failed on node {node}: {r.stderr.strip()}\n")
-                else:
-                    env["MLPERF_CACHE_CLEARED"] = "1"  # the trainer logs cache_clear true, once
+                if r.returncode != 0:  # MLPerf requires it: a run logging cache_clear false is not submittable
+                    last = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+                    message = (f"run {self.run_index}: dropping the page cache failed on node {node} "
+                               f"(--drop-caches-cmd '{self.drop_caches_cmd}': {last}): MLPerf requires it before "
+                               "every run; run as root, --drop-caches-cmd 'sudo /sbin/sysctl vm.drop_caches=3', or "
+                               "--no-clear-caches for runs not to be submitted; not trained")
+                    emit(f"submit: error: {message}\n")
+                    raise RuntimeError(message)
+                env["MLPERF_CACHE_CLEARED"] = "1"  # the trainer logs cache_clear true, once
             p = subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True, bufsize=1)
             for line in p.stdout:

@@ -73,10 +73,14 @@ IMAGE_UNREADABLE = ExitCode(21, "image unreadable", "the container image CONTAIN
 BIND_SOURCE_MISSING = ExitCode(22, "bind source missing", "a folder to bind into the container (DATADIR, "
                                "WEIGHTS_DIR, LOGDIR's parent, CONTAINER_MOUNTS) does not exist on the host",
                                "create it or fix the path")
+CACHES_NOT_DROPPED = ExitCode(23, "caches not dropped", "CLEAR_CACHES=1 and DROP_CACHES_CMD failed on the nodes "
+                              "(MLPerf requires the page cache flushed before every run)",
+                              "run it as root, DROP_CACHES_CMD='sudo /sbin/sysctl vm.drop_caches=3', or "
+                              "CLEAR_CACHES=0 for runs not to be submitted (their logs say cache_clear false)")
 
 EXIT_CODES = (SUCCESS, BAD_INPUT, DIVERGED, NOT_CONVERGED, RANK_LOST, INTERNAL, RECIPE_REFUSED, DATASET_MISSING,
               WEIGHTS_MISSING, BATCH_NOT_DIVISIBLE, TOO_FEW_GPUS, NO_GPU, RUNTIME_MISSING, IMAGE_UNREADABLE,
-              BIND_SOURCE_MISSING, STOPPED)
+              BIND_SOURCE_MISSING, CACHES_NOT_DROPPED, STOPPED)
 PREFLIGHT = {RecipeRefused: RECIPE_REFUSED, DatasetMissing: DATASET_MISSING, WeightsMissing: WEIGHTS_MISSING,
              BatchNotDivisible: BATCH_NOT_DIVISIBLE, TooFewGPUs: TOO_FEW_GPUS, NoGPU: NO_GPU}
 

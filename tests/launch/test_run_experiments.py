@@ -60,7 +60,8 @@ def test_launch_exit_codes_are_the_tables():
     assert codes == {"EXIT_BAD_INPUT": str(exit_codes.BAD_INPUT.code),
                      "EXIT_RUNTIME_MISSING": str(exit_codes.RUNTIME_MISSING.code),
                      "EXIT_IMAGE_UNREADABLE": str(exit_codes.IMAGE_UNREADABLE.code),
-                     "EXIT_BIND_SOURCE_MISSING": str(exit_codes.BIND_SOURCE_MISSING.code)}
+                     "EXIT_BIND_SOURCE_MISSING": str(exit_codes.BIND_SOURCE_MISSING.code),
+                     "EXIT_CACHES_NOT_DROPPED": str(exit_codes.CACHES_NOT_DROPPED.code)}
 
 
 def test_runtime_missing(tmp_path):
@@ -103,6 +104,23 @@ def test_a_missing_dataset_stops_the_job_before_any_trial(tmp_path):
     assert r.returncode == exit_codes.DATASET_MISSING.code, r.stderr
     assert "preflight on the batch host failed with exit code 11" in r.stderr
     assert not list((tmp_path / "logs").glob("result_*"))
+
+
+def test_a_job_that_cannot_drop_the_caches_starts_no_trial(tmp_path):
+    """The rules require the page cache flushed before every run; as a user who is not root the default command
+    fails, and five trials logging cache_clear false could not be submitted."""
+    r = run_job(tmp_path, NEXP=5, DROP_CACHES_CMD="echo 'Permission denied' >&2; false")
+    assert r.returncode == exit_codes.CACHES_NOT_DROPPED.code, r.stderr
+    assert errors(r) == ["error: dropping the page cache failed on the nodes (DROP_CACHES_CMD='echo 'Permission "
+                         "denied' >&2; false': Permission denied): MLPerf requires it before every run; run the job "
+                         "as root, set DROP_CACHES_CMD='sudo /sbin/sysctl vm.drop_caches=3', or CLEAR_CACHES=0 for "
+                         "runs not to be submitted (their logs say cache_clear false)"]
+    assert not list((tmp_path / "logs").glob("result_*"))
+    # asked not to: the trials run, and the job says what their logs will say
+    r = run_job(tmp_path, NEXP=1, CLEAR_CACHES=0, DROP_CACHES_CMD="false")
+    assert r.returncode == 0, r.stderr
+    assert "CLEAR_CACHES=0: the page cache is not dropped" in r.stderr
+    assert '"key": "cache_clear", "value": false' in (tmp_path / "logs" / "result_0.txt").read_text()
 
 
 def test_no_trial_starts_after_the_second_failure(tmp_path):

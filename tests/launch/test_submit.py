@@ -68,6 +68,21 @@ def test_local_submit_reports_failure(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_run_that_cannot_drop_the_caches_does_not_train(tmp_path):
+    """MLPerf requires the page cache flushed before every run: a failed --drop-caches-cmd fails the run before
+    training (it used to train and log cache_clear false, which cannot be submitted)."""
+    r = run_submit(tmp_path, "--drop-caches-cmd", "echo 'Permission denied' >&2; false")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "0/1 runs succeeded" in r.stdout
+    node0 = (tmp_path / "res" / "run_0" / "node0.log").read_text()
+    assert "dropping the page cache failed on node 0" in node0 and "Permission denied" in node0
+    assert ":::MLLOG" not in node0
+    r = run_submit(tmp_path, "--drop-caches-cmd", "false", "--no-clear-caches", "--results", str(tmp_path / "r2"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert '"key": "cache_clear", "value": false' in (tmp_path / "r2" / "result_0.txt").read_text()
+
+
+@pytest.mark.slow
 def test_multinode_needs_slurm(tmp_path):
     r = run_submit(tmp_path, "--nodes", "2")
     assert r.returncode != 0 and "runs one node only" in r.stderr

@@ -90,7 +90,8 @@ def make_lines(*, epochs: int = 14, final_bbox: float = 0.3790, final_segm: floa
                num_image_candidates: int = 6000, seed: int = 1234, t0_ms: Optional[int] = None,
                run_stop: bool = True, prefix: str = "", train_lines: bool = True,
                platform: str = "1xTEST-8GPU", org: str = "TESTORG", omit: Sequence[str] = (),
-               ranks: int = 1, rank_delay_ms: int = 1500, tracked_stats: bool = False) -> List[str]:
+               ranks: int = 1, rank_delay_ms: int = 1500, tracked_stats: bool = False,
+               cache_clear: bool = True) -> List[str]:
     """The lines of one run. ``ruleset`` only dates the log (a day inside that round); ``omit`` drops keys
     (e.g. :data:`KEYS_NEWER_THAN_0_7_0` for a log as a 0.7.0-era logger wrote it). ``ranks`` > 1 simulates a
     multi-process run whose ranks all log ``init_start`` and ``run_start`` (rank r ``r * rank_delay_ms`` later),
@@ -107,7 +108,7 @@ def make_lines(*, epochs: int = 14, final_bbox: float = 0.3790, final_segm: floa
     with mock.patch.object(_mllog_module, "_current_time_ms", clock):
         ml.submission_info(org=org, platform=platform, division=division, status="onprem")
         tick()
-        ml.cache_clear(True)
+        ml.cache_clear(cache_clear)
         tick()
         for r, lg in enumerate(loggers):
             lg.start("init_start", all_ranks=True)

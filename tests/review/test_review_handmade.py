@@ -297,6 +297,19 @@ def test_every_rcp_meets_the_decay_step_rule(ruleset):
         assert decay_steps_k(r["Hyperparams"]["opt_learning_decay_steps"], r["BS"]) is not None, r
 
 
+def test_a_run_whose_cache_was_not_flushed_is_named(tmp_path):
+    """The compliance checker only asks that cache_clear is logged; the rules ask for the cache flushed before every
+    run, so a log saying false (a job that could not drop the caches) is named, and the checker's verdict is
+    unchanged."""
+    write_runs(tmp_path, TTTS)
+    write_log(tmp_path / "result_2.txt", ttt_min=TTTS[2], seed=2, cache_clear=False)
+    review = review_folder(tmp_path)
+    named = [w for w in review.warnings if "cache_clear" in w]
+    assert named == ["result_2: cache_clear is False: the rules require the cache flushed before every run (the "
+                     "compliance checker only checks that the key is logged)"]
+    assert review.runs[2].compliance.passed
+
+
 def test_open_division_skips_closed_rules(tmp_path):
     write_log(tmp_path / "result_0.txt", lr=0.05, division="open")
     review = review_folder(tmp_path)
