@@ -247,6 +247,38 @@ next_index() {  # the first k >= $1 with no result_<k>.txt: a result file is nev
   while [[ -e "${LOGDIR}/result_${k}.txt" ]]; do k=$((k + 1)); done
   echo "${k}"
 }
+# The trials that fit in the time the job has left (its --time may be another system's: the batch scripts' own
+# is one default): a trial Slurm kills at the job's end is an aborted run, so it is not started. The results
+# continue at the next free index when the job is submitted again.
+minutes_left() {  # the job's time left in whole minutes (squeue %L: [days-]hours:minutes:seconds), empty if unknown
+  local left
+  left="$(squeue -h -j "${SLURM_JOB_ID:-}" -o %L 2> /dev/null | head -n 1)" || return 0
+  python3 - "${left}" << 'EOF' || true
+import sys
+text = sys.argv[1].strip()
+days, _, rest = text.rpartition("-")
+try:
+    parts = [int(x) for x in rest.split(":")]
+except ValueError:  # UNLIMITED, NOT_SET, INVALID, nothing
+    sys.exit(0)
+seconds = int(days or 0) * 86400 + sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
+print(seconds // 60)
+EOF
+}
+if [[ -n "${SLURM_JOB_ID:-}" && -n "${TRIAL_MINUTES:-}" ]]; then
+  left="$(minutes_left)"
+  if [[ -n "${left}" ]]; then
+    fit=$(( left / TRIAL_MINUTES ))
+    if [[ "${fit}" -lt 1 ]]; then
+      fail "${EXIT_BAD_INPUT}" "the job has ${left} min left, less than one trial of ${TRIAL_MINUTES} min (TRIAL_MINUTES, config_${DGXSYSTEM}.sh): submit with --time=${WALLTIME:-$(( NEXP * TRIAL_MINUTES + 15 ))} (WALLTIME) or through slurm/submit.sh, which takes it from the config"
+    elif [[ "${fit}" -lt "${NEXP}" ]]; then
+      echo "run_experiments: WARNING: the job has ${left} min left: ${fit} of the ${NEXP} trials of ${TRIAL_MINUTES}" \
+           "min fit; running ${fit} (submit again for the rest: the results continue at the next free index;" \
+           "WALLTIME ${WALLTIME:-?} holds all ${NEXP})" >&2
+      NEXP="${fit}"
+    fi
+  fi
+fi
 index="$(next_index "${FIRST_INDEX:-0}")"
 echo "run_experiments: job ${JOBID} nodes=${NNODES} (${hosts[*]}) system=${DGXSYSTEM} nexp=${NEXP}" \
      "first result_${index}.txt"

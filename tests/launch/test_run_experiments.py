@@ -123,6 +123,38 @@ def test_a_job_that_cannot_drop_the_caches_starts_no_trial(tmp_path):
     assert '"key": "cache_clear", "value": false' in (tmp_path / "logs" / "result_0.txt").read_text()
 
 
+def _squeue(tmp_path, left):
+    """``squeue`` answering ``-o %L`` (the job's time left) with ``left``."""
+    d = tmp_path / "squeue-bin"
+    d.mkdir(exist_ok=True)
+    (d / "squeue").write_text(f'#!/bin/bash\necho "{left}"\n')
+    (d / "squeue").chmod(0o755)
+    return d
+
+
+def test_only_the_trials_that_fit_in_the_job_start(tmp_path):
+    """A job whose --time is shorter than its config's WALLTIME (the batch script's default time with another
+    DGXSYSTEM): Slurm would kill the trial running at the job's end, an aborted run. The CPU config's trials are
+    (15 + 5) x 5/4 = 25 min: 1:30:00 left holds 3 of 5."""
+    r = run_job(tmp_path, [_squeue(tmp_path, "1:30:00")], NEXP=5, SLURM_JOB_ID=77)
+    assert r.returncode == 0, r.stderr
+    assert "the job has 90 min left: 3 of the 5 trials of 25 min fit; running 3" in r.stderr
+    assert sorted(p.name for p in (tmp_path / "logs").glob("result_*")) == [f"result_{i}.txt" for i in range(3)]
+
+
+def test_a_job_shorter_than_one_trial_starts_none(tmp_path):
+    r = run_job(tmp_path, [_squeue(tmp_path, "10:00")], NEXP=5, SLURM_JOB_ID=77)
+    assert r.returncode == 1, r.stderr
+    assert errors(r) == ["error: the job has 10 min left, less than one trial of 25 min (TRIAL_MINUTES, "
+                         "config_CPU.sh): submit with --time=02:20:00 (WALLTIME) or through slurm/submit.sh, which "
+                         "takes it from the config"]
+    assert not list((tmp_path / "logs").glob("result_*"))
+    # a day and more, or no limit: all five
+    for left in ("1-00:00:00", "UNLIMITED"):
+        r = run_job(tmp_path, [_squeue(tmp_path, left)], NEXP=5, SLURM_JOB_ID=77, FAKE_TRAIN_EPOCHS=1)
+        assert r.returncode == 0 and "fit; running" not in r.stderr, (left, r.stderr)
+
+
 def test_no_trial_starts_after_the_second_failure(tmp_path):
     r = run_job(tmp_path, NEXP=5, FAKE_TRAIN_EXIT=7)
     assert r.returncode == 7
