@@ -15,6 +15,8 @@
 # The run writes only under LOGDIR: its OUTPUT_DIR is LOGDIR/TRIAL_NAME (default LOGDIR/output), so the code may
 # live on a read-only filesystem (a container image).
 set -euo pipefail
+# bash before 4.4 (RHEL/CentOS 7's 4.2) calls an empty array unbound under set -u: there, without it
+((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 404)) || set +u
 LOGDIR="$(realpath -m "${LOGDIR:-results}")"  # relative to where it was started
 cd "$(dirname "${BASH_SOURCE[0]}")"
 

@@ -10,6 +10,8 @@
 # %arguments dropped) so that Singularity 3.x builds it too. Build space: set SINGULARITY_TMPDIR/APPTAINER_TMPDIR
 # and SINGULARITY_CACHEDIR/APPTAINER_CACHEDIR to a large scratch folder (the NGC layers are ~10 GB).
 set -euo pipefail
+# bash before 4.4 (RHEL/CentOS 7's 4.2) calls an empty array unbound under set -u: there, without it
+((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 404)) || set +u
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "${here}")"
 dry_run=0

@@ -9,6 +9,8 @@
 # DATADIR=/data, LOGDIR=/results, the working directory /workspace/object_detection (the checkout bound over the
 # image's copy). --nv exposes the GPUs.
 set -euo pipefail
+# bash before 4.4 (RHEL/CentOS 7's 4.2) calls an empty array unbound under set -u: there, without it
+((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 404)) || set +u
 runtime="${CONTAINER_RUNTIME:-singularity}"
 image="${CONTAINER:?CONTAINER (the image) is not set}"
 names=(MASTER_ADDR MASTER_PORT TRIAL_NAME OUTPUT_DIR PREFLIGHT_ONLY PREFLIGHT_DONE MLPERF_CACHE_CLEARED NEXP

@@ -10,6 +10,8 @@
 # trials. A trial that fails counts; after the second failure no trial starts (MLPerf accepts one failed run of
 # five). PILOT=1: one trial with a generous limit, whose measured time the last line turns into DGXRUNMINUTES.
 set -euo pipefail
+# bash before 4.4 (RHEL/CentOS 7's 4.2) calls an empty array unbound under set -u: there, without it
+((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 404)) || set +u
 
 # Exit codes of the launch layer (maskrcnn_benchmark/cli/exit_codes.py has the table; a test keeps them equal).
 readonly EXIT_BAD_INPUT=1 EXIT_RUNTIME_MISSING=20 EXIT_IMAGE_UNREADABLE=21 EXIT_BIND_SOURCE_MISSING=22 EXIT_CACHES_NOT_DROPPED=23

@@ -5,6 +5,8 @@
 # Reads SITE_CONFIG (default ./site.sh) and config_<DGXSYSTEM>.sh (DGXNNODES, WALLTIME). The batch script's own
 # "#SBATCH --gpus-per-node=8" is replaced by GPU_REQUEST (e.g. --gres=gpu:h100:8, or nothing). Prints the job id.
 set -euo pipefail
+# bash before 4.4 (RHEL/CentOS 7's 4.2) calls an empty array unbound under set -u: there, without it
+((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 404)) || set +u
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${REPO}"
 SITE_CONFIG="${SITE_CONFIG:-${REPO}/site.sh}"

@@ -59,6 +59,22 @@ def test_shellcheck_clean():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+BASH_44_GUARD = "((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 404)) || set +u"
+
+
+def test_scripts_that_expand_arrays_under_set_u_run_on_bash_before_4_4():
+    """bash before 4.4 (RHEL/CentOS 7 hosts: 4.2) stops with "unbound variable" at "${arr[@]}" of an empty array
+    under set -u (e.g. run_experiments.sh's in_image with CONTAINER=none). No such bash here (Debian has only 5.x), so
+    this reads the scripts: each one that sets -u and expands an array turns set -u off there, right after. (Not
+    tests/cluster/install_deps.sh: it runs on this project's CI machines.)"""
+    for script in [p for p in SHELL_SCRIPTS if "tests" not in p.relative_to(ROOT).parts]:
+        text = script.read_text()
+        if re.search(r"^set -\w*u", text, re.M) and re.search(r"\$\{[A-Za-z_]\w*\[[@*]\]\}", text):
+            lines = text.splitlines()
+            at = next(i for i, ln in enumerate(lines) if re.match(r"set -\w*u", ln))
+            assert BASH_44_GUARD in lines[at + 1:at + 3], script.relative_to(ROOT)
+
+
 def test_executable_bits():
     for rel in ("run_and_time.sh", "slurm/run_experiments.sh", "singularity/build.sh",
                 "tests/cluster/install_deps.sh"):
