@@ -28,8 +28,15 @@ def _random_part(gen, h, w):
     return pts.astype(np.float32).reshape(-1)
 
 
-@pytest.mark.parametrize("h,w", [(28, 28), (7, 13), (40, 17), (1, 1)])
-def test_identical_to_pycocotools_on_random_polygons(h, w):
+@pytest.mark.parametrize("h,w,slots_per_pass", [(28, 28, None), (7, 13, None), (40, 17, None), (1, 1, None),
+                                                 (28, 28, 1000)])
+def test_identical_to_pycocotools_on_random_polygons(h, w, slots_per_pass, monkeypatch):
+    """``slots_per_pass``: the rows in passes of at most that many row x vertex slots (the 1,500 masks of 16 vertex
+    slots in 24 passes of 62 rows)."""
+    from maskrcnn_benchmark.layers import rasterize
+
+    if slots_per_pass:
+        monkeypatch.setattr(rasterize, "ROW_VERTEX_SLOTS_PER_PASS", slots_per_pass)
     gen = np.random.default_rng(h * 100 + w)
     instances = [[_random_part(gen, h, w) for _ in range(int(gen.integers(1, 4)))] for _ in range(1500)]
     ref = []
@@ -54,3 +61,39 @@ def test_overlapping_parts_are_unioned_and_empty_inputs():
     empty = rasterize_polygons(torch.zeros((0, 2)), torch.zeros(0, dtype=torch.int64),
                                torch.zeros(0, dtype=torch.int64), 3, 28, 28)
     assert empty.shape == (3, 28, 28) and not empty.any()
+
+
+def test_passes_bound_the_largest_temporary(monkeypatch):
+    """The largest tensor any op makes while rasterizing 64 masks of 64 vertex slots (a TorchDispatchMode sees every
+    op, the custom ones' pieces included): about rows x V x width in one pass; with passes of 512 slots (8 rows), a
+    pass's share (the output, 64 x 28 x 28, is then the largest), and the same masks."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from maskrcnn_benchmark.layers import rasterize
+
+    class Largest(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.numel = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                if isinstance(t, torch.Tensor):
+                    self.numel = max(self.numel, t.numel())
+            return out
+
+    gen = np.random.default_rng(0)
+    parts = [_random_part(gen, 28, 28) for _ in range(63)]
+    parts.insert(0, gen.uniform(0, 28, 80).astype(np.float32))  # one complex instance sets V = 64 for every row
+    vertices = torch.from_numpy(np.concatenate([p.reshape(-1, 2) for p in parts]))
+    lengths = torch.tensor([len(p) // 2 for p in parts])
+    owner = torch.arange(64)
+    with Largest() as one_pass:
+        whole = rasterize_polygons(vertices, lengths, owner, 64, 28, 28)
+    monkeypatch.setattr(rasterize, "ROW_VERTEX_SLOTS_PER_PASS", 512)
+    with Largest() as passes:
+        split = rasterize_polygons(vertices, lengths, owner, 64, 28, 28)
+    assert torch.equal(whole, split)
+    assert one_pass.numel >= 64 * 64 * 28
+    assert passes.numel == 64 * 28 * 28, passes.numel
