@@ -36,7 +36,9 @@ from __future__ import annotations
 import argparse
 import ctypes
 import glob
+import itertools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -373,7 +375,7 @@ def plan_bindings(
 # --------------------------------------------------------------------------------------------- slurm
 def expand_hostlist(hostlist: str) -> List[str]:
     """Expand a Slurm hostlist ('node[1-3,7],gpu01', 'rack[1-2]-n[01-04]') without scontrol, in scontrol's
-    order: a name with several bracket groups expands its first group slowest."""
+    order (a name with several bracket groups: the last group varies fastest, then the first, the second, ...)."""
     hosts: List[str] = []
     parts: List[str] = []
     depth, cur = 0, ""
@@ -393,10 +395,21 @@ def expand_hostlist(hostlist: str) -> List[str]:
 
 
 def _expand_name(name: str) -> List[str]:
-    if "[" not in name:
+    pieces = re.split(r"\[([^\]]*)\]", name)  # literal, ranges, literal, ranges, ..., literal
+    literals, groups = pieces[0::2], [_expand_ranges(r) for r in pieces[1::2]]
+    if not groups:
         return [name]
-    prefix, rest = name.split("[", 1)
-    ranges, suffix = rest.split("]", 1)
+    # scontrol's order, slowest first: the groups before the last one from the last of them back to the first,
+    # then the last group
+    order = list(range(len(groups) - 2, -1, -1)) + [len(groups) - 1]
+    out = []
+    for combo in itertools.product(*(groups[i] for i in order)):
+        chosen = dict(zip(order, combo))
+        out.append("".join(lit + (chosen[i] if i < len(groups) else "") for i, lit in enumerate(literals)))
+    return out
+
+
+def _expand_ranges(ranges: str) -> List[str]:
     values: List[str] = []
     for r in ranges.split(","):
         if "-" in r:
@@ -405,8 +418,7 @@ def _expand_name(name: str) -> List[str]:
             values.extend(f"{n:0{width}d}" for n in range(int(lo), int(hi) + 1))
         else:
             values.append(r)
-    tails = _expand_name(suffix)
-    return [f"{prefix}{v}{tail}" for v in values for tail in tails]
+    return values
 
 
 def _first_host(nodelist: str) -> Optional[str]:

@@ -238,7 +238,8 @@ if [[ -n "${TRIAL_MINUTES:-}" ]]; then train_cmd+=("--time=${TRIAL_MINUTES}"); f
 # cannot be submitted, so a job that cannot drop the caches stops here, before any trial is spent.
 if [[ "${CLEAR_CACHES}" == 1 ]]; then
   if ! cache_err="$("${cache_cmd[@]}" 2>&1)"; then
-    fail "${EXIT_CACHES_NOT_DROPPED}" "dropping the page cache failed on the nodes (DROP_CACHES_CMD='${DROP_CACHES_CMD}': $(tail -n 1 <<< "${cache_err}")): MLPerf requires it before every run; run the job as root, set DROP_CACHES_CMD='sudo /sbin/sysctl vm.drop_caches=3', or CLEAR_CACHES=0 for runs not to be submitted (their logs say cache_clear false)"
+    # the command's own last line, not srun's summary ("srun: error: HOST: task 0: Exited with exit code 1")
+    fail "${EXIT_CACHES_NOT_DROPPED}" "dropping the page cache failed on the nodes (DROP_CACHES_CMD='${DROP_CACHES_CMD}': $(grep -v '^srun: ' <<< "${cache_err}" | tail -n 1)): MLPerf requires it before every run; run the job as root, set DROP_CACHES_CMD='sudo /sbin/sysctl vm.drop_caches=3', or CLEAR_CACHES=0 for runs not to be submitted (their logs say cache_clear false)"
   fi
 else
   echo "run_experiments: WARNING: CLEAR_CACHES=0: the page cache is not dropped before the trials; their logs say" \
@@ -254,18 +255,11 @@ next_index() {  # the first k >= $1 with no result_<k>.txt: a result file is nev
 # continue at the next free index when the job is submitted again.
 minutes_left() {  # the job's time left in whole minutes (squeue %L: [days-]hours:minutes:seconds), empty if unknown
   local left
-  left="$(squeue -h -j "${SLURM_JOB_ID:-}" -o %L 2> /dev/null | head -n 1)" || return 0
-  python3 - "${left}" << 'EOF' || true
-import sys
-text = sys.argv[1].strip()
-days, _, rest = text.rpartition("-")
-try:
-    parts = [int(x) for x in rest.split(":")]
-except ValueError:  # UNLIMITED, NOT_SET, INVALID, nothing
-    sys.exit(0)
-seconds = int(days or 0) * 86400 + sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
-print(seconds // 60)
-EOF
+  left="$(timeout 20 squeue -h -j "${SLURM_JOB_ID:-}" -o %L 2> /dev/null | head -n 1)" || return 0
+  # UNLIMITED, NOT_SET, INVALID or nothing: unknown
+  if [[ "${left}" =~ ^(([0-9]+)-)?(([0-9]+):)?([0-9]+):([0-9]+)$ ]]; then
+    echo $(( 10#${BASH_REMATCH[2]:-0} * 1440 + 10#${BASH_REMATCH[4]:-0} * 60 + 10#${BASH_REMATCH[5]} ))
+  fi
 }
 if [[ -n "${SLURM_JOB_ID:-}" && -n "${TRIAL_MINUTES:-}" ]]; then
   left="$(minutes_left)"
@@ -274,9 +268,9 @@ if [[ -n "${SLURM_JOB_ID:-}" && -n "${TRIAL_MINUTES:-}" ]]; then
     if [[ "${fit}" -lt 1 ]]; then
       fail "${EXIT_BAD_INPUT}" "the job has ${left} min left, less than one trial of ${TRIAL_MINUTES} min (TRIAL_MINUTES, config_${DGXSYSTEM}.sh): submit with --time=${WALLTIME:-$(( NEXP * TRIAL_MINUTES + 15 ))} (WALLTIME) or through slurm/submit.sh, which takes it from the config"
     elif [[ "${fit}" -lt "${NEXP}" ]]; then
-      echo "run_experiments: WARNING: the job has ${left} min left: ${fit} of the ${NEXP} trials of ${TRIAL_MINUTES}" \
-           "min fit; running ${fit} (submit again for the rest: the results continue at the next free index;" \
-           "WALLTIME ${WALLTIME:-?} holds all ${NEXP})" >&2
+      echo "run_experiments: WARNING: the job has ${left} min left after $(( (SECONDS + 59) / 60 )) min of checks:" \
+           "${fit} of the ${NEXP} trials of ${TRIAL_MINUTES} min fit; running ${fit} (submit again for the rest:" \
+           "the results continue at the next free index)" >&2
       NEXP="${fit}"
     fi
   fi

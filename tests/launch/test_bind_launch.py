@@ -195,7 +195,8 @@ def test_expand_hostlist():
 
 
 HOSTLISTS = ["node[1-3,7],gpu01", "tara-dgx[008-010]", "single", "h1,h2", "a[8-11]", "a[001-002,5]",
-             "rack[1-2]-n[01-02]", "x[1-2],y[3-4]", "dc1-rack[07-08]-gpu[1-3],login01"]
+             "rack[1-2]-n[01-02]", "x[1-2],y[3-4]", "dc1-rack[07-08]-gpu[1-3],login01", "a[1-3]b[4-5]c[6-7]",
+             "w[1-2]x[3-4]y[5-6]z[7-8]"]
 
 
 @pytest.mark.slow

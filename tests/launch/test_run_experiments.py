@@ -29,10 +29,13 @@ def coco_layout(root):
 
 
 def local_srun(tmp_path):
-    """``srun`` that drops its options and runs the command on this machine (one node)."""
+    """``srun`` that drops its options and runs the command on this machine (one node); a failed task gets srun's
+    summary line on stderr, as the real one prints it."""
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
-    (bindir / "srun").write_text('#!/bin/bash\nwhile [[ "${1:-}" == -* ]]; do shift; done\nexec "$@"\n')
+    (bindir / "srun").write_text('#!/bin/bash\nwhile [[ "${1:-}" == -* ]]; do shift; done\n"$@"\nrc=$?\n'
+                                 'if [[ $rc -ne 0 ]]; then echo "srun: error: $(hostname): task 0: Exited with exit '
+                                 'code $rc" >&2; fi\nexit $rc\n')
     (bindir / "srun").chmod(0o755)
     return bindir
 
@@ -138,7 +141,8 @@ def test_only_the_trials_that_fit_in_the_job_start(tmp_path):
     (15 + 5) x 5/4 = 25 min: 1:30:00 left holds 3 of 5."""
     r = run_job(tmp_path, [_squeue(tmp_path, "1:30:00")], NEXP=5, SLURM_JOB_ID=77)
     assert r.returncode == 0, r.stderr
-    assert "the job has 90 min left: 3 of the 5 trials of 25 min fit; running 3" in r.stderr
+    assert re.search(r"the job has 90 min left after \d+ min of checks: 3 of the 5 trials of 25 min fit; running 3",
+                     r.stderr), r.stderr
     assert sorted(p.name for p in (tmp_path / "logs").glob("result_*")) == [f"result_{i}.txt" for i in range(3)]
 
 
@@ -150,7 +154,7 @@ def test_a_job_shorter_than_one_trial_starts_none(tmp_path):
                          "takes it from the config"]
     assert not list((tmp_path / "logs").glob("result_*"))
     # a day and more, or no limit: all five
-    for left in ("1-00:00:00", "UNLIMITED"):
+    for left in ("1-00:00:00", "2:05:00", "UNLIMITED", "INVALID", ""):
         r = run_job(tmp_path, [_squeue(tmp_path, left)], NEXP=5, SLURM_JOB_ID=77, FAKE_TRAIN_EPOCHS=1)
         assert r.returncode == 0 and "fit; running" not in r.stderr, (left, r.stderr)
 

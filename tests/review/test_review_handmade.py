@@ -275,14 +275,17 @@ def test_rules_reviewers_check_by_hand():
         "num_image_candidates 7000 is not 1000 or 2000 or 1000 x images per chip (4 images per chip: 4000)"]
     assert closed_rule_warnings(dict(base, num_image_candidates=2000), "1.0.0", images_per_chip=4) == []
     assert len(closed_rule_warnings(dict(base, num_image_candidates=2000), "2.1.0", images_per_chip=4)) == 1
-    # from a log alone (images per chip unknown): 7 images per chip cannot make a global batch of 128
-    assert closed_rule_warnings(dict(base, num_image_candidates=7000), "1.0.0") == [
-        "num_image_candidates 7000 is not 1000 or 2000 or 1000 x images per chip (no whole number of chips at "
-        "global batch 128 takes 7 images each)"]
-    assert closed_rule_warnings(dict(base, num_image_candidates=8000), "1.0.0") == []
+    # from a log alone the chips are unknown (the RCP records log 6000 at batch 64): only a positive multiple of 1000
+    assert closed_rule_warnings(dict(base, num_image_candidates=7000), "1.0.0") == []
+    assert closed_rule_warnings(dict(base, num_image_candidates=0), "1.0.0") == ["num_image_candidates 0 is not "
+                                                                                 "positive"]
+    # no K makes steps at iteration 0 (K = -10); the hint names the smallest K with steps
+    assert closed_rule_warnings(dict(base, opt_learning_rate_decay_steps=[0, 0]), "1.0.0") == [
+        "opt_learning_rate_decay_steps [0, 0] is not (60000, 80000) x (1 + K/10) x 16 / global_batch_size 128 for an "
+        "integer K (K=-9: [750, 1000])"]
 
 
-@pytest.mark.parametrize("ruleset", ["1.0.0", "1.1.0", "2.0.0", "2.1.0"])
+@pytest.mark.parametrize("ruleset", ["1.0.0", "1.1.0", "2.0.0", "2.1.0", "3.0.0", "3.1.0"])
 def test_every_rcp_meets_the_decay_step_rule(ruleset):
     """The oracle: mlperf-logging's RCP records (the recipes the working group accepted) for the rulesets where the
     decay-step rule is applied."""
@@ -295,6 +298,11 @@ def test_every_rcp_meets_the_decay_step_rule(ruleset):
     assert records
     for r in records:
         assert decay_steps_k(r["Hyperparams"]["opt_learning_decay_steps"], r["BS"]) is not None, r
+        # and no closed-rule warning from what a log of that recipe would say
+        hparams = {"global_batch_size": r["BS"], "opt_base_learning_rate": r["Hyperparams"]["opt_base_learning_rate"],
+                   "opt_learning_rate_decay_steps": r["Hyperparams"]["opt_learning_decay_steps"],
+                   "num_image_candidates": r["Hyperparams"]["num_image_candidates"]}
+        assert closed_rule_warnings(hparams, ruleset) == [], r
 
 
 def test_a_run_whose_cache_was_not_flushed_is_named(tmp_path):
