@@ -86,7 +86,8 @@ def load_c2_weights(model, path, logger=None):
     """Copy the ResNet weights of a Detectron pickle into ``model``.
 
     Returns ``(loaded, unmatched_in_file, missing_in_model)`` name lists; unmatched file blobs (e.g. the
-    ``fc1000`` classifier) and body tensors the file did not provide are logged so nothing is silently skipped.
+    ``fc1000`` classifier, Caffe2's conv biases) are logged; a body tensor the file does not provide is a
+    :class:`WeightsError` (so ``missing_in_model`` is empty).
     """
     blobs = load_c2_pickle(path)
     state = model.state_dict()
@@ -106,11 +107,16 @@ def load_c2_weights(model, path, logger=None):
     body = [k for k in state if k.startswith("backbone.body.")
             and not k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
     missing = sorted(set(body) - set(new_state))
+    if missing:
+        # A backbone left at its initialization never recovers: its frozen BN stays the identity and the frozen
+        # stages (FREEZE_CONV_BODY_AT) never learn; the run would only fail to converge, hours later.
+        raise WeightsError(f"weights file '{path}' leaves {len(missing)} of the backbone's {len(body)} tensors "
+                           f"unset (e.g. {', '.join(missing[:3])}; it provided {len(loaded)} blobs): not a "
+                           "Detectron/MSRA ResNet pickle of this depth (R-50.pkl's blobs are named conv1_w, "
+                           "res_conv1_bn_s, res2_0_branch2a_w, ...)")
     model.load_state_dict(new_state, strict=False)
     if logger is not None:
         logger.info("loaded %d blobs from %s", len(loaded), path)
         if unmatched:
             logger.info("blobs in %s not used by the model: %s", path, ", ".join(unmatched))
-        if missing:
-            logger.warning("model tensors not provided by %s: %s", path, ", ".join(missing))
     return loaded, unmatched, missing

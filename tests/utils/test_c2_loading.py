@@ -60,6 +60,71 @@ def test_synthetic_r50_pkl_maps_completely(tmp_path):
                                   blobs["res5_2_branch2c_bn_b"])
 
 
+def python2_pickle(blobs):
+    """``blobs`` (name -> float32 array) as Python 2's cPickle (protocol 2) wrote Detectron's files: a flat dict,
+    names and array bytes as Python-2 ``str`` (SHORT_BINSTRING / BINSTRING), arrays through
+    ``numpy.core.multiarray._reconstruct`` with the state ``(1, shape, dtype('<f4'), False, data)``."""
+    import struct
+
+    def string(b):
+        return (b"U" + bytes([len(b)]) + b) if len(b) < 256 else (b"T" + struct.pack("<i", len(b)) + b)
+
+    def small_int(n):
+        return b"K" + bytes([n]) if n < 256 else b"J" + struct.pack("<i", n)
+
+    out = [b"\x80\x02}(" ]  # PROTO 2, EMPTY_DICT, MARK
+    for name, array in blobs.items():
+        array = np.ascontiguousarray(array, dtype="<f4")
+        out.append(string(name.encode()))
+        out.append(b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n" + small_int(0) + b"\x85"
+                   + string(b"b") + b"\x87R")  # _reconstruct(ndarray, (0,), 'b')
+        shape = b"(" + b"".join(small_int(d) for d in array.shape) + b"t"
+        dtype = (b"cnumpy\ndtype\n" + string(b"f4") + small_int(0) + small_int(1) + b"\x87R"
+                 + b"(" + small_int(3) + string(b"<") + b"NNN" + b"J\xff\xff\xff\xff" * 2 + small_int(0) + b"tb")
+        out.append(b"(" + small_int(1) + shape + dtype + b"\x89" + string(array.tobytes()) + b"tb")
+    out.append(b"u.")  # SETITEMS, STOP
+    return b"".join(out)
+
+
+def test_a_python2_detectron_pickle_loads_every_backbone_tensor(tmp_path):
+    """What the real R-50.pkl is (it cannot be fetched here): Python 2's pickle of a flat dict, numpy's old module
+    path, Python-2 strings decoded as latin1, plus blobs the model does not use (Caffe2's conv biases, the
+    classifier, momentum). Every mapped tensor equals its blob, the stem's and the shortcuts' included."""
+    model = build_detection_model(r50_cfg())
+    blobs = synthetic_r50_blobs(model)
+    blobs["conv1_w"] = np.random.rand(*blobs["conv1_w"].shape).astype(np.float32)
+    blobs["conv1_b"] = np.zeros(64, np.float32)
+    blobs["res2_0_branch2a_b"] = np.zeros(64, np.float32)
+    blobs["res2_0_branch2a_w_momentum"] = np.ones(blobs["res2_0_branch2a_w"].shape, np.float32)
+    path = tmp_path / "R-50.pkl"
+    path.write_bytes(python2_pickle(blobs))
+    from maskrcnn_benchmark.utils.c2_model_loading import load_c2_weights
+
+    loaded, unmatched, missing = load_c2_weights(model, str(path))
+    assert sorted(unmatched) == ["conv1_b", "fc1000_b", "fc1000_w", "res2_0_branch2a_b"] and missing == []
+    state = model.state_dict()
+    for name in loaded:
+        np.testing.assert_array_equal(state[c2_name_to_ours(name)].numpy(), blobs[name], err_msg=name)
+    assert len(loaded) == 1 + 2 + sum(3 * 3 * c + 3 for c in BLOCKS.values())
+
+
+def test_a_pickle_that_leaves_the_backbone_unset_is_refused(tmp_path):
+    """Detectron's multi-GPU names (gpu_0/...), another architecture's or depth's file: none or part of the
+    backbone would load and the frozen stages would train from random weights; refused with one line."""
+    model = build_detection_model(r50_cfg())
+    blobs = {f"gpu_0/{k}": v for k, v in synthetic_r50_blobs(model).items()}
+    path = tmp_path / "renamed.pkl"
+    path.write_bytes(python2_pickle(blobs))
+    with pytest.raises(WeightsError, match=r"renamed\.pkl' leaves 159 of the backbone's 159 tensors unset"):
+        DetectronCheckpointer(r50_cfg(), model).load_weights(str(path))
+    partial = synthetic_r50_blobs(model)
+    del partial["res5_2_branch2c_w"]
+    path.write_bytes(python2_pickle(partial))
+    with pytest.raises(WeightsError, match=r"leaves 1 of the backbone's 159 tensors unset \(e\.g\. "
+                                           r"backbone\.body\.layer4\.2\.conv3\.weight"):
+        DetectronCheckpointer(r50_cfg(), model).load_weights(str(path))
+
+
 class _Evil:
     def __reduce__(self):
         return (os.system, ("echo pwned > /tmp/pwned_by_pickle",))
