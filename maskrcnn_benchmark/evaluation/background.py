@@ -8,6 +8,11 @@ check, so the training loop asks every iteration: it collects finished scores an
 died. ``asynchronous=False`` scores in-process (``--sync-eval``; what the asynchronous path is tested against): the
 future is done when the call returns.
 
+The scoring process gets one epoch at a time: the next epoch's detections are handed over when the previous
+epoch's scores arrive (at a ``poll()``), not when they are given. A pipe holds a few hundred kilobytes, and COCO
+val2017's detections are about 150 MB pickled: sent to a process still scoring, they would block the caller (rank
+0's training loop, while every other rank waits for it) until that scoring ended.
+
 A scoring process that dies costs nothing: the detections of every epoch stay here until their scores arrive,
 so a process that dies while scoring is restarted and the same detections are scored again; only a second death
 while scoring the same epoch is an error (:class:`ScoringError`, one line). One that dies while idle is noticed
@@ -101,7 +106,9 @@ class BackgroundScorer:
         self.niceness = niceness
         self._proc = None
         self._conn = None
-        self._waiting = []    # futures sent to the process, in order, with their detections
+        self._waiting = []    # futures not yet scored, in order, with their detections; the first one is in the
+        #                       scoring process when _sent
+        self._sent = False
         self._restarts = {}   # epoch -> restarts while scoring it
         self.restarts = 0     # restarts in all (idle deaths included)
 
@@ -126,7 +133,7 @@ class BackgroundScorer:
         if self._proc is None:
             self._start()
         self._waiting.append((future, detections))
-        self._send(future, detections)
+        self._send_next()
         return future
 
     # -- the scoring process --------------------------------------------------------------------------------------
@@ -151,9 +158,15 @@ class BackgroundScorer:
         child.close()
         atexit.register(self.shutdown)
 
-    def _send(self, future, detections):
+    def _send_next(self):
+        """Hand the oldest waiting epoch to the scoring process, unless it holds one already (it reads at once
+        then: it waits in its recv)."""
+        if self._sent or not self._waiting:
+            return
+        future, detections = self._waiting[0]
         try:
             self._conn.send((future.epoch, detections))
+            self._sent = True
         except (BrokenPipeError, ConnectionResetError, EOFError):
             self._died()  # noticed at once: restart and send again (or fail, the second time)
 
@@ -181,8 +194,7 @@ class BackgroundScorer:
             logger.warning("the COCO scoring process died (exit code %s) while idle: restarted", code)
         self.restarts += 1
         self._start()
-        for future, detections in list(self._waiting):
-            self._send(future, detections)
+        self._send_next()
 
     def poll(self, block=False):
         """Collect finished scores into their futures; notice and restart a dead scoring process. Rank 0 only
@@ -200,13 +212,16 @@ class BackgroundScorer:
                     return
                 continue
             future, _ = self._waiting.pop(0)
+            self._sent = False
             future._set(scores=scores, error=None if error is None else
                         f"COCO scoring of epoch {epoch} failed: {error}")
+            self._send_next()
             if block:
                 return
 
     def _stop_process(self):
         proc, self._proc = self._proc, None
+        self._sent = False
         if proc is None:
             return
         try:

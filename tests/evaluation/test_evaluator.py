@@ -85,6 +85,35 @@ def test_a_scoring_process_that_dies_while_idle_is_noticed_at_the_next_poll(coco
 
 
 @pytest.mark.slow
+def test_handing_over_an_epoch_does_not_wait_for_the_previous_scoring(tmp_path):
+    """COCO val2017's detections are about 150 MB pickled, a pipe holds a few hundred KB: handed to a scoring
+    process still busy with the previous epoch, the call blocked rank 0's training loop until that scoring ended
+    (minutes with pycocotools at 5000 images; every other rank waiting). Here the scorer holds epoch 1 until told;
+    the hand-over of epoch 2 (8 MB) must return meanwhile, and both epochs are scored, in order."""
+    import threading
+
+    from scorers import HeldScorer
+
+    release = tmp_path / "release"
+    bg = BackgroundScorer(HeldScorer(str(release)))
+    payload = b"x" * (8 << 20)
+    try:
+        first = bg(payload, epoch=1)
+        second = []
+        t = threading.Thread(target=lambda: second.append(bg(payload + b"y", epoch=2)), daemon=True)
+        t.start()
+        t.join(30)
+        blocked = t.is_alive()
+        release.touch()
+        t.join(60)
+        assert not blocked, "the hand-over of epoch 2 waited for the scoring of epoch 1"
+        assert first.result() == {"size": 8 << 20} and second[0].result() == {"size": (8 << 20) + 1}
+    finally:
+        release.touch()
+        bg.shutdown()
+
+
+@pytest.mark.slow
 def test_scoring_failures_are_one_line(coco_set, tmp_path):
     ann, bbox, segm = coco_set
     dets = Detections.from_coco_lists(bbox, segm)
