@@ -55,8 +55,9 @@ def judge_recipe(cfg, world_size, ruleset, division="closed", allow_non_rcp=Fals
     logger = MLPerfLogger(stream=stream, ruleset=ruleset)
     logger.hyperparameters(cfg, world_size)
     logger.close()
+    per_chip, rest = divmod(cfg.SOLVER.IMS_PER_BATCH, world_size)  # not a whole number: the batch check's to say
     verdict = check_recipe(stream.getvalue(), ruleset, division, allow_non_rcp,
-                           images_per_chip=cfg.SOLVER.IMS_PER_BATCH // world_size)
+                           images_per_chip=None if rest else per_chip)
     for w in verdict.warnings:
         print(f"check_recipe: WARNING: {w}", file=sys.stderr)
     for r in verdict.refusals[:-1]:
