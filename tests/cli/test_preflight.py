@@ -70,8 +70,10 @@ def test_global_batch_not_divisible(coco, monkeypatch, capsys):
     assert rc == exit_codes.BATCH_NOT_DIVISIBLE.code
     assert errors == ["error: SOLVER.IMS_PER_BATCH (96) is not divisible by the number of processes (40): every "
                       "process takes the same number of images; use a multiple of 40 or another number of GPUs"]
-    # 3 nodes: the training batch splits (96 / 24), the test batch of 8 does not
-    rc, errors = run(coco, world=24, per_node=8, monkeypatch=monkeypatch, capsys=capsys)
+    # 3 nodes: the training batch splits (96 / 24: 4 images per GPU, so 4000 candidates), the test batch of 8 does
+    # not
+    rc, errors = run(coco, "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", "4000", world=24, per_node=8,
+                     monkeypatch=monkeypatch, capsys=capsys)
     assert rc == exit_codes.BATCH_NOT_DIVISIBLE.code and errors[0].startswith("error: TEST.IMS_PER_BATCH (8)")
 
 
