@@ -22,6 +22,7 @@ import time
 
 from ..utils import comm
 from ..utils.errors import EvaluationFailed
+from ..utils.signals import Stopped
 from .events import EpochScores
 from .trainer import HookBase
 
@@ -53,13 +54,19 @@ class EvaluationHook(HookBase):
         self.eval_seconds = []   # blocking, eval_start to eval_stop, per evaluation
         self.failure = None      # the exception of rank-0-only work
 
+    def _fail(self, e):
+        if isinstance(e, Stopped):  # a stop signal is the run's, not the evaluation's
+            raise e
+        if self.failure is None:
+            self.failure = e
+            self.trainer.storage.put_scalars(**{FAILED: 1.0})
+
     def _guarded(self, fn, *args):
         if self.failure is None:
             try:
                 fn(*args)
             except Exception as e:  # noqa: BLE001
-                self.failure = e
-                self.trainer.storage.put_scalars(**{FAILED: 1.0})
+                self._fail(e)
 
     def _record(self, epoch, result):
         entry = EpochScores(int(epoch), float(result["bbox"]["stats"]["AP"]), float(result["segm"]["stats"]["AP"]),
@@ -84,9 +91,18 @@ class EvaluationHook(HookBase):
         t0 = time.perf_counter()
         self.ml.eval_start(epoch)
         self.infer()
-        future = self.evaluator.evaluate(epoch)
-        if future is not None:  # rank 0
-            self.pending.append(future)
+        if comm.is_main_process():
+            # the gather, then rank-0-only work (merging, the scorer's start or hand-over): a failure there is kept
+            # and decided on by every rank together, not raised while the others wait in the next collective
+            try:
+                future = self.evaluator.evaluate(epoch)
+            except Exception as e:  # noqa: BLE001
+                self._fail(e)
+                future = None
+            if future is not None:
+                self.pending.append(future)
+        else:
+            self.evaluator.evaluate(epoch)  # the gather (a collective)
         self.ml.eval_stop(epoch)
         self.eval_seconds.append(time.perf_counter() - t0)
 

@@ -231,6 +231,51 @@ def test_early_stop_two_ranks_agree_one_iteration_later():
         assert dict(out) == {0: (8, True), 1: (8, True)}
 
 
+class _FailingHandOver(_FakeBackground):
+    """Rank 0's hand-over to its scorer fails at the first epoch end (after the gather every rank took part in):
+    a scoring process that cannot start, or that dies twice while the detections are sent."""
+
+    def evaluate(self, epoch):
+        future = super().evaluate(epoch)
+        if future is not None:
+            raise ScoringError("the COCO scoring process died again (exit code -9) while scoring epoch 1")
+        return future
+
+
+def _failing_rank(rank, world, init_file, out):
+    from maskrcnn_benchmark.utils.errors import EvaluationFailed
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        model = _Model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        sched = WarmupMultiStepLR(opt, (100,), 0.1, warmup_iters=0)
+        background = _FailingHandOver(10 ** 9)
+        evaluation = EvaluationHook(background, lambda: None, _Log(), poll=background.poll)
+        trainer = Trainer(model, opt, sched, [(_Images(), [], None)] * 40, torch.device("cpu"), 40, 5,
+                          hooks=[MLPerfStopHook((0.377, 0.339), _Log()), evaluation])
+        background.trainer = trainer
+        try:
+            trainer.train()
+            out[rank] = ("finished", trainer.iter)
+        except EvaluationFailed:
+            out[rank] = ("EvaluationFailed", trainer.iter, type(evaluation.failure).__name__)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_hand_over_that_fails_on_rank_0_stops_every_rank_together():
+    """The failure is rank 0's alone, after the gather: it used to be raised there at once, while the other
+    ranks went on to the next collective and ended as "rank lost". Now every rank stops with EvaluationFailed at
+    the same iteration (the epoch end's decision), rank 0 keeping its own error to report."""
+    with tempfile.TemporaryDirectory() as tmp:
+        manager = mp.Manager()
+        out = manager.dict()
+        mp.spawn(_failing_rank, args=(2, os.path.join(tmp, "init"), out), nprocs=2)
+        assert dict(out) == {0: ("EvaluationFailed", 5, "ScoringError"), 1: ("EvaluationFailed", 5, "NoneType")}
+
+
 # -- distributed evaluation --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def eval_data(tmp_path_factory):
