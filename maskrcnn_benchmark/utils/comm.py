@@ -193,6 +193,16 @@ def all_gather(data):
     return out
 
 
+def gather(data, dst=0):
+    """A picklable object from every rank on ``dst`` (list indexed by rank; None on the other ranks, which neither
+    receive nor unpickle the others' objects). A collective: every rank calls it."""
+    if get_world_size() == 1:
+        return [data]
+    out = [None] * get_world_size() if get_rank() == dst else None
+    dist.gather_object(data, out, dst=dst)
+    return out
+
+
 def broadcast_object(obj, src=0):
     if get_world_size() == 1:
         return obj

@@ -1,4 +1,5 @@
-"""The distributed bootstrap's own errors (the collectives themselves are exercised by the multi-rank runs)."""
+"""The distributed bootstrap's own errors, and the gather to rank 0 (the other collectives are exercised by the multi-rank
+runs)."""
 import pytest
 
 from maskrcnn_benchmark.cli.exit_codes import BAD_INPUT, describe
@@ -25,3 +26,26 @@ def test_a_gloo_side_group_that_cannot_form_is_one_line_naming_its_setting(monke
     code, line = describe(e.value)
     assert code == BAD_INPUT.code and "\n" not in line
     assert "Connection refused" in line and "set GLOO_SOCKET_IFNAME" in line and "GLOO_SOCKET_IFNAME='eth9'" in line
+
+
+def _gather_rank(rank, world, init_file, out):
+    import torch.distributed as dist
+
+    from maskrcnn_benchmark.utils import comm
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        out[rank] = comm.gather({"rank": rank, "payload": "x" * (rank + 1)}, dst=0)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_gather_delivers_to_rank_0_only(tmp_path):
+    """The evaluation's gather: rank 0 gets every rank's object in rank order, the others nothing."""
+    import torch.multiprocessing as mp
+
+    out = mp.Manager().dict()
+    mp.spawn(_gather_rank, args=(3, str(tmp_path / "init"), out), nprocs=3)
+    assert out[0] == [{"rank": r, "payload": "x" * (r + 1)} for r in range(3)]
+    assert out[1] is None and out[2] is None
