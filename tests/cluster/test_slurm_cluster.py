@@ -360,8 +360,8 @@ for a in args:
     elif a.startswith("--container-workdir="): workdir = a.split("=", 1)[1]
     elif a.startswith("--no-container-mount-home"): pass
     else: rest.append(a)
-opts = [a for a in rest if a.startswith("-")]
-cmd = rest[len(opts):]
+n = next((i for i, a in enumerate(rest) if not a.startswith("-")), len(rest))
+opts, cmd = rest[:n], rest[n:]  # srun's options, then the command (whose own options, bash -c, stay its)
 if image:
     cmd = [{str(STANDIN)!r}, "exec", "--contain", "--no-home", "-B", mounts, "--pwd", workdir, image, *cmd]
     os.environ["SINGULARITY_STANDIN_ENV_SCRIPTS"] = "10-*.sh"
@@ -384,6 +384,8 @@ os.execv("/usr/bin/srun", ["srun", *opts, *cmd])
     assert f"--container-mounts={ROOT}:/workspace/object_detection:ro,{synthetic_data}:/data:ro," \
            f"{out / 'results'}:/results" in trial[0]
     check_result_log(out / "results" / "result_0.txt", tmp_path, 4)
+    # the caches were dropped on the hosts (srun without the image) before the trial
+    assert '"key": "cache_clear", "value": true' in (out / "results" / "result_0.txt").read_text()
 
 
 def _tagged_processes(tag):

@@ -344,8 +344,9 @@ def test_run_and_time_refuses_a_noncompliant_recipe_before_training(tmp_path):
     """A non-compliant EXTRA_CONFIG on the shipped DGX H100 config: refused with one line naming the key and the
     rule (exit 10), and the training script never starts; ALLOW_NON_RCP=1 lets the research run go on."""
     bad = _h100_config_with(**{"SOLVER.BASE_LR": "0.13"})
+    # the node's 8 processes (the recipe's candidates are 1000 x its 12 images per GPU); the recipe is judged first
     r = run_and_time(tmp_path, DGXSYSTEM="DGXH100", TRAIN_SCRIPT=_marker_stub(tmp_path), STUB_OUT=tmp_path,
-                     EXTRA_CONFIG=bad, PREFLIGHT_DONE=0)
+                     EXTRA_CONFIG=bad, PREFLIGHT_DONE=0, NPROC_PER_NODE=8)
     assert r.returncode == 10, r.stdout + r.stderr
     refused = [line for line in r.stderr.splitlines() if line.startswith("error: recipe refused")]
     assert len(refused) == 1 and "opt_base_learning_rate 0.13" in refused[0] and "0.02" in refused[0], r.stderr
