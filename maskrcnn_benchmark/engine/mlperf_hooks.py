@@ -33,8 +33,9 @@ PENDING, FAILED, EPOCH, BBOX, SEGM = "eval/pending", "eval/failed", "eval/epoch"
 
 class EvaluationHook(HookBase):
     """At every epoch end (``per_epoch``; always after the last iteration): ``eval_start``, ``infer()`` (the model
-    over this rank's shard of the test set, into the evaluator), ``evaluator.evaluate(epoch)`` (the gather on rank 0
-    and, there, a future of the scores), ``eval_stop``. On rank 0, every iteration: the scores that arrived, oldest
+    over this rank's shard of the test set, into the evaluator), ``evaluator.gather()`` (a collective: the detections
+    on rank 0, None elsewhere), on rank 0 ``evaluator.score(detections, epoch)`` (a future of the scores),
+    ``eval_stop``. On rank 0, every iteration: the scores that arrived, oldest
     first, as ``eval_accuracy`` and in the store.
 
     ``evaluator``: a :class:`~maskrcnn_benchmark.evaluation.COCOEvaluator` whose scorer is a
@@ -91,18 +92,17 @@ class EvaluationHook(HookBase):
         t0 = time.perf_counter()
         self.ml.eval_start(epoch)
         self.infer()
-        if comm.is_main_process():
-            # the gather, then rank-0-only work (merging, the scorer's start or hand-over): a failure there is kept
-            # and decided on by every rank together, not raised while the others wait in the next collective
+        detections = self.evaluator.gather()  # a collective, every rank: its failure is the run's (rank lost, ...)
+        if detections is not None:  # rank 0
+            # rank-0-only work (writing, the scorer's start or hand-over): a failure is kept and decided on by every
+            # rank together, not raised here while the others go on into the next collective
             try:
-                future = self.evaluator.evaluate(epoch)
+                future = self.evaluator.score(detections, epoch)
             except Exception as e:  # noqa: BLE001
                 self._fail(e)
                 future = None
             if future is not None:
                 self.pending.append(future)
-        else:
-            self.evaluator.evaluate(epoch)  # the gather (a collective)
         self.ml.eval_stop(epoch)
         self.eval_seconds.append(time.perf_counter() - t0)
 

@@ -94,16 +94,19 @@ class COCOEvaluator(DatasetEvaluator):
         write_text(os.path.join(self.output_folder, "bbox.json"), json.dumps(bbox), what="results json")
         write_text(os.path.join(self.output_folder, "segm.json"), json.dumps(segm), what="results json")
 
-    def evaluate(self, epoch=None):
-        """Gather (a collective: every rank calls it), write, score; the scores (or their future) on rank 0."""
-        detections = self.gather()
-        if detections is None:
-            return None
+    def score(self, detections, epoch=None):
+        """Rank 0's part after the gather: write, score; the scores (or their future)."""
         if self.output_folder:
             self.write_results(detections)
         if self.scorer is None:
             return {"detections": len(detections)}
         return self.scorer(detections, epoch=epoch)
+
+    def evaluate(self, epoch=None):
+        """Gather (a collective: every rank calls it), then :meth:`score`; the scores (or their future) on rank 0,
+        None elsewhere."""
+        detections = self.gather()
+        return None if detections is None else self.score(detections, epoch)
 
 
 @torch.no_grad()

@@ -161,10 +161,15 @@ class _FakeBackground:
     def __init__(self, done_at):
         self.done_at, self.trainer, self.submitted = done_at, None, []
 
-    def evaluate(self, epoch):
+    def gather(self):
+        if dist.is_initialized():
+            dist.barrier()  # a collective, as the real gather is
+            if dist.get_rank() != 0:
+                return None
+        return "detections"
+
+    def score(self, detections, epoch):
         self.submitted.append(epoch)
-        if dist.is_initialized() and dist.get_rank() != 0:
-            return None
         return _FakeFuture(epoch, lambda: self.trainer.iter >= self.done_at)
 
     def poll(self):
@@ -235,11 +240,8 @@ class _FailingHandOver(_FakeBackground):
     """Rank 0's hand-over to its scorer fails at the first epoch end (after the gather every rank took part in):
     a scoring process that cannot start, or that dies twice while the detections are sent."""
 
-    def evaluate(self, epoch):
-        future = super().evaluate(epoch)
-        if future is not None:
-            raise ScoringError("the COCO scoring process died again (exit code -9) while scoring epoch 1")
-        return future
+    def score(self, detections, epoch):
+        raise ScoringError("the COCO scoring process died again (exit code -9) while scoring epoch 1")
 
 
 def _failing_rank(rank, world, init_file, out):
