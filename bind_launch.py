@@ -123,6 +123,18 @@ class Topology:
     gpu_numa: List[Optional[int]] = field(default_factory=list)
     source: str = "sysfs"
 
+    def restricted_to(self, allowed: Iterable[int]) -> "Topology":
+        """The machine as this process may use it: only the CPUs of ``allowed`` (its affinity: a Slurm job
+        without --exclusive, a container's cpuset), NUMA nodes left without one dropped. Planning on it shares out
+        what is allowed; planning on the whole machine gave some ranks only CPUs they could not use."""
+        allowed = set(allowed)
+        numa = {n: [c for c in cpus if c in allowed] for n, cpus in self.numa_cpus.items()}
+        numa = {n: cpus for n, cpus in numa.items() if cpus}
+        if not numa:
+            return self
+        return Topology(numa, {c: k for c, k in self.cores.items() if c in allowed}, list(self.gpu_numa),
+                        self.source)
+
     @property
     def nsockets(self) -> int:
         return max(1, len({c[0] for c in self.cores.values()}))
@@ -229,6 +241,9 @@ def _visible(bus_ids: List[str], env: Dict[str, str]) -> List[str]:
         if not item:
             continue
         if not item.isdigit() or int(item) >= len(bus_ids):
+            _warn(f"CUDA_VISIBLE_DEVICES={spec} names GPUs this launcher cannot place (UUIDs, MIG devices, or an "
+                  f"index beyond the {len(bus_ids)} GPUs found): the ranks are spread over the NUMA nodes in "
+                  "order, not put on their GPUs' nodes")
             return []
         out.append(bus_ids[int(item)])
     return out
@@ -323,6 +338,9 @@ def plan_from_topology(nproc_per_node: int, topo: Topology, hyperthreads: bool =
         node_of = list(gpu)
     else:
         node_of = [nodes[i * len(nodes) // nproc_per_node] for i in range(nproc_per_node)]
+        if len(gpu) == nproc_per_node and all(n is not None for n in gpu):
+            _warn(f"the GPUs' NUMA nodes {sorted(set(gpu))} include one without a CPU this job may use (nodes with "
+                  f"CPUs: {nodes}); the ranks are spread over those nodes instead, away from some of their GPUs")
     plan: List[Binding] = []
     for i, node in enumerate(node_of):
         sharing = [r for r, n in enumerate(node_of) if n == node]
@@ -493,7 +511,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.master_port is None:
         args.master_port = int(os.environ.get("MASTER_PORT") or 29500)
     # Both counts given: NVIDIA's arithmetic plan (compatibility). Otherwise the machine's own topology decides.
+    try:
+        allowed = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        allowed = None
     args.topology = detect_topology()
+    if allowed is not None:
+        args.topology = args.topology.restricted_to(allowed)
     args.explicit_shape = args.nsockets_per_node is not None and args.ncores_per_socket is not None
     if args.nsockets_per_node is None:
         args.nsockets_per_node = args.topology.nsockets

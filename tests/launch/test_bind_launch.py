@@ -145,6 +145,24 @@ def test_amd_nps4_gpus_on_their_own_nodes(tmp_path):
     assert [fmt(b) for b in bl.plan_from_topology(2, topo)] == [("48-55,176-183", 3), ("56-63,184-191", 3)]
 
 
+def test_a_job_with_part_of_the_machine_shares_out_what_it_may_use(tmp_path):
+    """A DGX H100 (2 x 56 cores, siblings + 112), the job's GPUs 0-3 on node 0 but only CPUs 0-27,112-139 allowed
+    (Slurm without --exclusive, a container's cpuset): planned on the whole node, ranks 2 and 3 got cores 28-55
+    and ran unbound; planned on what is allowed, each of the 4 ranks gets 7 cores and their siblings, disjoint."""
+    gpus = [(f"0000:{bus:02x}:00.0", 0) for bus in (0x1b, 0x43, 0x52, 0x61)]
+    _fake_sysfs(tmp_path, _dgx_cpus(2, 56, 2), gpus)
+    allowed = set(range(0, 28)) | set(range(112, 140))
+    topo = bl.detect_topology(str(tmp_path), env={}).restricted_to(allowed)
+    plan = bl.plan_from_topology(4, topo)
+    assert [fmt(b) for b in plan] == [("0-6,112-118", 0), ("7-13,119-125", 0), ("14-20,126-132", 0),
+                                      ("21-27,133-139", 0)]
+    # allowed CPUs only on node 1 while the GPUs sit on node 0: spread over node 1, with a warning
+    topo = bl.detect_topology(str(tmp_path), env={}).restricted_to(set(range(56, 84)) | set(range(168, 196)))
+    plan = bl.plan_from_topology(4, topo)
+    assert {b.mem_node for b in plan} == {1} and all(set(b.cpus) <= set(range(56, 84)) | set(range(168, 196))
+                                                     for b in plan)
+
+
 def test_intel_sub_numa_clustering(tmp_path):
     """2 sockets x 56 cores with SNC2 (4 NUMA nodes), HT siblings numbered + 112, 8 GPUs two per node."""
     cpus = _dgx_cpus(2, 56, 2, nodes_per_socket=2)
@@ -156,7 +174,7 @@ def test_intel_sub_numa_clustering(tmp_path):
         ("56-69,168-181", 2), ("70-83,182-195", 2), ("84-97,196-209", 3), ("98-111,210-223", 3)]
 
 
-def test_cuda_visible_devices_selects_the_gpus(tmp_path):
+def test_cuda_visible_devices_selects_the_gpus(tmp_path, capsys):
     """A Slurm job given GPUs 4-7 (CUDA_VISIBLE_DEVICES=4,5,6,7): its local ranks 0-3 go to socket 1."""
     cpus = _dgx_cpus(2, 8, 1)
     gpus = [(f"0000:{0x10 + i:02x}:00.0", i // 4) for i in range(8)]
@@ -165,9 +183,11 @@ def test_cuda_visible_devices_selects_the_gpus(tmp_path):
     assert topo.gpu_numa == [1, 1, 1, 1]
     assert [fmt(b) for b in bl.plan_from_topology(4, topo)] == [("8-9", 1), ("10-11", 1), ("12-13", 1),
                                                                  ("14-15", 1)]
-    # UUIDs cannot be placed without the driver: spread over the nodes instead
+    # UUIDs cannot be placed without the driver: spread over the nodes instead, and said so
+    capsys.readouterr()
     topo = bl.detect_topology(str(tmp_path), env={"CUDA_VISIBLE_DEVICES": "GPU-1234,GPU-5678"})
     assert topo.gpu_numa == [] and [b.mem_node for b in bl.plan_from_topology(2, topo)] == [0, 1]
+    assert "CUDA_VISIBLE_DEVICES=GPU-1234,GPU-5678 names GPUs this launcher cannot place" in capsys.readouterr().err
 
 
 def test_unknown_gpu_numa_node_falls_back_to_spreading(tmp_path):
