@@ -457,9 +457,36 @@ def _first_host(nodelist: str) -> Optional[str]:
     return hosts[0] if hosts else None
 
 
-def slurm_defaults(env: Optional[Dict[str, str]] = None) -> Dict[str, object]:
-    """nnodes / node_rank / master_addr taken from a Slurm job step's environment (empty outside Slurm)."""
+class NotOnePerNode(ValueError):
+    """A multi-node Slurm job started this launcher otherwise than once per node in an srun step."""
+
+
+def _tasks_per_node(spec: str) -> List[int]:
+    """Slurm's ``SLURM_STEP_TASKS_PER_NODE`` (``1(x4)``, ``2,1``) as counts."""
+    counts = []
+    for part in spec.split(","):
+        n, _, rep = part.partition("(x")
+        counts += [int(n)] * (int(rep.rstrip(")")) if rep else 1)
+    return counts
+
+
+def slurm_defaults(env: Optional[Dict[str, str]] = None, check: bool = True) -> Dict[str, object]:
+    """nnodes / node_rank / master_addr taken from a Slurm job step's environment (empty outside Slurm).
+
+    Raises :class:`NotOnePerNode` where those would be wrong: in the batch script (or an salloc shell) of a
+    multi-node job, outside any srun step, this launcher would start one node's ranks and wait for the others
+    until the rendezvous timed out; in a step of several tasks per node, each would start the node's ranks.
+    ``check`` off (the caller gave the node count and rank): no such check."""
     env = os.environ if env is None else env
+    job_nodes = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES")
+    if check and env.get("SLURM_JOB_ID") and job_nodes and int(job_nodes) > 1 and not env.get("SLURM_STEP_NUM_NODES"):
+        raise NotOnePerNode(f"this {job_nodes}-node Slurm job started bind_launch outside an srun step (in its batch "
+                            "script?): start it once per node, srun --ntasks-per-node=1 (or give --nnodes and "
+                            "--node_rank)")
+    per_node = _tasks_per_node(env["SLURM_STEP_TASKS_PER_NODE"]) if env.get("SLURM_STEP_TASKS_PER_NODE") else []
+    if check and any(n > 1 for n in per_node):
+        raise NotOnePerNode(f"the srun step runs {env['SLURM_STEP_TASKS_PER_NODE']} tasks per node: bind_launch "
+                            "starts a node's processes itself; run it once per node (srun --ntasks-per-node=1)")
     out: Dict[str, object] = {}
     nnodes = env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES")
     if nnodes:
@@ -501,7 +528,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("training_script_args", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
 
-    sl = slurm_defaults()
+    try:
+        sl = slurm_defaults(check=args.nnodes is None or args.node_rank is None)
+    except NotOnePerNode as e:
+        p.error(str(e))
     if args.nnodes is None:
         args.nnodes = int(sl.get("nnodes", 1))
     if args.node_rank is None:

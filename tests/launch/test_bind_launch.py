@@ -249,6 +249,28 @@ def test_slurm_defaults():
         "nnodes": 1, "node_rank": 0}
 
 
+def test_a_multi_node_job_must_start_one_launcher_per_node_in_a_step(monkeypatch):
+    """In the batch script of a 4-node job (no srun step: SLURM_STEP_* unset, SLURM_NODEID 0) the launcher would
+    start node 0's ranks and wait for 24 others until the rendezvous timed out; in a step of 8 tasks per node
+    each task would start the node's 8 ranks with the same RANKs. Both refused, naming the fix; a step of one task
+    per node (what the Slurm job and run_and_time.sh do) is the Slurm defaults' case."""
+    monkeypatch.setenv("PATH", "/nonexistent")  # no scontrol: the hostlist parsed here
+    batch = {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "4", "SLURM_NODEID": "0",
+             "SLURM_JOB_NODELIST": "127.0.0.[1-4]"}
+    with pytest.raises(bl.NotOnePerNode, match=r"4-node Slurm job started bind_launch outside an srun step .* "
+                                               r"srun --ntasks-per-node=1"):
+        bl.slurm_defaults(batch)
+    assert bl.slurm_defaults(batch, check=False)["master_addr"] == "127.0.0.1"  # --nnodes/--node_rank given
+    step = dict(batch, SLURM_STEP_NUM_NODES="4", SLURM_STEP_NODELIST="127.0.0.[1-4]", SLURM_NODEID="2")
+    with pytest.raises(bl.NotOnePerNode, match=r"runs 8\(x4\) tasks per node"):
+        bl.slurm_defaults(dict(step, SLURM_STEP_TASKS_PER_NODE="8(x4)"))
+    assert bl.slurm_defaults(dict(step, SLURM_STEP_TASKS_PER_NODE="1(x4)")) == {
+        "nnodes": 4, "node_rank": 2, "master_addr": "127.0.0.1"}
+    # a one-node allocation's own shell: one launcher, nothing to refuse
+    assert bl.slurm_defaults({"SLURM_JOB_ID": "8", "SLURM_JOB_NUM_NODES": "1", "SLURM_NODEID": "0"}) == {
+        "nnodes": 1, "node_rank": 0}
+
+
 def _clean_env(**extra):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("SLURM_") and k not in ("MASTER_ADDR", "MASTER_PORT")}
