@@ -3,7 +3,7 @@
 Through the read-only image (tests/cluster/container/singularity, bubblewrap with Singularity's semantics): the steps
 of docs/cluster.md as written (image, data check, gpu-check job, pilot, the 5 runs with the stand-in trainer
 tests/cluster/fake_train.py, the submission folder checked by mlperf-logging), a short real-trainer trial, and the
-pyxis command line. On the hosts (CONTAINER=none): a rank killed mid-run, a trial time limit and a scancel with the
+pyxis command line, bind_launch once per node in a step. On the hosts (CONTAINER=none): a rank killed mid-run, a trial time limit and a scancel with the
 real trainer, the 1-node script and tools/submit.py. MASKRCNN_CLUSTER_REAL_TRAINER=0 switches the real-trainer runs
 off.
 
@@ -386,6 +386,23 @@ os.execv("/usr/bin/srun", ["srun", *opts, *cmd])
     check_result_log(out / "results" / "result_0.txt", tmp_path, 4)
     # the caches were dropped on the hosts (srun without the image) before the trial
     assert '"key": "cache_clear", "value": true' in (out / "results" / "result_0.txt").read_text()
+
+
+def test_bind_launch_runs_once_per_node_in_a_step(cluster, tmp_path):
+    """Slurm's own environment: in a 2-node job's batch script (no step) bind_launch refuses with one line; in an
+    srun step of one task per node it takes the node count and rank from the step."""
+    out = Path(cluster.workdir) / "jobs" / "bind"
+    out.mkdir(parents=True, exist_ok=True)
+    script = out / "probe.sh"
+    launch = f"{sys.executable} -m bind_launch --nproc_per_node=1 --binding=none --dry-run tools/train_mlperf.py"
+    script.write_text(f"#!/bin/bash\ncd {ROOT}\n{launch}; echo \"batch rc=$?\"\n"
+                      f"srun --ntasks-per-node=1 {launch}; echo \"step rc=$?\"\n")
+    script.chmod(0o755)
+    jobid = submit(cluster, str(script), out, job_env(), extra=("-N", "2"))
+    wait_job(cluster, jobid, timeout=120)
+    text = job_output(out, jobid)
+    assert "batch rc=2" in text and "started bind_launch outside an srun step" in text, text
+    assert "step rc=0" in text and text.count("world_size=2") == 2, text
 
 
 def _tagged_processes(tag):
