@@ -3,8 +3,8 @@
 Through the read-only image (tests/cluster/container/singularity, bubblewrap with Singularity's semantics): the steps
 of docs/cluster.md as written (image, data check, gpu-check job, pilot, the 5 runs with the stand-in trainer
 tests/cluster/fake_train.py, the submission folder checked by mlperf-logging), a short real-trainer trial, and the
-pyxis command line, bind_launch once per node in a step. On the hosts (CONTAINER=none): a rank killed mid-run, a trial time limit and a scancel with the
-real trainer, the 1-node script and tools/submit.py. MASKRCNN_CLUSTER_REAL_TRAINER=0 switches the real-trainer runs
+pyxis command line, bind_launch once per node in a step. On the hosts (CONTAINER=none): a rank killed mid-run, a
+trial time limit and a scancel with the real trainer, the 1-node script and tools/submit.py. MASKRCNN_CLUSTER_REAL_TRAINER=0 switches the real-trainer runs
 off.
 
 Needs root (skipped otherwise) and slurm-wlm + munge (tests/cluster/install_deps.sh); if the cluster cannot
