@@ -153,10 +153,13 @@ def test_a_job_shorter_than_one_trial_starts_none(tmp_path):
                          "config_CPU.sh): submit with --time=02:20:00 (WALLTIME) or through slurm/submit.sh, which "
                          "takes it from the config"]
     assert not list((tmp_path / "logs").glob("result_*"))
-    # a day and more, or no limit: all five
-    for left in ("1-00:00:00", "2:05:00", "UNLIMITED", "INVALID", ""):
-        r = run_job(tmp_path, [_squeue(tmp_path, left)], NEXP=5, SLURM_JOB_ID=77, FAKE_TRAIN_EPOCHS=1)
-        assert r.returncode == 0 and "fit; running" not in r.stderr, (left, r.stderr)
+    # exactly five trials' time: all five run
+    r = run_job(tmp_path, [_squeue(tmp_path, "2:05:00")], NEXP=5, SLURM_JOB_ID=77, FAKE_TRAIN_EPOCHS=1)
+    assert r.returncode == 0 and "fit; running" not in r.stderr, r.stderr
+    # a day, or no limit (squeue's other answers): nothing held back
+    for left in ("1-00:00:00", "UNLIMITED", "INVALID", ""):
+        r = run_job(tmp_path, [_squeue(tmp_path, left)], NEXP=1, SLURM_JOB_ID=77, FAKE_TRAIN_EPOCHS=1)
+        assert r.returncode == 0 and "min left" not in r.stderr, (left, r.stderr)
 
 
 def test_no_trial_starts_after_the_second_failure(tmp_path):
