@@ -241,6 +241,8 @@ def _visible(bus_ids: List[str], env: Dict[str, str]) -> List[str]:
         if not item:
             continue
         if not item.isdigit() or int(item) >= len(bus_ids):
+            if not bus_ids or item.startswith("-"):  # no GPU here, or all hidden (-1): nothing to place
+                return []
             _warn(f"CUDA_VISIBLE_DEVICES={spec} names GPUs this launcher cannot place (UUIDs, MIG devices, or an "
                   f"index beyond the {len(bus_ids)} GPUs found): the ranks are spread over the NUMA nodes in "
                   "order, not put on their GPUs' nodes")
@@ -529,7 +531,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args = p.parse_args(argv)
 
     try:
-        sl = slurm_defaults(check=args.nnodes is None or args.node_rank is None)
+        sl = slurm_defaults(check=args.nnodes is None or (args.node_rank is None and args.nnodes > 1))
     except NotOnePerNode as e:
         p.error(str(e))
     if args.nnodes is None:

@@ -33,9 +33,9 @@ PENDING, FAILED, EPOCH, BBOX, SEGM = "eval/pending", "eval/failed", "eval/epoch"
 
 class EvaluationHook(HookBase):
     """At every epoch end (``per_epoch``; always after the last iteration): ``eval_start``, ``infer()`` (the model
-    over this rank's shard of the test set, into the evaluator), ``evaluator.gather()`` (a collective: the detections
-    on rank 0, None elsewhere), on rank 0 ``evaluator.score(detections, epoch)`` (a future of the scores),
-    ``eval_stop``. On rank 0, every iteration: the scores that arrived, oldest
+    over this rank's shard of the test set, into the evaluator), ``evaluator.gather_parts()`` (the collective: every
+    rank's detections on rank 0, None elsewhere), on rank 0 ``evaluator.score(evaluator.merge(parts), epoch)`` (a
+    future of the scores), ``eval_stop``. On rank 0, every iteration: the scores that arrived, oldest
     first, as ``eval_accuracy`` and in the store.
 
     ``evaluator``: a :class:`~maskrcnn_benchmark.evaluation.COCOEvaluator` whose scorer is a
@@ -92,12 +92,12 @@ class EvaluationHook(HookBase):
         t0 = time.perf_counter()
         self.ml.eval_start(epoch)
         self.infer()
-        detections = self.evaluator.gather()  # a collective, every rank: its failure is the run's (rank lost, ...)
-        if detections is not None:  # rank 0
-            # rank-0-only work (writing, the scorer's start or hand-over): a failure is kept and decided on by every
-            # rank together, not raised here while the others go on into the next collective
+        parts = self.evaluator.gather_parts()  # the collective, every rank: its failure is the run's (rank lost)
+        if parts is not None:  # rank 0
+            # rank-0-only work (merging, writing, the scorer's start or hand-over): a failure is kept and decided on
+            # by every rank together, not raised here while the others go on into the next collective
             try:
-                future = self.evaluator.score(detections, epoch)
+                future = self.evaluator.score(self.evaluator.merge(parts), epoch)
             except Exception as e:  # noqa: BLE001
                 self._fail(e)
                 future = None

@@ -169,6 +169,17 @@ class BackgroundScorer:
             self._sent = True
         except (BrokenPipeError, ConnectionResetError, EOFError):
             self._died()  # noticed at once: restart and send again (or fail, the second time)
+        except OSError:  # a write that failed half-way: the stream cannot be trusted; a fresh process
+            self._stop_process()
+            self._start()
+            self._send_next()
+        except Exception as e:  # noqa: BLE001 - pickling the detections (out of memory): nothing was written
+            self._waiting.pop(0)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            error = (f"handing epoch {future.epoch}'s detections to the COCO scoring process failed: "
+                     f"{type(e).__name__}{': ' + first if first else ''}")
+            future._set(error=error)
+            raise ScoringError(error) from None
 
     def _died(self):
         """The scoring process is gone: restart it and hand it every epoch still waiting, unless it already died
@@ -233,6 +244,8 @@ class BackgroundScorer:
 
     def shutdown(self):
         """Stop the scoring process and its pool at once (a run that ends does not wait for a scoring it no
-        longer needs)."""
+        longer needs). The futures still waiting get an error (they would wait forever)."""
         self._stop_process()
+        for future, _ in self._waiting:
+            future._set(error=f"the COCO scoring process was shut down before epoch {future.epoch} was scored")
         self._waiting = []

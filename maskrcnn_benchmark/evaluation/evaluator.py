@@ -74,19 +74,26 @@ class COCOEvaluator(DatasetEvaluator):
         for image_id, dets in zip(image_ids, per_image):
             self._per_image.setdefault(image_id, dets)
 
-    def gather(self):
-        """Every rank's detections on rank 0, as one :class:`Detections` in image-id order (``None`` elsewhere).
-        A collective: every rank calls it."""
-        # to rank 0 only: COCO val2017's detections are about 150 MB pickled, which every rank would otherwise
-        # receive and unpickle
-        gathered = comm.gather(self._per_image, dst=0)
-        if not comm.is_main_process():
-            return None
+    def gather_parts(self):
+        """The collective alone: every rank's detections on rank 0, one part per rank (``None`` elsewhere). To rank 0
+        only: COCO val2017's detections are about 150 MB pickled, which every rank would otherwise receive."""
+        return comm.gather(self._per_image, dst=0)
+
+    @staticmethod
+    def merge(parts):
+        """Rank 0: the parts as one :class:`Detections` in image-id order; an image that the distributed sampler gave
+        to two ranks (to pad the shards) counts once."""
         merged = {}
-        for part in gathered:
+        for part in parts:
             for image_id, dets in part.items():
                 merged.setdefault(image_id, dets)
         return Detections.concat([merged[i] for i in sorted(merged)])
+
+    def gather(self):
+        """Every rank's detections on rank 0, as one :class:`Detections` in image-id order (``None`` elsewhere).
+        A collective: every rank calls it."""
+        parts = self.gather_parts()
+        return None if parts is None else self.merge(parts)
 
     def write_results(self, detections):
         """``bbox.json`` and ``segm.json`` (COCO results format) in ``output_folder``."""

@@ -114,6 +114,30 @@ def test_handing_over_an_epoch_does_not_wait_for_the_previous_scoring(tmp_path):
 
 
 @pytest.mark.slow
+def test_hand_over_failures_and_shutdown_leave_no_future_waiting_forever(tmp_path):
+    """Detections that cannot be pickled (what running out of memory while pickling 150 MB looks like): one line,
+    that epoch's future failed, the next epochs scored. A shutdown with an epoch still queued: its future fails
+    instead of polling a process that is gone, forever."""
+    from scorers import HeldScorer
+
+    release = tmp_path / "release"
+    release.touch()
+    bg = BackgroundScorer(HeldScorer(str(release)))
+    try:
+        with pytest.raises(ScoringError, match=r"handing epoch 1's detections to the COCO scoring process failed: "):
+            bg(lambda: None, epoch=1)  # a lambda cannot be pickled
+        assert bg(b"abc", epoch=2).result() == {"size": 3}
+        release.unlink()
+        held, queued = bg(b"x", epoch=3), bg(b"y", epoch=4)
+    finally:
+        bg.shutdown()
+    for future in (held, queued):
+        assert future.done()
+        with pytest.raises(ScoringError, match=f"shut down before epoch {future.epoch} was scored"):
+            future.result()
+
+
+@pytest.mark.slow
 def test_scoring_failures_are_one_line(coco_set, tmp_path):
     ann, bbox, segm = coco_set
     dets = Detections.from_coco_lists(bbox, segm)
@@ -161,12 +185,16 @@ class _FakeBackground:
     def __init__(self, done_at):
         self.done_at, self.trainer, self.submitted = done_at, None, []
 
-    def gather(self):
+    def gather_parts(self):
         if dist.is_initialized():
             dist.barrier()  # a collective, as the real gather is
             if dist.get_rank() != 0:
                 return None
-        return "detections"
+        return ["detections"]
+
+    @staticmethod
+    def merge(parts):
+        return parts[0]
 
     def score(self, detections, epoch):
         self.submitted.append(epoch)
@@ -237,14 +265,23 @@ def test_early_stop_two_ranks_agree_one_iteration_later():
 
 
 class _FailingHandOver(_FakeBackground):
-    """Rank 0's hand-over to its scorer fails at the first epoch end (after the gather every rank took part in):
-    a scoring process that cannot start, or that dies twice while the detections are sent."""
+    """Rank 0's work after the gather every rank took part in fails at the first epoch end: a scoring process that
+    cannot start or dies twice while the detections are sent (``score``), or the merge running out of memory."""
+
+    def __init__(self, done_at, where="score"):
+        super().__init__(done_at)
+        self.where = where
+
+    def merge(self, parts):
+        if self.where == "merge":
+            raise MemoryError()
+        return super().merge(parts)
 
     def score(self, detections, epoch):
         raise ScoringError("the COCO scoring process died again (exit code -9) while scoring epoch 1")
 
 
-def _failing_rank(rank, world, init_file, out):
+def _failing_rank(rank, world, init_file, out, where="score"):
     from maskrcnn_benchmark.utils.errors import EvaluationFailed
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -252,7 +289,7 @@ def _failing_rank(rank, world, init_file, out):
         model = _Model()
         opt = torch.optim.SGD(model.parameters(), lr=0.0)
         sched = WarmupMultiStepLR(opt, (100,), 0.1, warmup_iters=0)
-        background = _FailingHandOver(10 ** 9)
+        background = _FailingHandOver(10 ** 9, where)
         evaluation = EvaluationHook(background, lambda: None, _Log(), poll=background.poll)
         trainer = Trainer(model, opt, sched, [(_Images(), [], None)] * 40, torch.device("cpu"), 40, 5,
                           hooks=[MLPerfStopHook((0.377, 0.339), _Log()), evaluation])
@@ -276,6 +313,9 @@ def test_a_hand_over_that_fails_on_rank_0_stops_every_rank_together():
         out = manager.dict()
         mp.spawn(_failing_rank, args=(2, os.path.join(tmp, "init"), out), nprocs=2)
         assert dict(out) == {0: ("EvaluationFailed", 5, "ScoringError"), 1: ("EvaluationFailed", 5, "NoneType")}
+        out = manager.dict()
+        mp.spawn(_failing_rank, args=(2, os.path.join(tmp, "init2"), out, "merge"), nprocs=2)
+        assert dict(out) == {0: ("EvaluationFailed", 5, "MemoryError"), 1: ("EvaluationFailed", 5, "NoneType")}
 
 
 # -- distributed evaluation --------------------------------------------------------------------------------------

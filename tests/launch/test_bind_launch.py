@@ -188,6 +188,9 @@ def test_cuda_visible_devices_selects_the_gpus(tmp_path, capsys):
     topo = bl.detect_topology(str(tmp_path), env={"CUDA_VISIBLE_DEVICES": "GPU-1234,GPU-5678"})
     assert topo.gpu_numa == [] and [b.mem_node for b in bl.plan_from_topology(2, topo)] == [0, 1]
     assert "CUDA_VISIBLE_DEVICES=GPU-1234,GPU-5678 names GPUs this launcher cannot place" in capsys.readouterr().err
+    # every GPU hidden (-1): nothing to place, nothing to say
+    assert bl.detect_topology(str(tmp_path), env={"CUDA_VISIBLE_DEVICES": "-1"}).gpu_numa == []
+    assert "cannot place" not in capsys.readouterr().err
 
 
 def test_unknown_gpu_numa_node_falls_back_to_spreading(tmp_path):
@@ -266,6 +269,12 @@ def test_a_multi_node_job_must_start_one_launcher_per_node_in_a_step(monkeypatch
         bl.slurm_defaults(dict(step, SLURM_STEP_TASKS_PER_NODE="8(x4)"))
     assert bl.slurm_defaults(dict(step, SLURM_STEP_TASKS_PER_NODE="1(x4)")) == {
         "nnodes": 4, "node_rank": 2, "master_addr": "127.0.0.1"}
+    # asked for one node there (--nnodes 1): nothing to refuse
+    for k, v in batch.items():
+        monkeypatch.setenv(k, v)
+    assert bl.parse_args(["--nnodes", "1", "--binding=none", "x.py"]).nnodes == 1
+    with pytest.raises(SystemExit):
+        bl.parse_args(["--binding=none", "x.py"])
     # a one-node allocation's own shell: one launcher, nothing to refuse
     assert bl.slurm_defaults({"SLURM_JOB_ID": "8", "SLURM_JOB_NUM_NODES": "1", "SLURM_NODEID": "0"}) == {
         "nnodes": 1, "node_rank": 0}
