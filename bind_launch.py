@@ -299,6 +299,45 @@ def detect_topology(sysfs_root: str = "/sys", env: Optional[Dict[str, str]] = No
     return topo
 
 
+def cgroup_cpuset(proc_root: str = "/proc", cgroup_root: str = "/sys/fs/cgroup") -> Optional[set]:
+    """The CPUs of this process's cgroup cpuset (v2 ``cpuset.cpus.effective``, v1 ``cpuset.effective_cpus``): what
+    the job may use, which a process may bind itself to; None when unknown."""
+    for line in (_read(os.path.join(proc_root, "self/cgroup")) or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy, controllers, path = parts
+        if hierarchy == "0" and controllers == "":
+            f = os.path.join(cgroup_root, path.lstrip("/"), "cpuset.cpus.effective")
+        elif "cpuset" in controllers.split(","):
+            f = os.path.join(cgroup_root, "cpuset", path.lstrip("/"), "cpuset.effective_cpus")
+        else:
+            continue
+        cpus = parse_cpu_list(_read(f) or "")
+        if cpus:
+            return set(cpus)
+    return None
+
+
+def widen_to_cpuset(cpuset: Optional[set] = None) -> None:
+    """A launcher bound to fewer CPUs than its job's cpuset (srun binds a task to its CPUs unless
+    ``--cpu-bind=none``: one task per node gets one core) binds itself to the whole cpuset first, so that its ranks
+    are planned on, and numactl accepts, every CPU the job may use."""
+    try:
+        affinity = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return
+    cpuset = cgroup_cpuset() if cpuset is None else cpuset
+    if cpuset and affinity < cpuset:
+        try:
+            os.sched_setaffinity(0, cpuset)
+        except OSError:
+            return
+        _info(f"this launcher was bound to cpus {cpu_list_str(sorted(affinity))} of its job's "
+              f"{cpu_list_str(sorted(cpuset))} (srun binds a task unless --cpu-bind=none): its ranks are planned on "
+              "all of them")
+
+
 def numa_nodes(sysfs_root: str = "/sys") -> Optional[List[int]]:
     """The NUMA nodes that exist, or None when unknown (no sysfs)."""
     online = _read(os.path.join(sysfs_root, "devices/system/node/online"))
@@ -543,6 +582,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.master_port is None:
         args.master_port = int(os.environ.get("MASTER_PORT") or 29500)
     # Both counts given: NVIDIA's arithmetic plan (compatibility). Otherwise the machine's own topology decides.
+    widen_to_cpuset()
     try:
         allowed = os.sched_getaffinity(0)
     except (AttributeError, OSError):

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Time one training run on this node and print the MLPerf RESULT line.
 #   DGXSYSTEM=DGXA100 ./run_and_time.sh [KEY VALUE ...]       # one node
-#   srun --ntasks-per-node=1 ./run_and_time.sh                   # one task per node: bind_launch takes
+#   srun --ntasks-per-node=1 --cpu-bind=none ./run_and_time.sh   # one task per node: bind_launch takes
 #                                                                # nnodes/node_rank/master from Slurm
 # Sources config_${DGXSYSTEM}.sh (unless SKIP_CONFIG=1), then runs
 #   [profiler] python -m bind_launch ... ${TRAIN_SCRIPT} ${EXTRA_PARAMS} --config-file ... ${EXTRA_CONFIG} "$@"

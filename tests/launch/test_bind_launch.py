@@ -163,6 +163,37 @@ def test_a_job_with_part_of_the_machine_shares_out_what_it_may_use(tmp_path):
                                                      for b in plan)
 
 
+def test_the_jobs_cpuset_is_read_from_cgroup_v1_and_v2(tmp_path):
+    (tmp_path / "proc" / "self").mkdir(parents=True)
+    cg = tmp_path / "cg"
+    # cgroup v2 (Slurm's cgroup/v2 plugin: the step's task cgroup)
+    (tmp_path / "proc" / "self" / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_7/step_0/user/task_0\n")
+    d = cg / "system.slice/slurmstepd.scope/job_7/step_0/user/task_0"
+    d.mkdir(parents=True)
+    (d / "cpuset.cpus.effective").write_text("0-27,112-139\n")
+    assert bl.cgroup_cpuset(str(tmp_path / "proc"), str(cg)) == set(range(28)) | set(range(112, 140))
+    # cgroup v1 (the cpuset controller's own hierarchy)
+    (tmp_path / "proc" / "self" / "cgroup").write_text("4:memory:/slurm/uid_0/job_7\n3:cpuset:/slurm/uid_0/job_7/step_0\n")
+    d = cg / "cpuset/slurm/uid_0/job_7/step_0"
+    d.mkdir(parents=True)
+    (d / "cpuset.effective_cpus").write_text("0-3\n")
+    assert bl.cgroup_cpuset(str(tmp_path / "proc"), str(cg)) == {0, 1, 2, 3}
+    assert bl.cgroup_cpuset(str(tmp_path / "nowhere"), str(cg)) is None
+
+
+def test_a_launcher_bound_to_one_core_by_srun_widens_to_the_jobs_cpuset(monkeypatch, capsys):
+    """srun without --cpu-bind=none binds a one-task-per-node step to a core: every rank would be planned on it
+    (and numactl refuses CPUs outside the caller's mask). The launcher first binds itself to the job's cpuset."""
+    calls = []
+    monkeypatch.setattr(bl.os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(bl.os, "sched_setaffinity", lambda pid, cpus: calls.append(set(cpus)))
+    bl.widen_to_cpuset({0, 1, 2, 3})
+    assert calls == [{0, 1, 2, 3}]
+    assert "bound to cpus 0 of its job's 0-3 (srun binds a task unless --cpu-bind=none)" in capsys.readouterr().err
+    bl.widen_to_cpuset({0})  # already all of it: nothing to do
+    assert calls == [{0, 1, 2, 3}]
+
+
 def test_intel_sub_numa_clustering(tmp_path):
     """2 sockets x 56 cores with SNC2 (4 NUMA nodes), HT siblings numbered + 112, 8 GPUs two per node."""
     cpus = _dgx_cpus(2, 56, 2, nodes_per_socket=2)
