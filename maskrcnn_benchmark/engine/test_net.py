@@ -35,7 +35,7 @@ def report(cfg, name, scores, skip_eval=False):
 def evaluate_checkpoint(cfg, weights="", skip_eval=False, backend=None, logger=None):
     """``{dataset name: scores}`` on rank 0 (``scores`` as ``COCOEvaluator.evaluate()`` returns them; with
     ``skip_eval`` only ``{"detections": N}``), ``{}`` on the other ranks."""
-    rank, world, _, device = comm.init_distributed(None, cfg.MODEL.DEVICE)
+    rank, world, _, device = comm.init_distributed(None, cfg.MODEL.DEVICE, timeout_s=cfg.DISTRIBUTED_TIMEOUT)
     cfg = resolve(cfg, device, world, is_train=False)
     model = build_detection_model(cfg).to(device)
     DetectronCheckpointer(cfg, model, logger=logger).load_weights(weights or cfg.MODEL.WEIGHT)

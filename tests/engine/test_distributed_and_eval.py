@@ -41,3 +41,23 @@ def test_two_process_gloo_run_trains_evaluates_and_stops_together(tiny_data, tmp
     scores = evaluate_checkpoint(cfg, weights=os.path.join(out, "model_0000004.pth"))
     (one,) = scores.values()
     assert accuracy[0]["value"] == {"BBOX": one["bbox"]["stats"]["AP"], "SEGM": one["segm"]["stats"]["AP"]}
+
+
+def test_evaluation_of_a_checkpoint_waits_as_long_as_the_config_says(monkeypatch):
+    """tools/test_net.py's ranks wait for each other (rank 0 scores and writes 150 MB of results while the others
+    wait in the next dataset's gather) under the config's DISTRIBUTED_TIMEOUT, not a fixed 300 s."""
+    from maskrcnn_benchmark.engine import test_net
+
+    seen = {}
+
+    def init(local_rank=None, device="cuda", timeout_s=300, side_group=False):
+        seen["timeout_s"] = timeout_s
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(test_net.comm, "init_distributed", init)
+    cfg = get_cfg()
+    merge_cfg_from_file(cfg, CPU_YAML)
+    merge_cfg_from_list(cfg, ["DISTRIBUTED_TIMEOUT", 1800])
+    with pytest.raises(RuntimeError, match="stop here"):
+        evaluate_checkpoint(cfg)
+    assert seen == {"timeout_s": 1800}
