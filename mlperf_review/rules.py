@@ -106,13 +106,18 @@ DECAY_RULE_BEFORE = "3.0.0"
 CANDIDATES_2000_BEFORE = "2.1.0"
 
 
+def _nearest_k(steps, global_batch_size) -> int:
+    """The integer K whose first decay step is nearest to ``steps[0]``."""
+    return round((float(steps[0]) * float(global_batch_size) / (16.0 * DECAY_STEPS_BASE[0]) - 1.0) * 10.0)
+
+
 def decay_steps_k(steps, global_batch_size) -> Optional[int]:
     """The integer K with ``steps`` = (60000, 80000) * (1 + K/10) * 16 / global batch, each step rounded either
     way (the RCPs' 272 record: 5294 and 7058), or None."""
     if not (isinstance(steps, (list, tuple)) and len(steps) == 2) or not global_batch_size:
         return None
     scale = 16.0 / float(global_batch_size)
-    k = round((float(steps[0]) / (DECAY_STEPS_BASE[0] * scale) - 1.0) * 10.0)
+    k = _nearest_k(steps, global_batch_size)
     if k <= -10:  # no decay steps at or before iteration 0
         return None
     exact = [b * (1.0 + k / 10.0) * scale for b in DECAY_STEPS_BASE]
@@ -155,7 +160,7 @@ def closed_rule_warnings(hparams: Dict, ruleset: Optional[str], images_per_chip:
         out.append(f"opt_learning_rate_decay_steps {steps!r} is not two steps")
     elif (steps is not None and isinstance(gbs, (int, float)) and not isinstance(gbs, bool) and gbs > 0
           and not at_least(ruleset, DECAY_RULE_BEFORE) and decay_steps_k(steps, gbs) is None):
-        k = max(-9, round((float(steps[0]) * gbs / (16.0 * DECAY_STEPS_BASE[0]) - 1.0) * 10.0))
+        k = max(-9, _nearest_k(steps, gbs))
         near = [round(b * (1 + k / 10) * 16 / gbs) for b in DECAY_STEPS_BASE]
         out.append(f"opt_learning_rate_decay_steps {list(steps)} is not (60000, 80000) x (1 + K/10) x 16 / "
                    f"global_batch_size {gbs:g} for an integer K (K={k}: {near})")

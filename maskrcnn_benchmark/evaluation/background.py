@@ -167,12 +167,9 @@ class BackgroundScorer:
         try:
             self._conn.send((future.epoch, detections))
             self._sent = True
-        except (BrokenPipeError, ConnectionResetError, EOFError):
-            self._died()  # noticed at once: restart and send again (or fail, the second time)
-        except OSError:  # a write that failed half-way: the stream cannot be trusted; a fresh process
-            self._stop_process()
-            self._start()
-            self._send_next()
+        except (OSError, EOFError):  # the process is gone (broken pipe), or a write failed half-way and the stream cannot be
+            # trusted: a fresh process, sent this epoch again (or fail, the second time)
+            self._died()
         except Exception as e:  # noqa: BLE001 - pickling the detections (out of memory): nothing was written
             self._waiting.pop(0)
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
@@ -182,8 +179,8 @@ class BackgroundScorer:
             raise ScoringError(error) from None
 
     def _died(self):
-        """The scoring process is gone: restart it and hand it every epoch still waiting, unless it already died
-        once while scoring the oldest of them."""
+        """The scoring process is gone: restart it and hand it the oldest epoch still waiting, unless it already
+        died once while scoring that epoch."""
         code = self._proc.exitcode if self._proc is not None else None
         if self._proc is not None:
             self._proc.join(1)
