@@ -45,7 +45,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 __all__ = [
     "Binding",
@@ -70,6 +70,16 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 def _warn(msg: str) -> None:
     print(f"bind_launch: WARNING: {msg}", file=sys.stderr, flush=True)
+
+
+_warned: Set[str] = set()
+
+
+def _warn_once(msg: str) -> None:
+    """A warning that holds for the whole node (not one rank): printed for the first rank only."""
+    if msg not in _warned:
+        _warned.add(msg)
+        _warn(msg)
 
 
 def _info(msg: str) -> None:
@@ -639,7 +649,7 @@ def resolve_binding(b: Binding, mode: str, membind: bool) -> Tuple[str, List[str
     if mode in ("auto", "numactl"):
         numactl = shutil.which("numactl")
         if numactl is None:
-            _warn("numactl not found; binding with os.sched_setaffinity (no memory binding)")
+            _warn_once("numactl not found; binding with os.sched_setaffinity (no memory binding)")
         else:
             opts = eff.numactl_args(membind)
             ok, err = _numactl_works(numactl, opts)

@@ -596,3 +596,11 @@ def test_the_children_number_the_gpus_in_the_plans_order_whatever_the_environmen
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
     args = bl.parse_args(["--nproc_per_node=2", "train.py"])
     assert [bl.child_env(args, i)["CUDA_DEVICE_ORDER"] for i in range(2)] == ["PCI_BUS_ID", "PCI_BUS_ID"]
+
+
+def test_a_missing_numactl_is_reported_once_not_once_per_rank(monkeypatch, capsys):
+    monkeypatch.setattr(bl.shutil, "which", lambda name: None)
+    monkeypatch.setattr(bl, "_warned", set())
+    plan = bl.plan_bindings(2, 1, 2)
+    assert [bl.resolve_binding(b, "auto", membind=False)[0] for b in plan] == ["affinity", "affinity"]
+    assert capsys.readouterr().err.count("numactl not found") == 1
