@@ -173,17 +173,29 @@ def test_an_error_of_the_step_itself_is_not_swallowed():
         forward(*_batch())
 
 
-def test_graph_partition_is_set_for_cuda_graphs():
+@pytest.fixture
+def inductor_config():
+    """Inductor's config, its graph_partition restored after the test to what it was (torch's default is on).
+    Not pytest's monkeypatch: its undo deletes a module attribute it did not find in the module's __dict__, and
+    torch's config module then hides the key, so the next compile fails with "graph_partition does not exist"."""
     from torch._inductor import config
 
     if not hasattr(config, "graph_partition"):
-        pytest.skip(f"torch {torch.__version__} has no inductor graph partition")
-    config.graph_partition = False
+        yield config
+        return
+    saved = config.graph_partition
     try:
-        CompiledForward(torch.nn.Linear(2, 2), "reduce-overhead", "inductor")  # compiles nothing until called
-        assert config.graph_partition is True
+        yield config
     finally:
-        config.graph_partition = False
+        config.graph_partition = saved
+
+
+def test_graph_partition_is_set_for_cuda_graphs(inductor_config):
+    if not hasattr(inductor_config, "graph_partition"):
+        pytest.skip(f"torch {torch.__version__} has no inductor graph partition")
+    inductor_config.graph_partition = False
+    CompiledForward(torch.nn.Linear(2, 2), "reduce-overhead", "inductor")  # compiles nothing until called
+    assert inductor_config.graph_partition is True
 
 
 class _Backward(torch.autograd.Function):
@@ -206,17 +218,14 @@ class _Backward(torch.autograd.Function):
 
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_warm_up_records_cuda_graphs_before_the_clock_and_survives_a_backward_capture_error(mode, caplog,
-                                                                                            monkeypatch):
+                                                                                            monkeypatch,
+                                                                                            inductor_config):
     """torch's CUDA-graph trees run a compiled function's first call as a warm-up and record its graphs at the
     second: with CUDA graphs the warm-up calls the compiled step twice per image size, so the recording happens
     before run_start (once in the default mode), each backward starting without gradients, as the trainer's
     does. A capture error raised by the backward (outside the compiled call; here at the call that records) is
     a compile failure too: one warning, and the remaining calls run eagerly, as many as the compiled ones would
     have been (with several ranks, the same all-reduces on every rank)."""
-    from torch._inductor import config
-
-    if hasattr(config, "graph_partition"):
-        monkeypatch.setattr(config, "graph_partition", config.graph_partition)  # restored afterwards
     model = build_detection_model(small_cfg()).train()
     params = [p for p in model.parameters() if p.requires_grad]
     forward = CompiledForward(model, mode, "inductor", batch_size=2)
