@@ -43,7 +43,8 @@ demo: venv
 bench: venv
 	$(PY) bench/model_step.py --device cpu
 
-# First contact with a GPU node (about 14 minutes on one GPU: the checks' caps add up to 820 s):
+# First contact with a GPU node (about 14 minutes on one GPU: the checks' caps add up to 820 s; a smaller --budget
+# leaves out the checks at the end of its priority list, each named):
 # results/gpu-check/report.md. Without an NVIDIA GPU it says so in one line and exits 0.
 # IMAGE=path/to/maskrcnn.sif: every stage runs inside the training image
 # (singularity exec --nv, the checkout bound over the image's copy as the Slurm job binds it; no venv, no package

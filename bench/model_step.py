@@ -266,11 +266,11 @@ def memory_alone(args, out):
                      event="memory", model=model, batch=batch, failed=reason)
 
 
-def build(args, device, dtype, out):
+def build(args, device, dtype, out, models):
     torch.manual_seed(0)
     images, targets, tv_targets = synthetic_batch(args.batch, args.height, args.width, 81)
     steps = []
-    for model in args.models.split(","):
+    for model in models:
         modes = (args.compile_mode or ("reduce-overhead" if device.type == "cuda" else "default")).split(",") \
             if model == "compiled" else [None]
         for mode in modes:
@@ -297,8 +297,30 @@ def build(args, device, dtype, out):
             out.line(f"{name}: ready in {seconds:.1f} s" + (" (compile and first steps)" if mode else ""),
                      event="setup", model=name, seconds=round(seconds, 2))
             steps.append(step)
-    if args.baseline:
-        steps.append(Baseline(os.path.abspath(args.baseline), args))
+    return steps
+
+
+def rounds_before_compiling(steps, args, out):
+    """The uncompiled models' rounds, printed before anything compiles (up to 3 after the warm-up): a run cut by
+    its time cap during a cold compile (minutes on a GPU) still leaves their figures. The summary is the
+    interleaved rounds' only. Returns the steps that did not fail."""
+    for r in range(args.warmup + min(3, args.iters)):
+        row = {}
+        for s in list(steps):
+            try:
+                total, _ = s.run()
+            except Exception as e:  # noqa: BLE001 - out of memory, say: reported, the others go on
+                reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                out.line(f"{s.name}: FAILED before compiling ({reason})", event="failed", model=s.name,
+                         reason=reason)
+                steps.remove(s)
+                continue
+            if r >= args.warmup:
+                row[s.name] = round(total, 4)
+        if row:
+            out.line(f"round {r - args.warmup + 1} (before compiling): "
+                     + ", ".join(f"{k} {v:.3f} s" for k, v in row.items()),
+                     event="round", round=r - args.warmup + 1, phase="before compiling", seconds=row)
     return steps
 
 
@@ -352,7 +374,14 @@ def main(argv=None):
              + (f" | {' '.join(args.opts)}" if args.opts else ""),
              event="setting", device=name, torch=torch.__version__, height=args.height, width=args.width,
              batch=args.batch, dtype=args.dtype, nhwc=args.nhwc, opts=list(args.opts))
-    steps = build(args, device, dtype, out)
+    models = args.models.split(",")
+    steps = build(args, device, dtype, out, [m for m in models if m != "compiled"])
+    if "compiled" in models:
+        if steps and not args.peak:
+            steps = rounds_before_compiling(steps, args, out)
+        steps += build(args, device, dtype, out, ["compiled"])
+    if args.baseline:
+        steps.append(Baseline(os.path.abspath(args.baseline), args))
     times = {s.name: [] for s in steps}
     failed = set()
     for r in range(args.warmup + args.iters):

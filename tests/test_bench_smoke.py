@@ -2,6 +2,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -69,3 +70,29 @@ def test_ops_ab_bench_runs_every_case_against_another_checkout(capsys):
     trained = sum("training" in case[0] for case in ops_ab.ROI_CASES)
     assert len(rows) == len(ops_ab.ROI_CASES) + trained + 2 * len(ops_ab.NMS_CASES) + 2, rows
     assert all(row.endswith("| yes |") for row in rows), rows
+
+
+@pytest.mark.slow
+def test_a_model_step_killed_while_compiling_still_gives_the_eager_figure():
+    """gpu-check's cap killed bench/model_step.py during a cold compile (122 s for one mode on an H200) before any
+    round was printed, so not even the eager step had a figure. The uncompiled models' rounds now come first."""
+    from maskrcnn_benchmark.cli import gpu_check
+
+    code = textwrap.dedent("""
+        import os, signal, sys
+        sys.path.insert(0, "bench")
+        sys.argv = ["model_step.py"] + sys.argv[1:]
+        import model_step
+        model_step.make_static_step = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)  # the cap, mid-compile
+        model_step.main()
+    """)
+    out = subprocess.run(
+        [sys.executable, "-c", code, "--device", "cpu", "--height", "96", "--width", "128", "--batch", "1",
+         "--iters", "2", "--warmup", "0", "--models", "eager,compiled", "--json", *SMALL_ROI_BUDGET],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert out.returncode == -9, out.stderr
+    check = gpu_check.Check("model_step", "t", [], 1, status="NOT RUN (did not finish in its 213 s cap)",
+                            output=out.stdout)
+    gpu_check.read_model_step(check)
+    figure = dict(check.figures).get("training step img/s, eager", "")
+    assert figure.endswith("(median of the 2 rounds printed before the cap)"), out.stdout

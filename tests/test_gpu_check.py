@@ -5,6 +5,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -362,11 +363,9 @@ def test_each_verdict_of_a_stage(tmp_path, monkeypatch):
     import time
 
     def program(returncode=0, stdout="", timeout=False):
-        def fake(cmd, **kwargs):
-            if timeout:
-                raise subprocess.TimeoutExpired(cmd, kwargs["timeout"], output=b"half a line", stderr=b"")
-            return subprocess.CompletedProcess(cmd, returncode, stdout, "")
-        monkeypatch.setattr(gpu_check.subprocess, "run", fake)
+        def fake(cmd, cwd, env, cap):
+            return (None, "half a line") if timeout else (returncode, stdout)
+        monkeypatch.setattr(gpu_check, "run_capped", fake)
 
     later = time.monotonic() + 100
 
@@ -381,7 +380,11 @@ def test_each_verdict_of_a_stage(tmp_path, monkeypatch):
     assert "half a line" in (tmp_path / "input.log").read_text()
     program()
     squeezed = gpu_check.run(gpu_check.Check("input", "t", ["prog"], 60), tmp_path, time.monotonic() + 2)
-    assert squeezed.status == "NOT RUN (no time left in the budget)"
+    assert squeezed.status.startswith("NOT RUN (no time left in the budget") and "--only input" in squeezed.status
+    # less left than the check needs (a cold compile): not started, though more than a few seconds are left
+    short = gpu_check.run(gpu_check.Check("model_step", "t", ["prog"], 300, need=300), tmp_path,
+                          time.monotonic() + 200)
+    assert short.status.startswith("NOT RUN (no time left in the budget: 200 s left, it needs 300 s")
 
     parity = gpu_check.Check("parity", "p", [], 60, status="passed", output="3 skipped in 0.1s")
     gpu_check.read_parity(parity)
@@ -410,8 +413,8 @@ def test_a_failing_stage_fails_the_verdict_and_the_caps_add_up_to_the_budget(tmp
     import argparse
 
     for quick in (True, False):
-        checks = gpu_check.plan(argparse.Namespace(quick=quick, device="cpu", budget=570.0), tmp_path)
-        assert sum(c.cap for c in checks) == pytest.approx(570.0)
+        checks = gpu_check.plan(argparse.Namespace(quick=quick, device="cpu", budget=820.0), tmp_path)
+        assert sum(c.cap for c in checks) == pytest.approx(820.0)
     checks = [gpu_check.Check("input", "i", [], 1, status="passed"),
               gpu_check.Check("allreduce", "a", [], 1, status="FAILED (exit 1)")]
     monkeypatch.setattr(gpu_check, "plan", lambda args, out_dir: checks)
@@ -460,3 +463,137 @@ def test_a_model_step_where_every_model_failed_is_a_report_not_a_crash():
     assert "training step img/s, eager" not in figures and figures["eager"].startswith("FAILED")
     assert gpu_check.projection(c)[0].startswith("per GPU: 60.0 img/s (compiled (default), the eager step, which a "
                                                  "run takes, was not measured")
+
+
+def test_a_budget_under_the_default_runs_the_gpu_only_checks_first_each_with_what_it_needs(tmp_path):
+    """With `--budget 530` (what fits one 10-minute call on a lent GPU) the caps shrank in proportion: the training
+    step got 213 s where a cold compile of the static step alone took 122 s on an H200, so it was cut every time.
+    Now no cap is below the check's need, and the checks run in PRIORITY order, so what a budget leaves out is the
+    end of the list, each naming the ``--only`` that runs it."""
+    import argparse
+
+    checks = gpu_check.plan(argparse.Namespace(quick=False, device="cuda", budget=530.0), tmp_path)
+    assert [c.name for c in checks][:3] == ["model_step", "host_syncs", "parity"]
+    caps = {c.name: c.cap for c in checks}
+    assert caps["model_step"] >= 300 and caps["parity"] >= 87 and caps["evaluation"] >= 56
+    assert all(c.cap >= c.need for c in checks)
+    fits = sum(c.cap for c in checks[:4])
+    assert fits <= 530 < fits + checks[4].need  # model_step, host_syncs, parity, evaluation; not training
+    # the rest in a second call: only those, sharing its budget
+    rest = gpu_check.plan(argparse.Namespace(quick=False, device="cuda", budget=300.0,
+                                             only="training,input,scoring,allreduce"), tmp_path)
+    assert [c.name for c in rest] == ["training", "input", "scoring", "allreduce"]
+    assert sum(c.cap for c in rest) == pytest.approx(300.0)
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--only", "paritty"])
+
+
+def test_every_gpu_config_evaluates_the_batch_the_gpu_check_measures():
+    """The evaluation check's per-image time feeds the projection: it must be measured at the batch per GPU that
+    the shipped GPU configs evaluate (TEST.IMS_PER_BATCH over the job's GPUs; it measured 8 while they run 1)."""
+    seen = 0
+    for path in sorted(Path(REPO).glob("config_DGX*.sh")):
+        text = path.read_text()
+        batch = int(re.search(r"TEST\.IMS_PER_BATCH (\d+)", text).group(1))
+        nodes = int(re.search(r'DGXNNODES="\$\{DGXNNODES:-(\d+)\}"', text).group(1))
+        gpus = int(re.search(r'DGXNGPU="\$\{DGXNGPU:-(\d+)\}"', text).group(1))
+        assert batch == gpu_check.EVAL_IMAGES_PER_GPU * nodes * gpus, path.name
+        seen += 1
+    assert seen >= 4
+    import argparse
+
+    evaluation = next(c for c in gpu_check.plan(argparse.Namespace(quick=False, device="cuda", budget=820.0),
+                                                Path(REPO) / "results") if c.name == "evaluation")
+    assert evaluation.cmd[evaluation.cmd.index("--batch") + 1] == str(gpu_check.EVAL_IMAGES_PER_GPU)
+
+
+def test_the_report_is_kept_after_each_check_and_when_gpu_check_is_stopped(tmp_path, monkeypatch):
+    """The report was written once, at the end: an outer time limit (SIGTERM) or a reader that choked on an
+    unexpected output (a bare json.loads of a cut line) lost every figure. Now each check's figures are written as
+    it ends, a reader's failure fails only its check, and a stop leaves the report of what ran."""
+    import argparse
+
+    out = tmp_path / "gc"
+    outputs = {"evaluation": '{truncated', "allreduce": "allreduce: skipped, 1 GPU(s) visible (needs 2 or more)",
+               "input": "DeviceTransform, batch of 8 to 800x1088 | 2.5 ms"}
+
+    def plan(args, out_dir):
+        return [gpu_check.Check(name, name, [name], 60) for name in ("input", "evaluation", "allreduce", "scoring")]
+
+    def run_capped(cmd, cwd, env, cap):
+        if cmd[0] == "scoring":
+            raise gpu_check._Interrupted("scoring half done")
+        return 0, outputs[cmd[0]]
+
+    monkeypatch.setattr(gpu_check, "plan", plan)
+    monkeypatch.setattr(gpu_check, "run_capped", run_capped)
+    monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: None)
+    monkeypatch.setattr(gpu_check, "stack", lambda device: ["a stack"])
+    assert gpu_check.main(["--device", "cpu", "--out", str(out)]) == 128 + 15
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["input"]["status"] == "passed"
+    assert summary["input"]["figures"] == [["hybrid input, device side, batch of 8 to 800x1088", "2.5 ms"]]
+    assert summary["evaluation"]["status"] == "FAILED (no summary line)"
+    assert summary["allreduce"]["status"] == "skipped (one GPU: no all-reduce within the node)"
+    assert summary["scoring"]["status"] == "NOT RUN (gpu-check was stopped while it ran)"
+    assert "scoring half done" in (out / "scoring.log").read_text()
+    assert "2.5 ms" in (out / "report.md").read_text()
+
+    # a reader that raises fails its check only
+    monkeypatch.setitem(gpu_check.READERS, "evaluation", lambda c: {}["no such figure"])
+    monkeypatch.setattr(gpu_check, "plan", lambda args, out_dir: plan(args, out_dir)[:3])
+    assert gpu_check.main(["--device", "cpu", "--out", str(out)]) == 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["evaluation"]["status"].startswith("FAILED (its output could not be read: KeyError")
+    assert summary["input"]["status"] == "passed"
+
+
+def test_a_one_gpu_node_passes_with_the_all_reduce_skipped_not_measured(tmp_path, monkeypatch, capsys):
+    """On one GPU bench/allreduce.py prints that it skipped, exit 0: the last line said "passed: all 8 checks
+    measured" though nothing was measured."""
+    monkeypatch.setattr(gpu_check, "plan", lambda args, out_dir: [gpu_check.Check("input", "i", ["input"], 60),
+                                                                gpu_check.Check("allreduce", "a", ["allreduce"], 60)])
+    monkeypatch.setattr(gpu_check, "run_capped", lambda cmd, cwd, env, cap: (0, {
+        "input": "input: 300 img/s", "allreduce": "allreduce: skipped, 1 GPU(s) visible (needs 2 or more)"}[cmd[0]]))
+    monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: None)
+    monkeypatch.setattr(gpu_check, "stack", lambda device: ["a stack"])
+    assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path / "gc")]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == ("gpu-check: passed: 1 check measured; skipped: allreduce (one GPU: no all-reduce within the "
+                    "node)")
+
+
+def test_a_parity_stage_cut_by_its_cap_counts_the_tests_it_ran():
+    """Cut by its cap, the parity stage has no summary line: it reported "0 passed, 0 failed", whatever ran."""
+    c = gpu_check.Check("parity", "p", [], 60, status="NOT RUN (did not finish in its 78 s cap)",
+                        output="....s..F. [ 40%]\n..")
+    gpu_check.read_parity(c)
+    assert c.figures == [("parity tests (cut by the cap; pytest's progress marks)",
+                          "9 passed, 1 failed, 1 skipped before the cap")]
+    assert c.status == "FAILED (1 failed before the cap: see parity.log)"
+    clean = gpu_check.Check("parity", "p", [], 60, status="NOT RUN (did not finish in its 78 s cap)", output="...")
+    gpu_check.read_parity(clean)
+    assert clean.status.startswith("NOT RUN") and clean.figures[0][1] == "3 passed, 0 failed, 0 skipped before the cap"
+
+
+@pytest.mark.slow  # starts processes
+def test_a_check_cut_by_its_cap_takes_the_processes_it_started_with_it(tmp_path):
+    """bench/model_step.py's memory runs are its children: the cap killed only the check's own process, and a
+    child went on using the GPU during the next checks' measurements."""
+    pidfile = tmp_path / "child.pid"
+    code = ("import subprocess, sys, time; "
+            f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    rc, out = gpu_check.run_capped([sys.executable, "-c", code], tmp_path, dict(os.environ), 3)
+    assert rc is None
+    child = int(pidfile.read_text())
+    import time
+
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the check's child {child} outlived its cap")

@@ -15,8 +15,9 @@ Runs what exists of these, each as its own program with a time cap, and writes `
    host read and data-dependent shape, the custom ops' bodies included, and torch's own count of synchronizing CUDA
    calls, blocking copies included; any makes the check fail), and the hybrid
    input pipeline's device time per batch (``bench/input_pipeline.py --device cuda``);
-4. the blocking evaluation per image (inference and post-processing of 625 images at 800x1333, COCO val's share
-   of one GPU on one node; ``bench/eval_step.py``), which the projection uses, and the background COCO scoring of
+4. the blocking evaluation per image (inference and post-processing of 300 images at 800x1333, one image per
+   batch as every GPU config evaluates; ``bench/eval_step.py``), which the projection uses for COCO val's share of
+   one GPU on one node (625 images), and the background COCO scoring of
    one epoch's results (5000 images, 100 detections each; ``bench/coco_eval.py --ours-only``);
 5. a 200-iteration synthetic training run with AMP (the eager step, as a CUDA run defaults to): the loss must
    fall and the float16 loss scale must stop halving (skipped steps) after the first few iterations;
@@ -34,8 +35,15 @@ container started without ``--nv``) it fails with one line naming the driver (ex
 passes on a GPU node without measuring. ``--device cpu --quick`` runs the same
 pipeline with tiny sizes on the CPU (what the tests run: a rehearsal of every stage, the training step eager only,
 whose compiled forms tests/test_bench_smoke.py measures; its figures are not GPU figures and the report says so).
-Exit code 0 only when every check ran and passed; a check that failed, or did not run (its time cap or the
-budget ran out), makes the last line ``gpu-check: FAILED: ...; NOT RUN: ...`` and the exit code 1.
+The checks run in the order of ``PRIORITY`` (the training step's speed and its host syncs first), each under a
+cap, their share of ``--budget``, but never less than what the check needs (measured on an H200); a check that no
+longer fits in what is left is not started, and its line names the ``--only`` that runs it alone. The report and
+``summary.json`` are rewritten after each check, and a SIGTERM (an outer time limit) stops the running check's
+whole session and leaves the report of what ran.
+
+Exit code 0 only when every check ran and passed (the all-reduce of a one-GPU node is skipped: nothing to
+measure, said so); a check that failed, or did not run (its time cap or the budget ran out), makes the last line
+``gpu-check: FAILED: ...; NOT RUN: ...`` and the exit code 1.
 """
 import argparse
 import datetime
@@ -44,6 +52,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -61,6 +70,7 @@ class Check:
     cmd: list
     cap: float
     env: dict = field(default_factory=dict)
+    need: float = 5.0  # the least time worth starting it with: less left in the budget, it is not started
     ok_codes: tuple = (0,)
     status: str = "not run"
     seconds: float = 0.0
@@ -74,23 +84,55 @@ class Check:
 
 
 def run(check, out_dir, deadline):
-    cap = min(check.cap, max(deadline - time.monotonic(), 0))
-    if cap < 5:
-        check.status = "NOT RUN (no time left in the budget)"
+    left = max(deadline - time.monotonic(), 0)
+    if left < max(check.need, 5):
+        check.status = (f"NOT RUN (no time left in the budget: {left:.0f} s left, it needs {check.need:.0f} s; "
+                        f"run it alone with --only {check.name})")
         return check
+    cap = min(check.cap, left)
     t = time.monotonic()
     env = dict(os.environ, **{k: str(v) for k, v in check.env.items()})
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     try:
-        r = subprocess.run([str(c) for c in check.cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=cap)
-        check.output = r.stdout + r.stderr
-        check.status = "passed" if r.returncode in check.ok_codes else f"FAILED (exit {r.returncode})"
-    except subprocess.TimeoutExpired as e:
-        check.output = _text(e.stdout) + _text(e.stderr)
-        check.status = f"NOT RUN (did not finish in its {cap:.0f} s cap)"
-    check.seconds = time.monotonic() - t
-    (out_dir / f"{check.name}.log").write_text(check.command + "\n\n" + check.output)
+        code, check.output = run_capped([str(c) for c in check.cmd], ROOT, env, cap)
+        if code is None:
+            check.status = f"NOT RUN (did not finish in its {cap:.0f} s cap)"
+        else:
+            check.status = "passed" if code in check.ok_codes else f"FAILED (exit {code})"
+    except _Interrupted as e:
+        check.output = e.args[0]
+        check.status = "NOT RUN (gpu-check was stopped while it ran)"
+        raise
+    finally:
+        check.seconds = time.monotonic() - t
+        (out_dir / f"{check.name}.log").write_text(check.command + "\n\n" + check.output)
     return check
+
+
+def run_capped(cmd, cwd, env, cap):
+    """``(exit code, stdout + stderr)`` of a program given ``cap`` seconds, or ``(None, what it printed)`` when the
+    cap ran out. It runs in its own session, and the whole session is killed at the cap or when this process is
+    stopped (SIGTERM): the processes a check starts (the memory runs of bench/model_step.py, inductor's compile
+    workers) do not live on into the next check's measurements."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=cap)
+        return proc.returncode, _text(out) + _text(err)
+    except BaseException:  # the cap, or SIGTERM/Ctrl-C: its whole session goes, what it printed is kept
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        out, err = proc.communicate()
+        partial = _text(out) + _text(err)
+        if sys.exc_info()[0] is subprocess.TimeoutExpired:
+            return None, partial
+        raise _Interrupted(partial)
+
+
+class _Interrupted(Exception):
+    """The check running when gpu-check was stopped; ``args[0]``: what it had printed."""
 
 
 def _text(b):
@@ -98,7 +140,18 @@ def _text(b):
 
 
 # ------------------------------------------------------------------------------------------------ what each reports
+PROGRESS = re.compile(r"^([.FEsxX]+)\s*(?:\[\s*\d+%\])?$", re.M)  # pytest -q's marks: one per test
+
+
 def read_parity(c):
+    if c.status.startswith("NOT RUN (did not finish"):  # cut: no summary line, only the marks of the tests run
+        marks = "".join(PROGRESS.findall(c.output))
+        passed, failed, skipped = marks.count("."), marks.count("F") + marks.count("E"), marks.count("s")
+        c.figures.append(("parity tests (cut by the cap; pytest's progress marks)",
+                          f"{passed} passed, {failed} failed, {skipped} skipped before the cap"))
+        if failed:
+            c.status = f"FAILED ({failed} failed before the cap: see parity.log)"
+        return
     m = re.search(r"(\d+) passed", c.output)
     f = re.search(r"(\d+) failed", c.output)
     s = re.search(r"(\d+) skipped", c.output)
@@ -219,9 +272,23 @@ def read_training(c):
 ONE_NODE_EVAL_IMAGES = 5000 // 8  # COCO val over one node's 8 GPUs: each GPU's share of an epoch's evaluation
 
 
+def _json_lines(text):
+    """The JSON objects of a program's output, one per line; anything else (a line cut by a cap, a warning that
+    starts with a brace) is skipped."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+    return rows
+
+
 def read_evaluation(c):
-    rows = [json.loads(line) for line in c.output.splitlines() if line.startswith("{")]
-    summary = next((r for r in rows if r.get("event") == "summary"), None)
+    summary = next((r for r in _json_lines(c.output) if r.get("event") == "summary"), None)
     if summary is None:
         if c.status == "passed":
             c.status = "FAILED (no summary line)"
@@ -243,7 +310,7 @@ def measured_eval_gap(evaluation):
 def read_scoring(c):
     """bench/coco_eval.py --ours-only: the seconds our scorer takes for an epoch's results (what a run's background
     process does while training goes on: the last epoch's scores arrive that much after its evaluation)."""
-    row = next((json.loads(line) for line in c.output.splitlines() if line.startswith('{"event": "scoring"')), None)
+    row = next((r for r in _json_lines(c.output) if r.get("event") == "scoring"), None)
     if row is None:
         if c.status == "passed":
             c.status = "FAILED (no scoring line)"
@@ -255,6 +322,10 @@ def read_scoring(c):
 def read_allreduce(c):
     m = re.search(r"^allreduce: (.*)$", c.output, re.M)
     c.figures.append(("all-reduce", m.group(1) if m else "no result line"))
+    if c.status == "passed" and m and m.group(1).startswith("skipped"):  # one GPU: nothing was measured
+        c.status = "skipped (one GPU: no all-reduce within the node)"
+    elif c.status == "passed" and not m:
+        c.status = "FAILED (no result line)"
 
 
 # ------------------------------------------------------------------------------------------------ across nodes
@@ -396,6 +467,12 @@ def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None, scori
 SMALL_ROI_BUDGET = ("MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", "64")
 
 
+PRIORITY = ("model_step", "host_syncs", "parity", "evaluation", "training", "input", "scoring", "allreduce")
+# Every GPU config evaluates one image per GPU per batch (TEST.IMS_PER_BATCH = the job's GPUs, as NVIDIA's v0.7
+# configs do; a test keeps them equal): the evaluation check measures that batch, which the projection uses.
+EVAL_IMAGES_PER_GPU = 1
+
+
 def plan(args, out_dir):
     py = sys.executable
     q = args.quick
@@ -406,24 +483,24 @@ def plan(args, out_dir):
                         "(TF32 off)",
               [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/parity"]
               + (["-k", "nms and not compiled"] if q else []),
-              60 if q else 120, env={"MASKRCNN_TEST_DEVICE": dev}),
+              60 if q else 120, env={"MASKRCNN_TEST_DEVICE": dev}, need=5 if q else 90),  # 87 s on an H200
         Check("model_step", "training step img/s: eager, compiled, CUDA-graphed, torchvision; peak memory",
               [py, "bench/model_step.py", "--device", dev, "--json"]
               + (["--height", "96", "--width", "128", "--batch", "1", "--iters", "1", "--warmup", "0",
                   "--models", "eager", *SMALL_ROI_BUDGET] if q else
                  ["--height", "800", "--width", "1333", "--batch", "12", "--dtype", "float16", "--nhwc",
-                  "--iters", "20", "--warmup", "3", "--compile-mode", "default,reduce-overhead", "--memory",
+                  "--iters", "20", "--warmup", "3", "--compile-mode", "reduce-overhead,default", "--memory",
                   "--memory-models", "eager,static,torchvision", "--memory-batches", "8,12"]),
-              120 if q else 330),
+              120 if q else 330, need=5 if q else 300),  # a cold compile of the static step: 122 s on an H200
         Check("host_syncs", "host syncs in one static training step (forward, backward, loss scaling, optimizer)",
               [py, "bench/host_syncs.py", "--device", dev]
               + (["--images", "1", "--size", "64x64", *SMALL_ROI_BUDGET] if q else
                  ["--images", "2,12", "--size", "320x480", "--dtype", "float16"]),
-              60),
+              60, need=5 if q else 60),
         Check("input", "hybrid input pipeline: device time per batch",
               [py, "bench/input_pipeline.py", "--device", dev] + (["--images", "8", "--rounds", "1"] if q else
                                                                  ["--images", "48", "--rounds", "2"]),
-              60 if q else 30),
+              60 if q else 30, need=5 if q else 20),  # 13 s on an H200
         Check("training", f"{40 if q else 200}-iteration synthetic training run"
                           f"{' (float32 on the CPU)' if dev == 'cpu' else ' with AMP (float16)'}",
               [py, "tools/train_mlperf.py", "--config-file", "configs/e2e_mask_rcnn_synthetic_cpu.yaml",
@@ -431,26 +508,31 @@ def plan(args, out_dir):
               ["MODEL.DEVICE", dev, "DTYPE", "float32" if dev == "cpu" else "float16",
                "SOLVER.MAX_ITER", 40 if q else 200, "DATASETS.DATA_DIR", data, "OUTPUT_DIR", out_dir / "train",
                "MLPERF.MIN_BBOX_MAP", 0.99, "MLPERF.MIN_SEGM_MAP", 0.99, "DATALOADER.NUM_WORKERS", 1],
-              150 if q else 90, ok_codes=(0, 3)),  # 3: the targets (set out of reach) not reached
+              150 if q else 90, ok_codes=(0, 3), need=5 if q else 60),  # 3: the targets (out of reach) not reached
         Check("evaluation", "blocking evaluation: inference and post-processing per image",
               [py, "bench/eval_step.py", "--device", dev, "--json"]
               + (["--images", "2", "--height", "96", "--width", "128", "--batch", "2"] if q else
-                 ["--images", "625", "--height", "800", "--width", "1333", "--batch", "8", "--dtype", "float16"]),
-              60 if q else 80),
+                 ["--images", "300", "--height", "800", "--width", "1333", "--batch", str(EVAL_IMAGES_PER_GPU),
+                  "--dtype", "float16"]),
+              60 if q else 80, need=5 if q else 60),
         Check("scoring", "background COCO scoring of one epoch's results (COCO val's 5000 images)",
               [py, "bench/coco_eval.py", "--ours-only", "--cache", out_dir / "scoring_data"]
               + (["--images", "200", "--dets", "20", "--classes", "3"] if q else ["--images", "5000"]),
-              30 if q else 90),
+              30 if q else 90, need=5 if q else 60),
         Check("allreduce", "NCCL all-reduce bus bandwidth",
               [py, "bench/allreduce.py"] + (["--backend", "gloo", "--mbytes", "4", "--iters", "3"] if dev == "cpu"
                                            else []),
-              60 if q else 20),
+              60 if q else 20, need=5 if q else 10),
     ]
-    # the caps share the budget: they add up to it, in these proportions
+    # The caps share the budget in these proportions (they add up to it), but none below its need: with a budget
+    # under the default the checks that no longer fit are not started (NOT RUN, each naming its `--only`), in
+    # the order of PRIORITY: first what only a GPU can tell (the step's speed and its host syncs), then the rest.
+    only = [name for name in (getattr(args, "only", "") or "").split(",") if name]
+    checks = [c for c in checks if c.name in only] if only else checks
     total = sum(c.cap for c in checks)
     for c in checks:
-        c.cap = c.cap * args.budget / total
-    return checks
+        c.cap = max(c.need, c.cap * args.budget / total)
+    return sorted(checks, key=lambda c: PRIORITY.index(c.name))
 
 
 READERS = {"parity": read_parity, "model_step": read_model_step, "host_syncs": read_host_syncs, "input": read_input,
@@ -508,14 +590,14 @@ def stack(device):
     return lines
 
 
-def report(checks, out_dir, args, device_name, started):
+def report(checks, out_dir, args, device_name, started, stack_lines=None):
     lines = [f"# gpu-check: {device_name}", "",
              f"{started:%Y-%m-%d %H:%M} UTC, `python tools/gpu_check.py{' ' + ' '.join(sys.argv[1:]) if sys.argv[1:] else ''}`"
-             f" (torch {args.torch_version}). Each figure's command is in the table; each program's output is in "
-             f"`results/gpu-check/<check>.log`.", ""]
+             f" (torch {args.torch_version}). Each check's command is under Commands; each program's output is in "
+             f"`<check>.log` beside this report.", ""]
     if args.device == "cpu":
         lines += ["**CPU run (`--quick`): these are not GPU figures.**", ""]
-    lines += ["## Stack", ""] + [f"- {line}" for line in stack(args.device)] + [""]
+    lines += ["## Stack", ""] + [f"- {line}" for line in (stack_lines or stack(args.device))] + [""]
     lines += ["| check | status | seconds | figure | value |", "|---|---|---:|---|---|"]
     for c in checks:
         rows = c.figures or [("", "")]
@@ -531,8 +613,17 @@ def report(checks, out_dir, args, device_name, started):
     lines += [f"- {line}" for line in (projection(model, out_dir, evaluation=evaluation, scoring=scoring) if model else
                                        ["the training step was not measured"])]
     text = "\n".join(lines) + "\n"
-    (out_dir / "report.md").write_text(text)
+    _write_atomically(out_dir / "report.md", text)
+    _write_atomically(out_dir / "summary.json", json.dumps(
+        {c.name: {"status": c.status, "seconds": round(c.seconds, 1), "figures": c.figures} for c in checks},
+        indent=1))
     return text
+
+
+def _write_atomically(path, text):
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def main(argv=None):
@@ -548,6 +639,9 @@ def main(argv=None):
     p.add_argument("--min-busbw", type=float, default=0.0, metavar="GBPS",
                    help="with --across-nodes: the inter-node bus bandwidth floor (NCCL_MIN_BUSBW)")
     args = p.parse_args(argv)
+    unknown = sorted(set(filter(None, args.only.split(","))) - set(READERS))
+    if unknown:
+        p.error(f"--only: no check named {', '.join(unknown)} (the checks: {', '.join(READERS)})")
     from .exit_codes import run_program
 
     return run_program(lambda: _across_nodes(args) if args.across_nodes else _main(args))
@@ -584,28 +678,53 @@ def _main(args):
     subprocess.run([sys.executable, "tools/make_synthetic_coco.py", "--out", str(out_dir / "synthetic"),
                     "--train", "40" if args.quick else "200", "--val", "8" if args.quick else "50", "--seed", "0"],
                    cwd=ROOT, check=True, capture_output=True)
-    checks = plan(args, out_dir)
-    if args.only:
-        checks = [c for c in checks if c.name in args.only.split(",")]
-    for c in checks:
-        print(f"gpu-check: {c.name}: {c.command}", flush=True)
-        run(c, out_dir, deadline)
-        if c.output:
-            READERS[c.name](c)
-        print(f"gpu-check: {c.name}: {c.status} ({c.seconds:.0f} s)", flush=True)
-    text = report(checks, out_dir, args, device_name, started)
-    print(text)
-    (out_dir / "summary.json").write_text(json.dumps(
-        {c.name: {"status": c.status, "seconds": round(c.seconds, 1), "figures": c.figures} for c in checks},
-        indent=1))
+    checks = plan(args, out_dir)  # --only: those checks, sharing the budget
+    stack_lines = stack(args.device)
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        for c in checks:
+            print(f"gpu-check: {c.name}: {c.command}", flush=True)
+            try:
+                run(c, out_dir, deadline)
+            except _Interrupted:
+                print(f"gpu-check: stopped (SIGTERM) during {c.name}: the report holds what ran", flush=True)
+                for later in checks[checks.index(c) + 1:]:
+                    later.status = "NOT RUN (gpu-check was stopped before it)"
+                _read(c)
+                report(checks, out_dir, args, device_name, started, stack_lines)
+                return 128 + signal.SIGTERM
+            _read(c)
+            print(f"gpu-check: {c.name}: {c.status} ({c.seconds:.0f} s)", flush=True)
+            report(checks, out_dir, args, device_name, started, stack_lines)  # what ran so far, kept
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print(report(checks, out_dir, args, device_name, started, stack_lines))
     failed = [c.name for c in checks if c.status.startswith("FAILED")]
-    not_run = [c.name for c in checks if not c.status.startswith(("passed", "FAILED"))]
+    not_run = [c.name for c in checks if not c.status.startswith(("passed", "FAILED", "skipped"))]
+    skipped = [f"{c.name} ({c.status[len('skipped ('):-1]})" for c in checks if c.status.startswith("skipped")]
     if failed or not_run:
         print(f"gpu-check: FAILED: {', '.join(failed) or '-'}; NOT RUN (time cap or budget): "
               f"{', '.join(not_run) or '-'}", flush=True)
         return 1
-    print(f"gpu-check: passed: all {len(checks)} checks measured", flush=True)
+    measured = len(checks) - len(skipped)
+    print(f"gpu-check: passed: {'all ' if not skipped else ''}{measured} check{'s' * (measured != 1)} measured"
+          + (f"; skipped: {', '.join(skipped)}" if skipped else ""), flush=True)
     return 0
+
+
+def _stop(signum, frame):
+    raise _Interrupted("")
+
+
+def _read(c):
+    """The check's figures from its output; a reader that fails on an output it did not expect fails the check,
+    not gpu-check (the report of the others is still written)."""
+    if not c.output:
+        return
+    try:
+        READERS[c.name](c)
+    except Exception as e:  # noqa: BLE001 - one check's unreadable output must not lose the report
+        c.status = f"FAILED (its output could not be read: {type(e).__name__}: {e})"
 
 
 class _CudaConfig:
