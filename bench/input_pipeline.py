@@ -157,7 +157,7 @@ def main(argv=None):
                 if rnd:  # the first round warms up
                     ms.append(1000 * (time.perf_counter() - t0))
         out_shape = tuple(out.tensors.shape)
-        raw_bytes = statistics.mean(sum(t.numel() for t in b.images) for b in raw_batches) / BATCH
+        raw_bytes = statistics.mean(b.tensors.numel() for b in raw_batches) / BATCH
         ref_bytes = statistics.mean(collate([reference[i] for i in batch])[0].tensors.numel() * 4
                                     for batch in batches[:3]) / BATCH
 

@@ -1,5 +1,6 @@
 from ..structures.image_list import RawImage, RawImageBatch, to_image_list
 from ..structures.target_batch import TargetBatch
+from .transforms.device import resize_tables
 
 
 class BatchCollator:
@@ -20,8 +21,10 @@ class BatchCollator:
     def __call__(self, batch):
         images, targets, ids = zip(*batch)
         targets = TargetBatch.from_boxlists(list(targets), max_gt=self.max_gt)
-        if isinstance(images[0], RawImage):
-            return RawImageBatch.from_raw(images), targets, ids
+        if isinstance(images[0], RawImage):  # the resize's tables made here too, off the training process
+            tables = resize_tables([r.tensor.shape[-2:] for r in images], [r.image_size for r in images],
+                                   [r.flip for r in images])
+            return RawImageBatch.from_raw(images, tables), targets, ids
         return to_image_list(images, self.size_divisible, self.fixed_sizes), targets, ids
 
     def collate(self, images, targets):

@@ -84,37 +84,95 @@ class RawImage:
         return int(self.tensor.shape[-1]), int(self.tensor.shape[-2])
 
 
-class RawImageBatch:
-    """The raw images of a batch, as the hybrid path moves them to the device: a list of ``uint8`` ``(3, h, w)``
-    tensors (pinned by the DataLoader on CUDA, so each copy is asynchronous; padding them into one tensor is the
-    device's work, not the loader worker's). ``input_sizes``: each image's ``(h, w)``; ``image_sizes``: its
-    ``(h, w)`` after the resize; ``flips``: whether it is flipped. :class:`~maskrcnn_benchmark.data.transforms.
-    device.DeviceTransform` turns it into the normalized :class:`ImageList`."""
+_ALIGN = 128  # bytes: each part of a packed batch starts at a multiple (what a GPU kernel's vector loads want)
 
-    def __init__(self, images, image_sizes, flips):
-        self.images = list(images)
-        self.input_sizes = [tuple(int(v) for v in t.shape[-2:]) for t in self.images]
-        self.image_sizes = [tuple(int(v) for v in s) for s in image_sizes]
-        self.flips = [bool(f) for f in flips]
+
+def _packed_empty(specs):
+    """Empty tensors of ``specs`` (``(shape, dtype)`` pairs) laid out in one ``uint8`` buffer, each at a multiple
+    of 128 bytes: one storage, so one shared-memory handover from a loader worker, one pinned copy, one copy to the
+    device (:func:`_map_storages`)."""
+    offsets, total = [], 0
+    for shape, dtype in specs:
+        offsets.append(total)
+        total += -(-math.prod(shape) * dtype.itemsize // _ALIGN) * _ALIGN
+    buffer = torch.empty(max(total, 1), dtype=torch.uint8)
+    return [buffer[o:o + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
+            for o, (shape, dtype) in zip(offsets, specs)]
+
+
+def _map_storages(tensors, fn):
+    """``fn`` (a copy: ``to``, ``pin_memory``) applied once to each storage the tensors are views of, as bytes, and
+    each tensor rebuilt as the same view of the result: a packed batch moves in one piece."""
+    done, out = {}, []
+    for t in tensors:
+        storage = t.untyped_storage()
+        key = (t.device, storage.data_ptr()) if storage.data_ptr() else id(t)  # meta/empty storages: no address
+        if key not in done:
+            done[key] = fn(torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage))
+        moved = done[key]
+        out.append(torch.empty(0, dtype=t.dtype, device=moved.device).set_(
+            moved.untyped_storage(), t.storage_offset(), t.shape, t.stride()))
+    return out
+
+
+class RawImageBatch:
+    """The raw images of a batch, as the hybrid path moves them to the device, built in the loader worker, all in
+    one buffer (one shared-memory handover from the worker, one pinned copy, one asynchronous copy to the device):
+
+    * ``tensors``: the ``uint8`` ``(N, 3, H, W)`` RGB pixels, zero padded;
+    * ``input_sizes``: each image's ``(h, w)``; ``image_sizes``: its ``(h, w)`` after the resize; ``flips``: whether
+      it is flipped;
+    * ``sizes``: ``image_sizes`` as the ``(N, 2)`` float tensor that the :class:`ImageList` carries;
+    * ``tables``: the resize's tap tables (:func:`~maskrcnn_benchmark.data.transforms.device.resize_tables`), made
+      by the collator, or ``None``.
+
+    With ``sizes`` and ``tables`` in the batch, the device transform reads nothing that a copy from host memory of
+    its own would have to bring (each would wait for the loader's stream: tests/data/test_hybrid_pipeline.py
+    counts them). :class:`~maskrcnn_benchmark.data.transforms.device.DeviceTransform` turns it into the normalized
+    :class:`ImageList`."""
+
+    def __init__(self, images, image_sizes, flips, tables=None):
+        """``images``: a list of ``uint8`` ``(3, h, w)`` tensors, padded here into ``tensors``."""
+        input_sizes = [tuple(int(v) for v in t.shape[-2:]) for t in images]
+        n, c = len(images), images[0].shape[0]
+        h, w = max(s[0] for s in input_sizes), max(s[1] for s in input_sizes)
+        tables = [] if tables is None else list(tables)
+        padded, sizes, *packed_tables = _packed_empty(
+            [((n, c, h, w), images[0].dtype), ((n, 2), torch.float32)] + [(t.shape, t.dtype) for t in tables])
+        for img, pad in zip(images, padded):
+            ih, iw = img.shape[-2:]
+            pad[:, :ih, :iw].copy_(img)
+            pad[:, ih:].zero_()  # only the padding is zeroed: the image is written once
+            pad[:, :ih, iw:].zero_()
+        image_sizes = [tuple(int(v) for v in s) for s in image_sizes]
+        sizes.copy_(torch.tensor(image_sizes, dtype=torch.float32).reshape(-1, 2))
+        for src, dst in zip(tables, packed_tables):
+            dst.copy_(src)
+        self._set(padded, input_sizes, image_sizes, [bool(f) for f in flips], sizes, packed_tables or None)
+
+    def _set(self, tensors, input_sizes, image_sizes, flips, sizes, tables):
+        self.tensors = tensors
+        self.input_sizes = input_sizes
+        self.image_sizes = image_sizes
+        self.flips = flips
+        self.sizes = sizes
+        self.tables = tuple(tables) if tables is not None else None
+        return self
 
     @classmethod
-    def from_raw(cls, images):
-        return cls([r.tensor for r in images], [r.image_size for r in images], [r.flip for r in images])
+    def from_raw(cls, images, tables=None):
+        return cls([r.tensor for r in images], [r.image_size for r in images], [r.flip for r in images], tables)
 
-    @property
-    def tensors(self):
-        """The images zero padded into one ``(N, 3, H, W)`` tensor, on their device."""
-        h = max(s[0] for s in self.input_sizes)
-        w = max(s[1] for s in self.input_sizes)
-        return torch.stack([torch.nn.functional.pad(t, (0, w - t.shape[-1], 0, h - t.shape[-2]))
-                            for t in self.images])
+    def _map(self, fn):
+        tensors, sizes, *tables = _map_storages([self.tensors, self.sizes, *(self.tables or ())], fn)
+        return RawImageBatch.__new__(RawImageBatch)._set(tensors, self.input_sizes, self.image_sizes, self.flips,
+                                                         sizes, tables if self.tables is not None else None)
 
     def to(self, device, non_blocking=False):
-        return RawImageBatch([t.to(device, non_blocking=non_blocking) for t in self.images], self.image_sizes,
-                             self.flips)
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self):
-        return RawImageBatch([t.pin_memory() for t in self.images], self.image_sizes, self.flips)
+        return self._map(lambda t: t.pin_memory())
 
     def __len__(self):
         return len(self.image_sizes)

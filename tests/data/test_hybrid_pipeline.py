@@ -15,12 +15,13 @@ from PIL import Image
 
 from helpers import bomb_png
 from maskrcnn_benchmark.config import get_cfg
+from maskrcnn_benchmark.data.collate_batch import BatchCollator
 from maskrcnn_benchmark.data.datasets import COCODataset, DatasetError
 from maskrcnn_benchmark.data.transforms import build_transforms
 from maskrcnn_benchmark.data.transforms.device import DeviceTransform, pil_resize
 from maskrcnn_benchmark.modeling.compat import target_batch
 from maskrcnn_benchmark.modeling.roi_heads.mask_head.loss import project_masks_on_boxes
-from maskrcnn_benchmark.structures import BoxList, RawImageBatch, to_image_list
+from maskrcnn_benchmark.structures import BoxList, RawImage, RawImageBatch, to_image_list
 from maskrcnn_benchmark.synthetic.coco_like import write_coco_like
 
 
@@ -94,7 +95,11 @@ def test_hybrid_equals_the_reference_path_on_coco_sized_images(coco_like, train)
         assert {bool(raw.flip) for raw, _, _ in hyb} == {False, True}  # both branches of the flip are covered
         assert len({raw.image_size for raw, _, _ in hyb}) > 2          # and several sizes
     expected = to_image_list([img for img, _, _ in ref], 32)
-    got = DeviceTransform.from_config(cfg)(RawImageBatch.from_raw([raw for raw, _, _ in hyb]))
+    raw_batch = BatchCollator()(hyb)[0]  # as a loader worker makes it: the pixels padded, the resize's tables made
+    got = DeviceTransform.from_config(cfg)(raw_batch)
+    assert raw_batch.tables is not None
+    untabled = DeviceTransform.from_config(cfg)(RawImageBatch.from_raw([raw for raw, _, _ in hyb]))
+    assert torch.equal(untabled.tensors, got.tensors)  # tables made by the transform itself: the same pixels
     assert got.image_sizes == expected.image_sizes
     assert got.tensors.shape == expected.tensors.shape
     error = (got.tensors - expected.tensors).abs()
@@ -232,3 +237,73 @@ def test_the_device_loader_transforms_raw_batches_and_can_keep_them():
         assert torch.allclose(imgs.tensors[0, 0, 0, 0], torch.tensor(100.0 - cfg.INPUT.PIXEL_MEAN[0]))
         assert torch.equal(targets.boxes[0], target.bbox) and torch.equal(targets.boxes[1], target.bbox)
     assert torch.equal(first[0][0].tensors, second[0][0].tensors)
+
+
+class _HostCopies(torch.overrides.TorchFunctionMode):
+    """Counts the tensors made on, or moved to, a device other than the CPU from host memory (Python numbers, a CPU
+    tensor): on CUDA each is a copy from pageable memory, which waits for the stream (the side stream of the
+    loader, whose copies and resizes then block the training process)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sites = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        device = kwargs.get("device")
+        if func in (torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.copy_):
+            src = args[1] if func is torch.Tensor.copy_ else args[0]
+            dst = args[0].device if func is torch.Tensor.copy_ else next(
+                (a for a in (*args[1:], device) if isinstance(a, (str, torch.device))), None)
+            if dst is not None and src.device.type == "cpu" and torch.device(dst).type != "cpu":
+                self.sites.append(func.__name__)
+        elif func in (torch.tensor, torch.as_tensor) and device is not None and torch.device(device).type != "cpu":
+            self.sites.append(func.__name__)
+        return func(*args, **kwargs)
+
+
+def test_the_device_transform_copies_nothing_from_host_memory():
+    """The transform made eight copies from pageable host memory per batch (the four resize tables, the mean and
+    std, the sizes twice): on CUDA each blocks until the loader's side stream has done the batch's copies and
+    resizes. Now the tables and sizes come with the batch's one pinned copy, the mean and std are copied once. On
+    the meta device (no CUDA here) the copies are counted as they would be made."""
+    cfg = _cfg(True)
+    raws = [RawImage(torch.full((3, 30, 40), 100, dtype=torch.uint8), (60, 80), False),
+            RawImage(torch.full((3, 40, 20), 50, dtype=torch.uint8), (80, 40), True)]
+    batch = BatchCollator()([(r, BoxList(torch.zeros((0, 4)), r.image_size[::-1]), i) for i, r in enumerate(raws)])[0]
+    transform = DeviceTransform.from_config(cfg)
+    transform(batch.to("meta"))  # the first batch copies the mean and std to the device, once
+    on_device = batch.to("meta")  # the loader's copy (pinned, asynchronous on CUDA)
+    with _HostCopies() as copies:
+        out = transform(on_device)
+    assert copies.sites == []
+    assert out.tensors.shape == (2, 3, 96, 96) and out.sizes.device.type == "meta"
+
+
+def test_a_hybrid_batch_leaves_its_worker_and_reaches_the_device_in_one_piece():
+    """Twelve images were twelve tensors: twelve shared-memory handovers from the worker to the training process,
+    twelve pinned copies, twelve copies to the device (and the device padded them). The collator now packs the
+    padded pixels, the sizes and the resize's tables into one buffer: one of each."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing.reductions as reductions
+
+    raws = [RawImage(torch.randint(0, 255, (3, 30 + i, 40 - i), dtype=torch.uint8), (60, 80), i % 2 == 1)
+            for i in range(12)]
+    batch = BatchCollator()([(r, BoxList(torch.zeros((0, 4)), (80, 60)), i) for i, r in enumerate(raws)])[0]
+    shared = []
+    original = reductions.reduce_storage
+    try:
+        ForkingPickler.register(torch.UntypedStorage, lambda s: (shared.append(s), original(s))[1])
+        ForkingPickler.dumps(batch)
+    finally:
+        ForkingPickler.register(torch.UntypedStorage, original)
+    assert len(shared) == 1
+    copies = []
+    moved = batch._map(lambda t: copies.append(t.numel()) or t.clone())  # what pin_memory() and to() do
+    assert len(copies) == 1
+    for a, b in ((batch.tensors, moved.tensors), (batch.sizes, moved.sizes), *zip(batch.tables, moved.tables)):
+        assert torch.equal(a, b) and a.dtype == b.dtype and b.storage_offset() % (128 // b.element_size()) == 0
+    for i, r in enumerate(raws):
+        h, w = r.tensor.shape[-2:]
+        assert torch.equal(moved.tensors[i, :, :h, :w], r.tensor) and not moved.tensors[i, :, h:].any()

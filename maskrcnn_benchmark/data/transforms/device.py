@@ -97,19 +97,27 @@ def _resample(images, index, weight, dim):
     return (acc >> PRECISION_BITS).clamp_(0, 255).to(torch.uint8)
 
 
-def pil_resize(images, in_sizes_hw, out_sizes_hw, flips=None):
-    """PIL's bilinear resize (and horizontal flip) of a padded uint8 batch ``(N, C, H, W)``: image ``n`` occupies
-    ``images[n, :, :h_n, :w_n]`` and becomes ``out[n, :, :H_n, :W_n]``; the rest of ``out`` is undefined.
-    Bit for bit ``Image.resize((W_n, H_n), Image.BILINEAR)`` (then ``transpose(FLIP_LEFT_RIGHT)``)."""
-    n = images.shape[0]
+def resize_tables(in_sizes_hw, out_sizes_hw, flips=None):
+    """The tap tables of :func:`pil_resize` for a batch, as CPU tensors ``(x_index, x_weight, y_index,
+    y_weight)``: the collator makes them in the loader worker, and they travel with the batch's pixels."""
+    n = len(in_sizes_hw)
     flips = [False] * n if flips is None else [bool(f) for f in flips]
     hi, wi = [int(s[0]) for s in in_sizes_hw], [int(s[1]) for s in in_sizes_hw]
     ho, wo = [int(s[0]) for s in out_sizes_hw], [int(s[1]) for s in out_sizes_hw]
-    device = images.device
     x_index, x_weight = _axis_tables(wi, wo, flips, max(wo))
     y_index, y_weight = _axis_tables(hi, ho, [False] * n, max(ho))
-    x_index, x_weight = torch.from_numpy(x_index).to(device), torch.from_numpy(x_weight).to(device)
-    y_index, y_weight = torch.from_numpy(y_index).to(device), torch.from_numpy(y_weight).to(device)
+    return tuple(torch.from_numpy(t) for t in (x_index, x_weight, y_index, y_weight))
+
+
+def pil_resize(images, in_sizes_hw, out_sizes_hw, flips=None, tables=None):
+    """PIL's bilinear resize (and horizontal flip) of a padded uint8 batch ``(N, C, H, W)``: image ``n`` occupies
+    ``images[n, :, :h_n, :w_n]`` and becomes ``out[n, :, :H_n, :W_n]``; the rest of ``out`` is undefined.
+    Bit for bit ``Image.resize((W_n, H_n), Image.BILINEAR)`` (then ``transpose(FLIP_LEFT_RIGHT)``). ``tables``:
+    :func:`resize_tables` of these sizes already on the images' device; without them they are made here and
+    copied there."""
+    if tables is None:
+        tables = [t.to(images.device) for t in resize_tables(in_sizes_hw, out_sizes_hw, flips)]
+    x_index, x_weight, y_index, y_weight = tables
     horizontal = _resample(images, x_index, x_weight, -1)   # PIL: horizontal pass first ...
     return _resample(horizontal, y_index, y_weight, -2)      # ... then vertical, uint8 in between
 
@@ -123,8 +131,14 @@ class DeviceTransform:
         self.fixed_sizes = tuple(fixed_sizes or ())
         self.mean = torch.tensor(pixel_mean, dtype=torch.float32).view(1, -1, 1, 1)
         self.std = torch.tensor(pixel_std, dtype=torch.float32).view(1, -1, 1, 1)
+        self._on_device = {}  # device -> (mean, std): copied there once
         self.to_bgr255 = to_bgr255
         self.size_divisible = size_divisible
+
+    def _mean_std(self, device):
+        if device not in self._on_device:
+            self._on_device[device] = (self.mean.to(device), self.std.to(device))
+        return self._on_device[device]
 
     @classmethod
     def from_config(cls, cfg, fixed_sizes=()):
@@ -134,20 +148,21 @@ class DeviceTransform:
     def __call__(self, batch):
         from ...structures.image_list import ImageList, padded_size
 
-        raw = batch.tensors  # padded here, on the device
+        raw = batch.tensors
         device = raw.device
-        resized = pil_resize(raw, batch.input_sizes, batch.image_sizes, batch.flips)
+        resized = pil_resize(raw, batch.input_sizes, batch.image_sizes, batch.flips, batch.tables)
         x = resized.to(torch.float32)
         if self.to_bgr255:
             x = x.flip(1)  # RGB -> BGR; the 0-255 range is the uint8 values themselves
         else:
             x = x / 255
-        x = (x - self.mean.to(device)) / self.std.to(device)
+        mean, std = self._mean_std(device)
+        x = (x - mean) / std
         h, w = padded_size(max(s[0] for s in batch.image_sizes), max(s[1] for s in batch.image_sizes),
                            self.size_divisible, self.fixed_sizes)
-        rows = torch.arange(h, device=device)
-        cols = torch.arange(w, device=device)
-        sizes = torch.as_tensor(batch.image_sizes, device=device)
+        rows = torch.arange(h, device=device, dtype=torch.float32)
+        cols = torch.arange(w, device=device, dtype=torch.float32)
+        sizes = batch.sizes  # (N, 2) float, on the device with the batch
         inside = (rows[None, :, None] < sizes[:, 0, None, None]) & (cols[None, None, :] < sizes[:, 1, None, None])
         x = torch.nn.functional.pad(x, (0, w - x.shape[3], 0, h - x.shape[2]))
-        return ImageList(torch.where(inside[:, None], x, 0.0), batch.image_sizes)
+        return ImageList(torch.where(inside[:, None], x, 0.0), batch.image_sizes, sizes)
