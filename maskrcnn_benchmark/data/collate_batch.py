@@ -20,7 +20,7 @@ class BatchCollator:
 
     def __call__(self, batch):
         images, targets, ids = zip(*batch)
-        targets = TargetBatch.from_boxlists(list(targets), max_gt=self.max_gt)
+        targets = TargetBatch.from_boxlists(list(targets), max_gt=self.max_gt).packed()  # one buffer: one copy
         if isinstance(images[0], RawImage):  # the resize's tables made here too, off the training process
             tables = resize_tables([r.tensor.shape[-2:] for r in images], [r.image_size for r in images],
                                    [r.flip for r in images])

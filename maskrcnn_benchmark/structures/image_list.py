@@ -3,6 +3,8 @@ import math
 
 import torch
 
+from .packing import map_storages, packed_empty
+
 
 class ImageList:
     """``tensors`` is ``(N, C, H, W)``, zero padded at the bottom/right; ``image_sizes`` holds each ``(h, w)``.
@@ -84,37 +86,6 @@ class RawImage:
         return int(self.tensor.shape[-1]), int(self.tensor.shape[-2])
 
 
-_ALIGN = 128  # bytes: each part of a packed batch starts at a multiple (what a GPU kernel's vector loads want)
-
-
-def _packed_empty(specs):
-    """Empty tensors of ``specs`` (``(shape, dtype)`` pairs) laid out in one ``uint8`` buffer, each at a multiple
-    of 128 bytes: one storage, so one shared-memory handover from a loader worker, one pinned copy, one copy to the
-    device (:func:`_map_storages`)."""
-    offsets, total = [], 0
-    for shape, dtype in specs:
-        offsets.append(total)
-        total += -(-math.prod(shape) * dtype.itemsize // _ALIGN) * _ALIGN
-    buffer = torch.empty(max(total, 1), dtype=torch.uint8)
-    return [buffer[o:o + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
-            for o, (shape, dtype) in zip(offsets, specs)]
-
-
-def _map_storages(tensors, fn):
-    """``fn`` (a copy: ``to``, ``pin_memory``) applied once to each storage the tensors are views of, as bytes, and
-    each tensor rebuilt as the same view of the result: a packed batch moves in one piece."""
-    done, out = {}, []
-    for t in tensors:
-        storage = t.untyped_storage()
-        key = (t.device, storage.data_ptr()) if storage.data_ptr() else id(t)  # meta/empty storages: no address
-        if key not in done:
-            done[key] = fn(torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage))
-        moved = done[key]
-        out.append(torch.empty(0, dtype=t.dtype, device=moved.device).set_(
-            moved.untyped_storage(), t.storage_offset(), t.shape, t.stride()))
-    return out
-
-
 class RawImageBatch:
     """The raw images of a batch, as the hybrid path moves them to the device, built in the loader worker, all in
     one buffer (one shared-memory handover from the worker, one pinned copy, one asynchronous copy to the device):
@@ -137,7 +108,7 @@ class RawImageBatch:
         n, c = len(images), images[0].shape[0]
         h, w = max(s[0] for s in input_sizes), max(s[1] for s in input_sizes)
         tables = [] if tables is None else list(tables)
-        padded, sizes, *packed_tables = _packed_empty(
+        padded, sizes, *packed_tables = packed_empty(
             [((n, c, h, w), images[0].dtype), ((n, 2), torch.float32)] + [(t.shape, t.dtype) for t in tables])
         for img, pad in zip(images, padded):
             ih, iw = img.shape[-2:]
@@ -164,7 +135,7 @@ class RawImageBatch:
         return cls([r.tensor for r in images], [r.image_size for r in images], [r.flip for r in images], tables)
 
     def _map(self, fn):
-        tensors, sizes, *tables = _map_storages([self.tensors, self.sizes, *(self.tables or ())], fn)
+        tensors, sizes, *tables = map_storages([self.tensors, self.sizes, *(self.tables or ())], fn)
         return RawImageBatch.__new__(RawImageBatch)._set(tensors, self.input_sizes, self.image_sizes, self.flips,
                                                          sizes, tables if self.tables is not None else None)
 

@@ -18,6 +18,7 @@ import math
 import torch
 
 from ..layers.rasterize import pad_polygons
+from .packing import map_storages, packed_empty
 
 logger = logging.getLogger(__name__)
 _warned = set()
@@ -113,8 +114,17 @@ class TargetBatch:
     def tensors(self):
         return [t for t in self._fields() if t is not None]
 
+    def packed(self):
+        """The same batch with its tensors in one buffer (:mod:`~maskrcnn_benchmark.structures.packing`): what the
+        loader's collator sends, so ``pin_memory`` and ``to`` make one copy each."""
+        fields = self._fields()
+        views = iter(packed_empty([(t.shape, t.dtype) for t in fields if t is not None]))
+        return TargetBatch(*(None if t is None else next(views).copy_(t) for t in fields), static=self.static)
+
     def _map(self, fn):
-        return TargetBatch(*(None if t is None else fn(t) for t in self._fields()), static=self.static)
+        fields = self._fields()
+        moved = iter(map_storages([t for t in fields if t is not None], fn))  # once per storage: once if packed
+        return TargetBatch(*(None if t is None else next(moved) for t in fields), static=self.static)
 
     def to(self, device, non_blocking=False):
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
