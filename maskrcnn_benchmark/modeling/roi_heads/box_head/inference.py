@@ -10,7 +10,9 @@ from ...utils import image_sizes_tensor, rank_within_groups, split_by_image
 
 
 class PostProcessor:
-    """Reference semantics, all images and classes in one batched NMS:
+    """Reference semantics, all images and classes of the batch in one call of :func:`batched_nms`, which runs
+    torchvision's kernel once per image and class with candidates, as the reference runs its own (on a GPU each
+    of those waits for the host):
 
     * softmax, decode every class's box, clip to ``[0, W - 1] x [0, H - 1]``;
     * candidates with score ``> SCORE_THRESH`` (strict), NMS per image and class at ``NMS`` ("+1" IoU);
