@@ -13,7 +13,10 @@ that every row sees the same machine load:
 * other decoders when installed (PIL, simplejpeg, PyTurboJPEG, NVIDIA DALI's CPU decoder), for the choice;
 
 then the device side: ``DeviceTransform`` (resize to 800x1066, flip, normalize, pad) of batches of 8, in ms per
-batch on ``--device``, and the bytes per image that cross to the device on each path.
+batch on ``--device``, and the bytes per image that cross to the device on each path; and what receiving the
+hybrid batches costs the training process: a forked process sends them over torch's multiprocessing queue, as a
+DataLoader worker does (each storage of a batch is one shared-memory handover: a file descriptor passed over a
+socket, then mapped), and this process times taking them off the queue once they are all sent.
 
     python bench/input_pipeline.py [--images 120] [--device cpu|cuda] [--rounds 3]
 
@@ -49,6 +52,49 @@ def _rate(fn, items):
     for i in items:
         fn(i)
     return len(items) / (time.perf_counter() - t0)
+
+
+def _storages(obj):
+    """The storages that pickling ``obj`` for another process hands over (torch's reductions)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing.reductions as reductions
+
+    count = []
+    original = reductions.reduce_storage
+    try:
+        ForkingPickler.register(torch.UntypedStorage, lambda s: (count.append(1), original(s))[1])
+        ForkingPickler.dumps(obj)
+    finally:
+        ForkingPickler.register(torch.UntypedStorage, original)
+    return len(count)
+
+
+def _send(queue, batches, received):
+    for b in batches:
+        queue.put(b)
+    received.wait(600)  # the handovers need the sender alive until they are taken
+
+
+def _handover_ms(batches, rounds):
+    """Median ms per batch to take collated batches off a torch multiprocessing queue, sent by a forked process."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    per_batch = []
+    for _ in range(rounds):
+        queue, received = ctx.Queue(), ctx.Event()
+        sender = ctx.Process(target=_send, args=(queue, batches, received), daemon=True)
+        sender.start()
+        first = queue.get()  # the sender is running; let it put the rest
+        time.sleep(1.0)
+        t0 = time.perf_counter()
+        got = [queue.get() for _ in batches[1:]]
+        per_batch.append(1000 * (time.perf_counter() - t0) / max(len(got), 1))
+        received.set()
+        sender.join(60)
+        del first, got
+    return statistics.median(per_batch)
 
 
 def _other_decoders():
@@ -157,6 +203,9 @@ def main(argv=None):
                 if rnd:  # the first round warms up
                     ms.append(1000 * (time.perf_counter() - t0))
         out_shape = tuple(out.tensors.shape)
+        host_batches = [collate([hybrid[i] for i in batch]) for batch in batches if len(batch) == BATCH]
+        storages = _storages(host_batches[0])
+        receive_ms = _handover_ms(host_batches, args.rounds)
         raw_bytes = statistics.mean(b.tensors.numel() for b in raw_batches) / BATCH
         ref_bytes = statistics.mean(collate([reference[i] for i in batch])[0].tensors.numel() * 4
                                     for batch in batches[:3]) / BATCH
@@ -176,6 +225,9 @@ def main(argv=None):
           f"{statistics.median(ms):.1f} ms |")
     print(f"| host-to-device bytes per image, hybrid (uint8, as decoded) | {raw_bytes / 1e6:.2f} MB |")
     print(f"| host-to-device bytes per image, reference (float32, resized) | {ref_bytes / 1e6:.2f} MB |")
+    print(f"| training process: shared-memory handovers per hybrid batch of {BATCH} (images and targets) | "
+          f"{storages} |")
+    print(f"| training process: receiving one such batch from a loader worker | {receive_ms:.2f} ms |")
     print(f"input: host {med['hybrid']:.1f} img/s/core, decode-only {med['decode']:.1f} img/s/core, "
           f"ratio {med['hybrid'] / med['decode']:.2f}, reference path {med['reference']:.1f} img/s/core")
     return 0

@@ -255,7 +255,7 @@ def read_training(c):
     c.figures.append(("train img/s (last period)", f"{last[2]:.1f}"))
     scales = [(i, s) for i, _, _, s in rows if s is not None]
     if scales:
-        # The GradScaler starts at 2^16 and halves at each skipped step; it doubles only after 2000 clean steps,
+        # The GradScaler starts at 2^16 and halves at each skipped step; it doubles only after 1000 clean steps,
         # so within 200 iterations the skipped steps up to iteration i are log2(65536 / scale_i).
         import math
 

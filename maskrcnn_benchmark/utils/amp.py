@@ -35,6 +35,10 @@ def autocast(device, dtype):
 
 
 def make_grad_scaler(device, dtype):
-    """The GradScaler of a run: enabled for float16 on GPU only (CPU float16 runs as bfloat16, which needs none)."""
+    """The GradScaler of a run: enabled for float16 on GPU only (CPU float16 runs as bfloat16, which needs none).
+    The reference's dynamic loss scaling (NVIDIA's v0.7 fp16_optimizer.py): start at 2^16, halve at an overflow,
+    double after 1000 steps without one (torch's default waits 2000). Unlike the reference, whose scale stops at 1
+    and skips every step that still overflows, a run whose scale falls below 1 stops (engine/trainer.py)."""
     device_type = torch.device(device).type
-    return torch.amp.GradScaler(device_type, enabled=dtype == "float16" and device_type == "cuda")
+    return torch.amp.GradScaler(device_type, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,
+                                growth_interval=1000, enabled=dtype == "float16" and device_type == "cuda")
