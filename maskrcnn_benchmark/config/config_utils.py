@@ -73,17 +73,40 @@ def _coerce(cfg, full_key, value, source):
             value = literal_eval(value)
         except (ValueError, SyntaxError):
             pass
-    if isinstance(original, (tuple, list)) and isinstance(value, (tuple, list)):
-        return type(original)(value)
     if isinstance(original, (tuple, list)) and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return type(original)((value,))
+        value = (value,)
+    if isinstance(original, (tuple, list)) and isinstance(value, (tuple, list)):
+        return type(original)(_coerce_items(original, value, full_key, source))
     if isinstance(original, float) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if original is not None and value is not None and type(original) is not type(value):
+    if original is not None and value is None:
+        raise ConfigError(f"config key '{full_key}' in {source} expects {type(original).__name__}, got no value "
+                          "(None)")
+    if original is not None and type(original) is not type(value):
         raise ConfigError(
             f"config key '{full_key}' in {source} expects {type(original).__name__}, got {value!r}"
         )
     return value
+
+
+def _coerce_items(original, value, full_key, source):
+    """The items of a list value, checked against the default's when those are all numbers or all strings (an int
+    where floats are expected becomes a float; a whole float where ints are, an int)."""
+    kinds = {type(x) for x in original}
+    if len(kinds) != 1 or not kinds <= {int, float, str}:
+        return value  # empty, nested (anchor sizes) or mixed defaults: nothing to check against
+    kind = kinds.pop()
+    out = []
+    for item in value:
+        if kind is float and isinstance(item, int) and not isinstance(item, bool):
+            item = float(item)
+        elif kind is int and isinstance(item, float) and item.is_integer():
+            item = int(item)
+        if type(item) is not kind:
+            raise ConfigError(f"config key '{full_key}' in {source} expects a list of {kind.__name__}, got "
+                              f"{list(value)!r}")
+        out.append(item)
+    return out
 
 
 def _set(cfg, full_key, value):
@@ -179,6 +202,9 @@ def check_values(cfg):
                 "INPUT.MAX_SIZE_TEST", "INPUT.MIN_SIZE_TEST"):
         positive_int(key)
     positive_int("DISTRIBUTED_TIMEOUT")
+    for key in ("DATASETS.TRAIN", "DATASETS.TEST"):  # names of the paths catalog
+        v = _get(cfg, key)
+        _require(all(isinstance(x, str) and x for x in v), key, v, "must hold dataset names (strings)")
     for key in ("DATALOADER.NUM_WORKERS", "DATALOADER.SIZE_DIVISIBILITY", "SOLVER.WARMUP_ITERS",
                 "SOLVER.CHECKPOINT_PERIOD", "MODEL.ROI_HEADS.DETECTIONS_PER_IMG"):
         v = _get(cfg, key)

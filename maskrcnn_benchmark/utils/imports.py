@@ -7,7 +7,7 @@ import importlib.util
 import os
 import sys
 
-from .errors import WeightsError
+from .errors import ConfigError, WeightsError
 
 _CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config")
 
@@ -32,7 +32,18 @@ def load_catalog(path):
             path = candidate
     if not os.path.exists(path):
         raise FileNotFoundError(f"PATHS_CATALOG file '{path}' does not exist")
-    return import_file("maskrcnn_benchmark.config._paths_catalog_" + os.path.splitext(os.path.basename(path))[0], path)
+    try:
+        module = import_file("maskrcnn_benchmark.config._paths_catalog_" + os.path.splitext(os.path.basename(path))[0],
+                             path)
+    except Exception as e:  # noqa: BLE001 - the user's file: a syntax error, a failing import, ...
+        where = f" (line {e.lineno})" if isinstance(e, SyntaxError) and e.lineno else ""
+        raise ConfigError(f"PATHS_CATALOG file '{path}' cannot be loaded{where}: {type(e).__name__}: "
+                          f"{e.msg if isinstance(e, SyntaxError) else e}") from None
+    missing = [name for name in ("DatasetCatalog", "ModelCatalog") if not hasattr(module, name)]
+    if missing:
+        raise ConfigError(f"PATHS_CATALOG file '{path}' defines no {' or '.join(missing)} (a catalog defines both, "
+                          "as maskrcnn_benchmark/config/paths_catalog.py does)")
+    return module
 
 
 def resolve_weights(cfg, path):

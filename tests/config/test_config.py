@@ -51,6 +51,12 @@ def test_r50_yaml_sets_exactly_the_reference_values():
     # accepted before, and a cuda:1 run then trained on the CPU (init_distributed and the loader's pinning
     # compared the name with "cuda")
     ("MODEL.DEVICE", "cuda:1", "MODEL.DEVICE' = 'cuda:1': must be cpu or cuda"),
+    # each ended in a TypeError or AttributeError traceback (exit 5), or later in the loader
+    ("SOLVER.BASE_LR", "None", "'SOLVER.BASE_LR' in command line expects float, got no value (None)"),
+    ("SOLVER.STEPS", "None", "'SOLVER.STEPS' in command line expects tuple, got no value (None)"),
+    ("INPUT.PIXEL_MEAN", "['a', 'b', 'c']", "'INPUT.PIXEL_MEAN' in command line expects a list of float"),
+    ("SOLVER.STEPS", "(300.5, 400)", "'SOLVER.STEPS' in command line expects a list of int"),
+    ("DATASETS.TRAIN", "(1,)", "'DATASETS.TRAIN' in command line expects a list of str, got [1]"),
 ])
 def test_values_that_cannot_work_are_one_line_errors(key, value, message):
     with pytest.raises(ConfigError) as e:
@@ -64,3 +70,17 @@ def test_keys_without_effect_are_reported():
                                  "MODEL.RETINANET.NUM_CONVS", "2"])
     assert ignored_settings(cfg) == ["MODEL.KEYPOINT_ON=True", "MODEL.RETINANET.NUM_CONVS=2",
                                      "TEST.DETECTIONS_PER_IMG=50"]
+
+
+def test_an_empty_value_in_a_yaml_file_names_the_key_and_the_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("SOLVER:\n  BASE_LR:\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    assert f"'SOLVER.BASE_LR' in '{path}' expects float, got no value (None)" in str(e.value)
+
+
+def test_list_values_are_taken_as_the_defaults_items():
+    cfg = load_config(R50_YAML, ["INPUT.PIXEL_MEAN", "[102, 115, 122]", "SOLVER.STEPS", "(3e4, 4e4)"])
+    assert list(cfg.INPUT.PIXEL_MEAN) == [102.0, 115.0, 122.0] and all(type(x) is float for x in cfg.INPUT.PIXEL_MEAN)
+    assert tuple(cfg.SOLVER.STEPS) == (30000, 40000) and all(type(x) is int for x in cfg.SOLVER.STEPS)

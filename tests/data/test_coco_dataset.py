@@ -189,6 +189,8 @@ def test_degenerate_parts_are_dropped_per_instance_not_per_image(tmp_path):
     ("segmentation", [[2, 3, 12, 3, float("nan"), 11]], r"annotation 1 in .* polygon with a non-finite coordinate"),
     ("category_id", 99, r"annotation 1 in .* category_id 99, which is not in the file's categories \(5, 9\)"),
     ("image_id", 7, r"annotation 1 in .* image_id 7, which is not in the file's images"),
+    # loaded before, then failed in a loader worker an epoch in ("too many dimensions 'str'"), naming nothing
+    ("bbox", ["2", 3, 10, 8], r"annotation 1 in '.*instances.json' has an invalid bbox \['2', 3, 10, 8\]"),
 ])
 def test_corrupt_annotations_are_one_line_errors_naming_id_and_file(tmp_path, field, value, needle):
     ann = _ann(1, 1, 5, [2, 3, 10, 8])
@@ -223,3 +225,22 @@ def test_evaluation_loader_keeps_its_worker_between_evaluations(synthetic_dir):
     assert first == second == list(range(8))
     assert [w.pid for w in loader._iterator._workers] == [w.pid for w in workers]
     assert all(w.is_alive() for w in workers)
+
+
+@pytest.mark.parametrize("change,needle", [
+    (lambda d: d["images"].append("2.jpg"), r"has an entry of 'images' that is not an object: '2.jpg'"),
+    (lambda d: d["annotations"].append(7), r"has an entry of 'annotations' that is not an object: 7"),
+    (lambda d: d.update(categories={"id": 5}), r"is not COCO instances json"),
+    (lambda d: d["images"][0].pop("file_name"), r"image 1 in '.*instances.json' has no file_name"),
+])
+def test_annotation_files_of_the_wrong_shape_are_one_line_errors_naming_the_file(tmp_path, change, needle):
+    """Each was an AttributeError or KeyError traceback (exit 5) when the dataset was built or indexed."""
+    path, root = _write(tmp_path, [_img(1)], [_ann(1, 1, 5, [2, 3, 10, 8])])
+    with open(path) as f:
+        data = json.load(f)
+    change(data)
+    with open(path, "w") as f:
+        json.dump(data, f)
+    with pytest.raises(DatasetError, match=needle) as e:
+        COCODataset(path, root, True)
+    assert "\n" not in str(e.value)

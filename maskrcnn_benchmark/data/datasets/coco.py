@@ -42,8 +42,17 @@ def _check_annotations(data, ann_file, has_constants):
     Polygons are scanned only when the file holds a NaN/Infinity literal (the only way a JSON writer puts a
     non-finite number in a file): COCO train has 40 M polygon coordinates."""
     if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
-            or not isinstance(data.get("annotations", []), list):
-        raise DatasetError(f"annotation file '{ann_file}' is not COCO instances json (no images/annotations lists)")
+            or not isinstance(data.get("annotations", []), list) or not isinstance(data.get("categories", []), list):
+        raise DatasetError(f"annotation file '{ann_file}' is not COCO instances json (no images/annotations/"
+                           "categories lists)")
+    for what in ("images", "annotations", "categories"):
+        bad = next((x for x in data.get(what, []) if not isinstance(x, dict)), None)
+        if bad is not None:
+            raise DatasetError(f"annotation file '{ann_file}' has an entry of '{what}' that is not an object: "
+                               f"{bad!r:.80}")
+    for i in data["images"]:
+        if not isinstance(i.get("file_name"), str) or not i["file_name"]:
+            raise DatasetError(f"image {i.get('id')!r} in '{ann_file}' has no file_name")
     cats = {c.get("id") for c in data.get("categories", [])}
     images = {i.get("id") for i in data["images"]}
     for a in data.get("annotations", []):
@@ -55,7 +64,8 @@ def _check_annotations(data, ann_file, has_constants):
             raise DatasetError(f"annotation {aid} in '{ann_file}' refers to image_id {a.get('image_id')!r}, which "
                                "is not in the file's images")
         bbox = a.get("bbox")
-        if not isinstance(bbox, (list, tuple)) or len(bbox) != 4 or (has_constants and _non_finite(bbox)):
+        if not isinstance(bbox, (list, tuple)) or len(bbox) != 4 or not all(type(v) in (int, float) for v in bbox) \
+                or (has_constants and _non_finite(bbox)):
             raise DatasetError(f"annotation {aid} in '{ann_file}' has an invalid bbox {bbox!r} (4 finite numbers "
                                "[x, y, w, h] expected)")
         seg = a.get("segmentation")
