@@ -23,7 +23,7 @@ def build_parser():
 
 def test(args, opts):
     cfg = load_config(args.config_file, opts)
-    logger = setup_logger(cfg.OUTPUT_DIR, comm.get_rank())
+    logger = setup_logger(cfg.OUTPUT_DIR, comm.launch_rank())  # before init_distributed: the launcher's rank
     try:
         results = evaluate_checkpoint(cfg, args.ckpt, args.skip_eval, args.coco_backend or None, logger)
     finally:

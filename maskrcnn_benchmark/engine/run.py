@@ -98,7 +98,7 @@ class MLPerfRun:
         self.cfg = cfg
         self.options = options or RunOptions()
         if rank is None:
-            rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) or 0)
+            rank = comm.launch_rank()
         self.rank = rank
         self.ml = mllogger
         self.targets = (cfg.MLPERF.MIN_BBOX_MAP, cfg.MLPERF.MIN_SEGM_MAP)

@@ -111,6 +111,12 @@ def as_rank_lost(exc):
     return RankLost(f"{who}; a collective on rank {get_rank()} failed{limit}: {first}")
 
 
+def launch_rank():
+    """This process's global rank as the launcher set it (bind_launch: RANK; srun: SLURM_PROCID), before the
+    process group exists (what the logs of each rank are named after)."""
+    return _env_int("RANK", "SLURM_PROCID", default=0)
+
+
 def launch_sizes():
     """``(world size, processes on this node)`` as the launcher set them (bind_launch: WORLD_SIZE and
     LOCAL_WORLD_SIZE; srun: SLURM_NTASKS and SLURM_NTASKS_PER_NODE), before the process group exists."""

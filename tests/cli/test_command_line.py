@@ -252,3 +252,28 @@ def test_a_loader_workers_other_errors_still_reach_the_previous_hook(monkeypatch
         except Exception:  # noqa: BLE001
             sys.excepthook(*sys.exc_info())
     assert seen == [ValueError, ConnectionResetError]
+
+
+def test_test_net_logs_as_the_rank_its_launcher_gave_it(tmp_path, monkeypatch):
+    """tools/test_net.py set up its log before the process group, so every rank logged as rank 0: every rank
+    printed INFO lines and appended to the same log.txt (on a shared filesystem, interleaved)."""
+    from helpers import R50_YAML
+
+    monkeypatch.setenv("RANK", "1")
+    def evaluate(cfg, ckpt, skip_eval, backend, logger):
+        logger.info("an info line")
+        logger.warning("a warning")
+        return {}
+
+    monkeypatch.setattr(test_net, "evaluate_checkpoint", evaluate)
+    args, opts = parse_with_overrides(test_net.build_parser(), ["--config-file", R50_YAML,
+                                                               "OUTPUT_DIR", str(tmp_path)])
+    try:
+        assert test_net.test(args, opts) == 0
+    finally:
+        from maskrcnn_benchmark.utils.logger import setup_logger
+
+        setup_logger(None)  # this test process's logging as it was
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.rank1.txt"]  # rank 0's log.txt untouched
+    assert "a warning" in (tmp_path / "log.rank1.txt").read_text()
+    assert "an info line" not in (tmp_path / "log.rank1.txt").read_text()
