@@ -43,15 +43,26 @@ def claim_output_folder(path):
             raise RunFolderError(
                 f"output folder '{path}' is on a filesystem without file locks (flock: {e.strerror}; Lustre "
                 "mounted with noflock, some NFS setups): put OUTPUT_DIR on a filesystem that locks (a local "
-                "disk, Lustre with -o flock or localflock) or ask the admins to enable flock") from None
+                "disk, Lustre mounted with -o flock; not localflock, whose locks other nodes do not see) or ask "
+                "the admins to enable flock") from None
         holder = lock.read().strip() or "another process"
         lock.close()
         raise RunFolderError(f"output folder '{path}' is in use by another run ({holder}); wait for it or set "
                              "another OUTPUT_DIR") from None
-    lock.seek(0)
-    lock.truncate()
-    lock.write(f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-    lock.flush()
+    try:
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        lock.flush()
+        rotated = _rotate_logs(path)
+        return lock, rotated, remove_stale_temp_files(path)
+    except OSError as e:  # a full disk, a read-only or quota-bound folder: named, the lock let go
+        lock.close()
+        where = f"'{e.filename}'" if e.filename else f"'{os.path.join(path, LOCK_NAME)}'"
+        raise RunFolderError(f"cannot use output folder '{path}': writing {where} failed: {e.strerror}") from None
+
+
+def _rotate_logs(path):
     stamp = time.strftime("%Y%m%d-%H%M%S")
     rotated = []
     for name in ROTATED:
@@ -65,4 +76,4 @@ def claim_output_folder(path):
                 n += 1
             os.replace(old, new)
             rotated.append(os.path.basename(new))
-    return lock, rotated, remove_stale_temp_files(path)
+    return rotated
