@@ -51,21 +51,23 @@ if [[ -n "${DGXNSOCKET:-}" ]]; then launch+=("--nsockets_per_node=${DGXNSOCKET}"
 if [[ -n "${DGXSOCKETCORES:-}" ]]; then launch+=("--ncores_per_socket=${DGXSOCKETCORES}"); fi
 if [[ "${DGXHT:-}" == 1 ]]; then launch+=(--no_hyperthreads); fi
 
+# Profiles go to the run's own OUTPUT_DIR: the trials of a job share LOGDIR, and the next one would overwrite them.
 prof=()
+if [[ -n "${PROFILE:-}" && "${PROFILE}" != none ]]; then mkdir -p "${OUTPUT_DIR}"; fi
 case "${PROFILE:-}" in
   "" | none) ;;
   nsys | ncu)
     if command -v "${PROFILE}" > /dev/null; then
       if [[ "${PROFILE}" == nsys ]]; then
-        prof=(nsys profile "--trace=cuda,nvtx,osrt" --force-overwrite=true -o "${LOGDIR}/nsys_node${NODE_RANK}")
+        prof=(nsys profile "--trace=cuda,nvtx,osrt" --force-overwrite=true -o "${OUTPUT_DIR}/nsys_node${NODE_RANK}")
       else
         prof=(ncu --target-processes all --launch-skip "${NCU_SKIP:-1000}" --launch-count "${NCU_COUNT:-50}"
-              -f -o "${LOGDIR}/ncu_node${NODE_RANK}")
+              -f -o "${OUTPUT_DIR}/ncu_node${NODE_RANK}")
       fi
     else
       echo "run_and_time: WARNING: PROFILE=${PROFILE} but ${PROFILE} is not installed; running unprofiled" >&2
     fi ;;
-  torch | memory) export MASKRCNN_PROFILE="${PROFILE}" MASKRCNN_PROFILE_DIR="${LOGDIR}" ;;
+  torch | memory) export MASKRCNN_PROFILE="${PROFILE}" MASKRCNN_PROFILE_DIR="${OUTPUT_DIR}" ;;
   *) echo "run_and_time: unknown PROFILE=${PROFILE} (nsys|ncu|torch|memory)" >&2; exit 2 ;;
 esac
 

@@ -105,6 +105,13 @@ class TorchProfiler(NullProfiler):
     mode = "torch"
 
     def __init__(self, out_dir: str, rank: int = 0, steps: str = "5,2,5"):
+        try:
+            wait, warmup, active = (int(x) for x in steps.split(","))
+        except ValueError:
+            from .errors import ConfigError  # here: the module loads without its package (tests, no torch)
+
+            raise ConfigError(f"MASKRCNN_PROFILE_STEPS={steps!r}: expected wait,warmup,active (three integers, e.g. "
+                              "5,2,5)") from None
         torch = _torch()
         if torch is None:
             raise RuntimeError("PROFILE=torch needs torch")
@@ -112,7 +119,6 @@ class TorchProfiler(NullProfiler):
 
         os.makedirs(out_dir, exist_ok=True)
         self.path = os.path.join(out_dir, f"torch_trace_rank{rank}.json")
-        wait, warmup, active = (int(x) for x in steps.split(","))
         activities = [tp.ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(tp.ProfilerActivity.CUDA)

@@ -247,17 +247,29 @@ def test_profile_memory_writes_csv(tmp_path):
     r = run_and_time(tmp_path, PROFILE="memory", NPROC_PER_NODE=2)
     assert r.returncode == 0, r.stderr
     for rank in (0, 1):
-        rows = list(csv.DictReader(open(tmp_path / "results" / f"memory_rank{rank}.csv")))
+        rows = list(csv.DictReader(open(tmp_path / "results" / "output" / f"memory_rank{rank}.csv")))
         assert len(rows) == 4 * 14 and rows[0]["iteration"] == "1"  # 4 steps in each of 14 epochs
         assert int(rows[-1]["host_rss_bytes"]) > 10_000_000
         assert rows[0]["device"] in ("cpu",) or rows[0]["device"].startswith("cuda")
 
 
 @pytest.mark.slow
+def test_the_profiles_of_each_trial_of_a_job_are_kept(tmp_path):
+    """The trials of a job share LOGDIR, where the profiles went: the second trial's memory_rank0.csv replaced the
+    first's. They now go to each run's OUTPUT_DIR (LOGDIR/TRIAL_NAME)."""
+    for trial in ("trial_1", "trial_2"):
+        r = run_and_time(tmp_path, PROFILE="memory", TRIAL_NAME=trial)
+        assert r.returncode == 0, r.stderr
+    for trial in ("trial_1", "trial_2"):
+        assert len((tmp_path / "results" / trial / "memory_rank0.csv").read_text().splitlines()) > 1
+    assert not (tmp_path / "results" / "memory_rank0.csv").exists()
+
+
+@pytest.mark.slow
 def test_profile_torch_writes_trace(tmp_path):
     r = run_and_time(tmp_path, PROFILE="torch", MASKRCNN_PROFILE_STEPS="1,1,3")
     assert r.returncode == 0, r.stderr
-    trace = tmp_path / "results" / "torch_trace_rank0.json"
+    trace = tmp_path / "results" / "output" / "torch_trace_rank0.json"
     assert trace.exists() and trace.stat().st_size > 100
     assert '"traceEvents"' in trace.read_text()[:5000]
 
@@ -289,7 +301,7 @@ def test_profile_nsys_wraps_the_launcher(tmp_path):
     assert r.returncode == 0, r.stderr
     assert re.search(r"NSYS profile --trace=cuda,nvtx,osrt --force-overwrite=true -o \S+/nsys_node0 \S+ -u -m "
                      r"bind_launch", r.stderr), r.stderr
-    assert (tmp_path / "results" / "nsys_node0.nsys-rep").exists()
+    assert (tmp_path / "results" / "output" / "nsys_node0.nsys-rep").exists()
 
 
 @pytest.mark.slow
@@ -428,3 +440,13 @@ def test_in_container_passes_the_distributed_settings_and_nothing_else(tmp_path)
                  "TORCH_DISTRIBUTED_DEBUG=DETAIL"):
         assert item in args, (item, args)
     assert not any(a.startswith("HOST_ONLY_SETTING") for a in args)
+
+
+def test_a_bad_profile_schedule_is_one_line_naming_the_variable(tmp_path):
+    """MASKRCNN_PROFILE_STEPS=abc ended the run with a ValueError traceback (exit 5)."""
+    from maskrcnn_benchmark.utils import profiling
+    from maskrcnn_benchmark.utils.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^MASKRCNN_PROFILE_STEPS='abc': expected wait,warmup,active"):
+        profiling.from_env(env={"PROFILE": "torch", "MASKRCNN_PROFILE_DIR": str(tmp_path),
+                                "MASKRCNN_PROFILE_STEPS": "abc"})
