@@ -70,6 +70,9 @@ def submission_main(argv: List[str]) -> int:
                      ruleset=args.ruleset, copy_code=not args.no_implementation)
     except SubmissionError as exc:
         return _fail(str(exc))
+    except OSError as exc:  # --out under a file, a full disk: one line naming the path
+        return _fail(f"cannot write the submission under {args.out}: "
+                     f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
     print(render(a))
     return EXIT_OK if a.passed else EXIT_PROBLEMS
 

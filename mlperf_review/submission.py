@@ -139,6 +139,35 @@ def copy_implementation(dest: Path, repo: Optional[Path] = None) -> Path:
     return dest
 
 
+def _stage_results(files, bench):
+    """The result files copied to ``bench/result_<i>.txt`` (gzipped ones unpacked), all or none: they are written
+    into a temporary folder beside it, renamed into place at the end. A file that cannot be read (a truncated
+    ``.gz``) is one SubmissionError naming it, and leaves nothing that the next attempt would refuse."""
+    import gzip
+    import tempfile
+
+    bench.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{bench.name}.tmp-", dir=bench.parent))
+    try:
+        for i, src in enumerate(files):
+            dest = tmp / f"result_{i}.txt"
+            try:
+                if src.name.endswith(".gz"):
+                    with gzip.open(src, "rb") as fin, open(dest, "wb") as fout:
+                        shutil.copyfileobj(fin, fout)
+                else:
+                    shutil.copy2(src, dest)
+            except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError; a truncated .gz an EOFError
+                raise SubmissionError(f"cannot copy the result file {src}: {e}") from None
+        if bench.exists():
+            bench.rmdir()  # empty (checked by the caller): the staged folder takes its place
+        os.replace(tmp, bench)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return [bench / f"result_{i}.txt" for i in range(len(files))]
+
+
 def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] = None,
              system_json: Optional[str] = None, ruleset: str = "3.1.0", implementation: str = IMPLEMENTATION,
              copy_code: bool = True, write_review: bool = True) -> Assembly:
@@ -173,17 +202,7 @@ def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] 
     if bench.exists() and any(bench.iterdir()):
         raise SubmissionError(f"{bench} already holds files: a submission folder is never overwritten (another "
                               "--out, or remove it)")
-    bench.mkdir(parents=True, exist_ok=True)
-    staged = []
-    for i, src in enumerate(files):
-        dest = bench / f"result_{i}.txt"
-        if src.name.endswith(".gz"):
-            import gzip
-            with gzip.open(src, "rb") as fin, open(dest, "wb") as fout:
-                shutil.copyfileobj(fin, fout)
-        else:
-            shutil.copy2(src, dest)
-        staged.append(dest)
+    staged = _stage_results(files, bench)
 
     desc = dict(TEMPLATE)
     division = {r.division for r in runs if r.division} or {"closed"}
@@ -199,7 +218,9 @@ def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] 
         desc.update({k: str(v) for k, v in site.items()})
     (org_dir / "systems").mkdir(parents=True, exist_ok=True)
     desc_path = org_dir / "systems" / f"{system}.json"
-    desc_path.write_text(json.dumps(desc, indent=4) + "\n")
+    tmp = desc_path.with_name(f".{desc_path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(desc, indent=4) + "\n")
+    os.replace(tmp, desc_path)
     impl = org_dir / "benchmarks" / rules.BENCHMARK / "implementations" / implementation
     if copy_code:
         copy_implementation(impl)

@@ -94,3 +94,28 @@ def test_the_verdict_follows_the_official_checker(tmp_path, capsys):
     rc = main(["submission", str(results), "--out", str(tmp_path / "s"), "--no-implementation"])
     out = capsys.readouterr().out
     assert rc == 1 and "package checker (3.1.0, on this folder): FAIL" in out
+
+
+def test_a_result_file_that_cannot_be_copied_leaves_no_half_built_folder(tmp_path, capsys):
+    """A truncated result_3.txt.gz was a traceback that left result_0..2 and an empty result_3.txt behind, and the
+    next attempt was refused as an existing submission ("never overwritten"); --out under a regular file was a
+    traceback too."""
+    import gzip
+
+    results = five_runs(tmp_path / "results")
+    blob = gzip.compress((results / "result_3.txt").read_bytes())
+    (results / "result_3.txt").unlink()
+    (results / "result_3.txt.gz").write_bytes(blob[: len(blob) // 2])
+    out = tmp_path / "s"
+    rc = main(["submission", str(results), "--out", str(out), "--no-implementation"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "result_3.txt.gz" in err[0], err
+    assert not list(out.rglob("result_*.txt"))
+    (results / "result_3.txt.gz").write_bytes(blob)  # mended: the next attempt is not refused
+    assert main(["submission", str(results), "--out", str(out), "--no-implementation"]) == 0
+    capsys.readouterr()
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert main(["submission", str(results), "--out", str(blocker / "s"), "--no-implementation"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(blocker) in err[0], err
