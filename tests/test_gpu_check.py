@@ -597,3 +597,13 @@ def test_a_check_cut_by_its_cap_takes_the_processes_it_started_with_it(tmp_path)
         time.sleep(0.1)
     else:
         raise AssertionError(f"the check's child {child} outlived its cap")
+
+
+def test_a_summary_left_unreadable_is_one_line_not_a_traceback(tmp_path, capsys):
+    """--across-nodes reads the node's summary.json: a cut one was a JSONDecodeError traceback (exit 5)."""
+    (tmp_path / "summary.json").write_text('{"parity": {"status": "pas')
+    (tmp_path / "report.md").write_text("# gpu-check\n")
+    assert gpu_check.main(["--across-nodes", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"summary '{tmp_path / 'summary.json'}' is not JSON" in err[0], err
+    assert (tmp_path / "report.md").read_text() == "# gpu-check\n"  # left as it was

@@ -391,14 +391,17 @@ def append_across_nodes(out_dir, checks):
             head = f"{c.title} | {c.status}" if i == 0 else " | "
             lines.append(f"| {head} | {what} | {str(value).replace('|', ',')} |")
     text = "\n".join(lines) + "\n"
-    with open(out_dir / "report.md", "a") as f:
-        f.write(text)
-    summary_path = out_dir / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    report_path, summary_path = out_dir / "report.md", out_dir / "summary.json"
+    try:
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    except ValueError as e:
+        from ..utils.errors import UserError
+
+        raise UserError(f"gpu-check's summary '{summary_path}' is not JSON ({e}): the node's checks did not finish "
+                        "writing it; run make gpu-check again") from None
     summary.update({c.name: {"status": c.status, "figures": c.figures} for c in checks})
-    tmp = summary_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=1))
-    os.replace(tmp, summary_path)
+    _write_atomically(report_path, (report_path.read_text() if report_path.is_file() else "") + text)
+    _write_atomically(summary_path, json.dumps(summary, indent=1))
     return text
 
 
