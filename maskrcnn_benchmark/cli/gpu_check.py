@@ -256,7 +256,8 @@ def read_training(c):
     scales = [(i, s) for i, _, _, s in rows if s is not None]
     if scales:
         # The GradScaler starts at 2^16 and halves at each skipped step; it doubles only after 1000 clean steps,
-        # so within 200 iterations the skipped steps up to iteration i are log2(65536 / scale_i).
+        # so within 200 iterations the skipped steps up to iteration i are log2(65536 / scale_i). A healthy run
+        # skips only its first few: NVIDIA's v0.7 DGX-1 logs (same scaling) overflow at iterations 0-4, next at 6123.
         import math
 
         skipped = [(i, round(math.log2(65536.0 / s))) for i, s in scales]
