@@ -223,7 +223,8 @@ def main(argv=None):
     print(f"\n| device side ({device}) | value |\n|---|---:|")
     print(f"| DeviceTransform, batch of {BATCH} to {out_shape[2]}x{out_shape[3]} (resize, flip, normalize, pad) | "
           f"{statistics.median(ms):.1f} ms |")
-    print(f"| host-to-device bytes per image, hybrid (uint8, as decoded) | {raw_bytes / 1e6:.2f} MB |")
+    print(f"| host-to-device bytes per image, hybrid (uint8 as decoded, padded to the batch's largest image) | "
+          f"{raw_bytes / 1e6:.2f} MB |")
     print(f"| host-to-device bytes per image, reference (float32, resized) | {ref_bytes / 1e6:.2f} MB |")
     print(f"| training process: shared-memory handovers per hybrid batch of {BATCH} (images and targets) | "
           f"{storages} |")

@@ -148,6 +148,9 @@ def _stage_results(files, bench):
 
     bench.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{bench.name}.tmp-", dir=bench.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would be the results folder's: as a folder made with mkdir
     try:
         for i, src in enumerate(files):
             dest = tmp / f"result_{i}.txt"

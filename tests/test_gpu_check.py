@@ -5,6 +5,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -521,8 +522,9 @@ def test_the_report_is_kept_after_each_check_and_when_gpu_check_is_stopped(tmp_p
         return [gpu_check.Check(name, name, [name], 60) for name in ("input", "evaluation", "allreduce", "scoring")]
 
     def run_capped(cmd, cwd, env, cap):
-        if cmd[0] == "scoring":
-            raise gpu_check._Interrupted("scoring half done")
+        if cmd[0] == "scoring":  # a SIGTERM while it runs: its session killed, what it printed kept
+            gpu_check._stop(15, None)
+            return None, "scoring half done"
         return 0, outputs[cmd[0]]
 
     monkeypatch.setattr(gpu_check, "plan", plan)
@@ -607,3 +609,49 @@ def test_a_summary_left_unreadable_is_one_line_not_a_traceback(tmp_path, capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"summary '{tmp_path / 'summary.json'}' is not JSON" in err[0], err
     assert (tmp_path / "report.md").read_text() == "# gpu-check\n"  # left as it was
+
+
+@pytest.mark.slow  # starts processes
+def test_a_sigterm_ends_the_running_check_and_leaves_the_report(tmp_path):
+    """An outer time limit's SIGTERM: the running check's whole session goes at once, the checks after it are
+    not started, the report holds what ran, exit 143. (The stop used to be an exception raised wherever gpu-check
+    was, e.g. inside a reader, which took it for that check's failure and went on.)"""
+    import signal
+    import time
+
+    out, pidfile = tmp_path / "gc", tmp_path / "child.pid"
+    code = textwrap.dedent(f"""
+        import sys
+        from maskrcnn_benchmark.cli import gpu_check
+        sleeper = [sys.executable, "-c", "import subprocess, sys, time; "
+                   "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+                   "open({str(pidfile)!r}, 'w').write(str(p.pid)); print('started', flush=True); time.sleep(60)"]
+        gpu_check.plan = lambda args, out_dir: [gpu_check.Check("input", "i", ["true"], 60),
+                                                gpu_check.Check("scoring", "s", sleeper, 60),
+                                                gpu_check.Check("allreduce", "a", ["true"], 60)]
+        gpu_check.stack = lambda device: ["a stack"]
+        gpu_check.subprocess.run = lambda *a, **k: None  # no synthetic data
+        sys.exit(gpu_check.main(["--device", "cpu", "--out", {str(out)!r}]))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 143, stdout + stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["input"]["status"].startswith("FAILED (") or summary["input"]["status"] == "passed"
+    assert summary["scoring"]["status"] == "NOT RUN (gpu-check was stopped while it ran)"
+    assert summary["allreduce"]["status"] == "NOT RUN (gpu-check was stopped before it)"
+    child = int(pidfile.read_text())
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the stopped check's child {child} lives on")

@@ -87,7 +87,8 @@ def run(check, out_dir, deadline):
     left = max(deadline - time.monotonic(), 0)
     if left < max(check.need, 5):
         check.status = (f"NOT RUN (no time left in the budget: {left:.0f} s left, it needs {check.need:.0f} s; "
-                        f"run it alone with --only {check.name})")
+                        f"run it alone: --only {check.name} --budget {max(check.need, check.cap):.0f}, with another "
+                        "--out: a run rewrites its folder's report)")
         return check
     cap = min(check.cap, left)
     t = time.monotonic()
@@ -95,14 +96,12 @@ def run(check, out_dir, deadline):
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     try:
         code, check.output = run_capped([str(c) for c in check.cmd], ROOT, env, cap)
-        if code is None:
+        if _STOP["requested"]:
+            check.status = "NOT RUN (gpu-check was stopped while it ran)"
+        elif code is None:
             check.status = f"NOT RUN (did not finish in its {cap:.0f} s cap)"
         else:
             check.status = "passed" if code in check.ok_codes else f"FAILED (exit {code})"
-    except _Interrupted as e:
-        check.output = e.args[0]
-        check.status = "NOT RUN (gpu-check was stopped while it ran)"
-        raise
     finally:
         check.seconds = time.monotonic() - t
         (out_dir / f"{check.name}.log").write_text(check.command + "\n\n" + check.output)
@@ -111,28 +110,56 @@ def run(check, out_dir, deadline):
 
 def run_capped(cmd, cwd, env, cap):
     """``(exit code, stdout + stderr)`` of a program given ``cap`` seconds, or ``(None, what it printed)`` when the
-    cap ran out. It runs in its own session, and the whole session is killed at the cap or when this process is
-    stopped (SIGTERM): the processes a check starts (the memory runs of bench/model_step.py, inductor's compile
-    workers) do not live on into the next check's measurements."""
+    cap ran out or gpu-check was stopped. It runs in its own session, and the whole session is killed at the cap or
+    at a SIGTERM to gpu-check (:func:`_stop`): the processes a check starts (the memory runs of
+    bench/model_step.py, inductor's compile workers) do not live on into the next check's measurements. The check's
+    own process also dies with gpu-check (PR_SET_PDEATHSIG), should gpu-check be killed outright."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_die_with_parent)
+    _STOP["proc"] = proc
     try:
-        out, err = proc.communicate(timeout=cap)
-        return proc.returncode, _text(out) + _text(err)
-    except BaseException:  # the cap, or SIGTERM/Ctrl-C: its whole session goes, what it printed is kept
+        if _STOP["requested"]:  # the SIGTERM came while it was being started
+            _kill_session(proc)
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        out, err = proc.communicate()
-        partial = _text(out) + _text(err)
-        if sys.exc_info()[0] is subprocess.TimeoutExpired:
-            return None, partial
-        raise _Interrupted(partial)
+            out, err = proc.communicate(timeout=cap)
+            return (None if _STOP["requested"] else proc.returncode), _text(out) + _text(err)
+        except subprocess.TimeoutExpired:
+            _kill_session(proc)
+            try:  # a descendant that left the session may still hold the pipes: do not wait for it
+                out, err = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = b"", b""
+            return None, _text(out) + _text(err)
+    finally:
+        _STOP["proc"] = None
 
 
-class _Interrupted(Exception):
-    """The check running when gpu-check was stopped; ``args[0]``: what it had printed."""
+_STOP = {"requested": False, "proc": None}
+
+
+def _kill_session(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop(signum, frame):
+    """SIGTERM (an outer time limit): the running check's session is killed, and gpu-check writes the report of
+    what ran and ends (no exception is raised into whatever it was doing)."""
+    _STOP["requested"] = True
+    if _STOP["proc"] is not None:
+        _kill_session(_STOP["proc"])
+
+
+def _die_with_parent():
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: the session kill above still applies
+        pass
 
 
 def _text(b):
@@ -257,7 +284,8 @@ def read_training(c):
     if scales:
         # The GradScaler starts at 2^16 and halves at each skipped step; it doubles only after 1000 clean steps,
         # so within 200 iterations the skipped steps up to iteration i are log2(65536 / scale_i). A healthy run
-        # skips only its first few: NVIDIA's v0.7 DGX-1 logs (same scaling) overflow at iterations 0-4, next at 6123.
+        # skips only its first few: NVIDIA's v0.7 DGX-1 logs (same scaling) overflow at iterations 0-5, then not
+        # before iteration 6123.
         import math
 
         skipped = [(i, round(math.log2(65536.0 / s))) for i, s in scales]
@@ -684,24 +712,24 @@ def _main(args):
                    cwd=ROOT, check=True, capture_output=True)
     checks = plan(args, out_dir)  # --only: those checks, sharing the budget
     stack_lines = stack(args.device)
+    _STOP.update(requested=False, proc=None)
     previous = signal.signal(signal.SIGTERM, _stop)
     try:
         for c in checks:
+            if _STOP["requested"]:
+                c.status = "NOT RUN (gpu-check was stopped before it)"
+                continue
             print(f"gpu-check: {c.name}: {c.command}", flush=True)
-            try:
-                run(c, out_dir, deadline)
-            except _Interrupted:
-                print(f"gpu-check: stopped (SIGTERM) during {c.name}: the report holds what ran", flush=True)
-                for later in checks[checks.index(c) + 1:]:
-                    later.status = "NOT RUN (gpu-check was stopped before it)"
-                _read(c)
-                report(checks, out_dir, args, device_name, started, stack_lines)
-                return 128 + signal.SIGTERM
+            run(c, out_dir, deadline)
             _read(c)
             print(f"gpu-check: {c.name}: {c.status} ({c.seconds:.0f} s)", flush=True)
             report(checks, out_dir, args, device_name, started, stack_lines)  # what ran so far, kept
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if _STOP["requested"]:
+        report(checks, out_dir, args, device_name, started, stack_lines)
+        print("gpu-check: stopped (SIGTERM): the report holds what ran", flush=True)
+        return 128 + signal.SIGTERM
     print(report(checks, out_dir, args, device_name, started, stack_lines))
     failed = [c.name for c in checks if c.status.startswith("FAILED")]
     not_run = [c.name for c in checks if not c.status.startswith(("passed", "FAILED", "skipped"))]
@@ -714,10 +742,6 @@ def _main(args):
     print(f"gpu-check: passed: {'all ' if not skipped else ''}{measured} check{'s' * (measured != 1)} measured"
           + (f"; skipped: {', '.join(skipped)}" if skipped else ""), flush=True)
     return 0
-
-
-def _stop(signum, frame):
-    raise _Interrupted("")
 
 
 def _read(c):

@@ -94,7 +94,7 @@ def _coerce_items(original, value, full_key, source):
     where floats are expected becomes a float; a whole float where ints are, an int)."""
     kinds = {type(x) for x in original}
     if len(kinds) != 1 or not kinds <= {int, float, str}:
-        return value  # empty, nested (anchor sizes) or mixed defaults: nothing to check against
+        return value  # empty, nested or mixed defaults: nothing to check against
     kind = kinds.pop()
     out = []
     for item in value:

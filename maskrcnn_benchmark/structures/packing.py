@@ -27,7 +27,7 @@ def map_storages(tensors, fn):
     done, out = {}, []
     for t in tensors:
         storage = t.untyped_storage()
-        key = (t.device, storage.data_ptr()) if storage.data_ptr() else id(t)  # meta/empty storages: no address
+        key = storage._cdata  # the storage itself (two storages may start at one address: views of one buffer)
         if key not in done:
             done[key] = fn(torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage))
         moved = done[key]

@@ -23,9 +23,10 @@ def import_file(module_name, file_path, make_importable=False):
     return module
 
 
-def load_catalog(path):
+def load_catalog(path, needs="DatasetCatalog"):
     """The catalog module at ``cfg.PATHS_CATALOG`` (a file path, as NVIDIA's configs give it; a bare file name is
-    also looked up among the package's own catalogs in ``maskrcnn_benchmark/config``)."""
+    also looked up among the package's own catalogs in ``maskrcnn_benchmark/config``), which must define the class
+    ``needs`` (``DatasetCatalog`` for the datasets, ``ModelCatalog`` for ``catalog://`` weights)."""
     if not os.path.isabs(path) and not os.path.exists(path):
         candidate = os.path.join(_CONFIG_DIR, os.path.basename(path))
         if os.path.exists(candidate):
@@ -39,10 +40,9 @@ def load_catalog(path):
         where = f" (line {e.lineno})" if isinstance(e, SyntaxError) and e.lineno else ""
         raise ConfigError(f"PATHS_CATALOG file '{path}' cannot be loaded{where}: {type(e).__name__}: "
                           f"{e.msg if isinstance(e, SyntaxError) else e}") from None
-    missing = [name for name in ("DatasetCatalog", "ModelCatalog") if not hasattr(module, name)]
-    if missing:
-        raise ConfigError(f"PATHS_CATALOG file '{path}' defines no {' or '.join(missing)} (a catalog defines both, "
-                          "as maskrcnn_benchmark/config/paths_catalog.py does)")
+    if not hasattr(module, needs):
+        raise ConfigError(f"PATHS_CATALOG file '{path}' defines no {needs} (see maskrcnn_benchmark/config/"
+                          "paths_catalog.py)")
     return module
 
 
@@ -50,7 +50,7 @@ def resolve_weights(cfg, path):
     """The file behind ``MODEL.WEIGHT``: a path as given, or a ``catalog://`` name resolved by the config's paths
     catalog (under ``DATASETS.DATA_DIR``)."""
     if path.startswith("catalog://"):
-        catalog = load_catalog(cfg.PATHS_CATALOG)
+        catalog = load_catalog(cfg.PATHS_CATALOG, needs="ModelCatalog")
         try:
             path = catalog.ModelCatalog.get(path[len("catalog://"):], cfg.DATASETS.DATA_DIR)
         except KeyError as e:

@@ -15,7 +15,7 @@ The training loop does::
   by ``MASKRCNN_PROFILE_STEPS="wait,warmup,active"`` (default ``5,2,5``).
 * ``nsys``/``ncu`` are wrappers around the whole run (run_and_time.sh); in Python they are a no-op.
 
-``<dir>`` is ``MASKRCNN_PROFILE_DIR`` (run_and_time.sh sets it to the results dir), default ``.``.
+``<dir>`` is ``MASKRCNN_PROFILE_DIR`` (run_and_time.sh sets it to the run's OUTPUT_DIR), default ``.``.
 Importing this module does not import torch.
 """
 

@@ -279,6 +279,8 @@ def test_the_device_transform_copies_nothing_from_host_memory():
         out = transform(on_device)
     assert copies.sites == []
     assert out.tensors.shape == (2, 3, 96, 96) and out.sizes.device.type == "meta"
+    # the ImageList's sizes are their own: the raw batch's buffer is not kept alive through the step by them
+    assert out.sizes.untyped_storage()._cdata != on_device.tensors.untyped_storage()._cdata
 
 
 def _shared_storages(obj):
@@ -323,3 +325,14 @@ def test_a_hybrid_batch_leaves_its_worker_and_reaches_the_device_in_one_piece(co
     for i, r in enumerate(raws):
         h, w = r.tensor.shape[-2:]
         assert torch.equal(moved.tensors[i, :, :h, :w], r.tensor) and not moved.tensors[i, :, h:].any()
+
+
+def test_views_of_one_host_buffer_that_start_at_one_address_move_as_their_own_storages():
+    """Two tensors made from one numpy array (from_numpy) have two storages at the same address: keyed by the
+    address, the second was rebuilt on the first one's smaller copy (its tail garbage)."""
+    from maskrcnn_benchmark.structures.packing import map_storages
+
+    base = np.arange(100, dtype=np.uint8)
+    short, long = torch.from_numpy(base[:50]), torch.from_numpy(base[:80])
+    moved = map_storages([short, long], lambda t: t.clone())
+    assert torch.equal(moved[0], short) and torch.equal(moved[1], long)

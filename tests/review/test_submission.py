@@ -114,6 +114,12 @@ def test_a_result_file_that_cannot_be_copied_leaves_no_half_built_folder(tmp_pat
     (results / "result_3.txt.gz").write_bytes(blob)  # mended: the next attempt is not refused
     assert main(["submission", str(results), "--out", str(out), "--no-implementation"]) == 0
     capsys.readouterr()
+    import os
+
+    umask = os.umask(0)
+    os.umask(umask)
+    staged = next(out.rglob("result_0.txt")).parent
+    assert staged.stat().st_mode & 0o777 == 0o777 & ~umask  # as mkdir makes a folder (mkdtemp's is 0700)
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     assert main(["submission", str(results), "--out", str(blocker / "s"), "--no-implementation"]) == 2

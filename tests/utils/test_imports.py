@@ -17,3 +17,11 @@ def test_a_paths_catalog_that_cannot_be_used_is_one_line_naming_it(tmp_path, tex
     with pytest.raises(ConfigError, match=f"PATHS_CATALOG file '{path}' " + needle) as e:
         load_catalog(str(path))
     assert "\n" not in str(e.value)
+
+
+def test_a_catalog_of_datasets_only_still_serves_the_datasets(tmp_path):
+    path = tmp_path / "datasets_only.py"
+    path.write_text("class DatasetCatalog:\n    pass\n")
+    assert load_catalog(str(path)).DatasetCatalog
+    with pytest.raises(ConfigError, match="defines no ModelCatalog"):
+        load_catalog(str(path), needs="ModelCatalog")

@@ -162,7 +162,7 @@ class DeviceTransform:
                            self.size_divisible, self.fixed_sizes)
         rows = torch.arange(h, device=device, dtype=torch.float32)
         cols = torch.arange(w, device=device, dtype=torch.float32)
-        sizes = batch.sizes  # (N, 2) float, on the device with the batch
+        sizes = batch.sizes.clone()  # (N, 2) float, come with the batch; a copy: the raw buffer can go
         inside = (rows[None, :, None] < sizes[:, 0, None, None]) & (cols[None, None, :] < sizes[:, 1, None, None])
         x = torch.nn.functional.pad(x, (0, w - x.shape[3], 0, h - x.shape[2]))
         return ImageList(torch.where(inside[:, None], x, 0.0), batch.image_sizes, sizes)
