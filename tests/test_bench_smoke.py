@@ -96,3 +96,14 @@ def test_a_model_step_killed_while_compiling_still_gives_the_eager_figure():
     gpu_check.read_model_step(check)
     figure = dict(check.figures).get("training step img/s, eager", "")
     assert figure.endswith("(median of the 2 rounds printed before the cap)"), out.stdout
+
+
+def test_eval_gather_bench_merges_both_forms_into_every_detection(capsys):
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    try:
+        import eval_gather
+    finally:
+        sys.path.remove(os.path.join(REPO, "bench"))
+    assert eval_gather.main(["--ranks", "3", "--images", "20", "--dets", "4", "--rounds", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
+    assert [r.split("|")[1].strip() for r in rows] == ["one object per image", "each rank's images concatenated"]

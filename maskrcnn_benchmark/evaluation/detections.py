@@ -53,6 +53,15 @@ class Detections:
                    [c for p in parts for c in p.mask_counts], cat([p.mask_heights for p in parts]),
                    cat([p.mask_widths for p in parts]), cat([p.mask_scores for p in parts]), areas)
 
+    def take(self, box_rows, mask_rows):
+        """The detections at ``box_rows`` and ``mask_rows`` (integer arrays), in that order."""
+        box_rows, mask_rows = np.asarray(box_rows, dtype=np.int64), np.asarray(mask_rows, dtype=np.int64)
+        return Detections(self.box_image_ids[box_rows], self.box_category_ids[box_rows], self.boxes_xywh[box_rows],
+                          self.box_scores[box_rows], self.mask_image_ids[mask_rows],
+                          self.mask_category_ids[mask_rows], [self.mask_counts[r] for r in mask_rows.tolist()],
+                          self.mask_heights[mask_rows], self.mask_widths[mask_rows], self.mask_scores[mask_rows],
+                          None if self.mask_areas is None else self.mask_areas[mask_rows])
+
     @classmethod
     def from_coco_lists(cls, bbox_results, segm_results=()):
         """From COCO result lists (``[{"image_id", "category_id", "bbox", "score"}, ...]`` and the same with a

@@ -18,6 +18,7 @@ import logging
 import os
 import time
 
+import numpy as np
 import torch
 
 from ..utils import comm
@@ -74,20 +75,34 @@ class COCOEvaluator(DatasetEvaluator):
         for image_id, dets in zip(image_ids, per_image):
             self._per_image.setdefault(image_id, dets)
 
+    def local_part(self):
+        """This rank's detections as one part: ``(image ids, Detections)``, its images in id order, concatenated
+        here (each rank in parallel), so that rank 0 unpickles and merges a few arrays per rank instead of one
+        object per image, while the other ranks wait (bench/eval_gather.py; docs/benchmarks.md)."""
+        ids = sorted(self._per_image)
+        return ids, Detections.concat([self._per_image[i] for i in ids])
+
     def gather_parts(self):
-        """The collective alone: every rank's detections on rank 0, one part per rank (``None`` elsewhere). To rank 0
+        """The collective alone: every rank's part (:meth:`local_part`) on rank 0 (``None`` elsewhere). To rank 0
         only: COCO val2017's detections are about 150 MB pickled, which every rank would otherwise receive."""
-        return comm.gather(self._per_image, dst=0)
+        return comm.gather(self.local_part(), dst=0)
 
     @staticmethod
     def merge(parts):
-        """Rank 0: the parts as one :class:`Detections` in image-id order; an image that the distributed sampler gave
-        to two ranks (to pad the shards) counts once."""
-        merged = {}
-        for part in parts:
-            for image_id, dets in part.items():
-                merged.setdefault(image_id, dets)
-        return Detections.concat([merged[i] for i in sorted(merged)])
+        """Rank 0: the parts as one :class:`Detections` in image-id order (each image's rows in the order they were
+        made); an image that the distributed sampler gave to two ranks (to pad the shards) counts once, the
+        lowest rank's."""
+        seen, kept = set(), []
+        for ids, dets in parts:
+            if seen.intersection(ids):
+                new = np.asarray([i for i in ids if i not in seen], dtype=np.int64)
+                dets = dets.take(np.flatnonzero(np.isin(dets.box_image_ids, new)),
+                                 np.flatnonzero(np.isin(dets.mask_image_ids, new)))
+            seen.update(ids)
+            kept.append(dets)
+        merged = Detections.concat(kept)
+        return merged.take(np.argsort(merged.box_image_ids, kind="stable"),
+                           np.argsort(merged.mask_image_ids, kind="stable"))
 
     def gather(self):
         """Every rank's detections on rank 0, as one :class:`Detections` in image-id order (``None`` elsewhere).

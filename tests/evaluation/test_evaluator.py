@@ -374,3 +374,48 @@ def test_evaluator_in_a_two_process_gloo_run_equals_one_process(eval_data):
         assert out["other"] == (None, None)
         assert out["lists"] == dets.to_coco_lists()
         assert out["scores"] == {t: scores[t]["stats"] for t in ("bbox", "segm")}
+
+
+def test_the_ranks_parts_merge_into_image_order_each_image_once():
+    """Each rank now sends its detections concatenated (one part, a few arrays) instead of one object per image:
+    the merge still gives every image once (the lowest rank's copy of an image the sampler gave to two ranks) in
+    image-id order, each image's rows in their order, as the per-image merge did."""
+    import numpy as np
+
+    from maskrcnn_benchmark.evaluation.detections import Detections
+    from maskrcnn_benchmark.evaluation.evaluator import COCOEvaluator
+
+    rng = np.random.default_rng(0)
+
+    def dets(image_id, n, masks=True, tag=0.0):
+        ids = np.full(n, image_id)
+        cats = rng.integers(1, 9, n)
+        scores = rng.random(n) + tag
+        if not masks:
+            return Detections(ids, cats, rng.random((n, 4)), scores)
+        return Detections(ids, cats, rng.random((n, 4)), scores, ids, cats, [f"rle{image_id}-{k}" for k in range(n)],
+                          np.full(n, 30), np.full(n, 40), scores, rng.integers(1, 99, n))
+
+    ranks = 3
+    per_rank = [dict() for _ in range(ranks)]
+    for image_id in range(11):  # interleaved as the sampler shards them; images 0 and 1 again on the last ranks
+        per_rank[image_id % ranks][image_id] = dets(image_id, int(rng.integers(0, 4)))
+    per_rank[1][0] = dets(0, 2, tag=10.0)  # padded duplicates: the lowest rank's copy counts
+    per_rank[2][1] = dets(1, 3, tag=10.0)
+    expected = {}
+    for part in per_rank:
+        for image_id, d in part.items():
+            expected.setdefault(image_id, d)
+    expected = Detections.concat([expected[i] for i in sorted(expected)])
+
+    parts = []
+    for part in per_rank:
+        evaluator = COCOEvaluator.__new__(COCOEvaluator)
+        evaluator._per_image = part
+        parts.append(evaluator.local_part())
+    merged = COCOEvaluator.merge(parts)
+    for field in ("box_image_ids", "box_category_ids", "boxes_xywh", "box_scores", "mask_image_ids",
+                  "mask_category_ids", "mask_heights", "mask_widths", "mask_scores", "mask_areas"):
+        assert np.array_equal(getattr(merged, field), getattr(expected, field)), field
+    assert merged.mask_counts == expected.mask_counts
+    assert (merged.box_scores < 10).all()
