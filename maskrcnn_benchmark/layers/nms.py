@@ -179,3 +179,28 @@ def nms_keep_padded(boxes: torch.Tensor, scores: torch.Tensor, valid: torch.Tens
 @nms_keep_padded.register_fake
 def _(boxes, scores, valid, iou_threshold):
     return scores.new_empty(scores.shape, dtype=torch.bool)
+
+
+def batched_nms_padded(boxes, scores, idxs, iou_threshold):
+    """:func:`batched_nms`'s result (the kept indices by decreasing score; the same kept set, tests/layers/
+    test_nms_device.py) from one :func:`nms_keep_padded` over all groups laid out as padded rows: three host waits
+    per call (the groups' sizes, the largest to pad to, the kept count; counted by tests/layers/test_nms_device.py),
+    whatever the number of groups, where :func:`batched_nms` waits once per group on a GPU (inference: once per
+    image and class)."""
+    n = boxes.shape[0]
+    if n == 0:
+        return torch.zeros((0,), dtype=torch.int64, device=boxes.device)
+    order = torch.sort(idxs, stable=True).indices  # group after group, each in its given order
+    counts = torch.unique_consecutive(idxs[order], return_counts=True)[1]  # a wait: its size is the data's
+    g, k = counts.numel(), int(counts.max())  # a wait: the padded shape
+    group = torch.repeat_interleave(torch.arange(g, device=boxes.device), counts, output_size=n)
+    position = torch.arange(n, device=boxes.device) - (torch.cumsum(counts, 0) - counts)[group]
+    padded_boxes = boxes.new_zeros((g, k, 4), dtype=torch.float32)
+    padded_scores = scores.new_zeros((g, k), dtype=torch.float32)
+    valid = torch.zeros((g, k), dtype=torch.bool, device=boxes.device)
+    padded_boxes[group, position] = boxes[order].float()
+    padded_scores[group, position] = scores[order].float()
+    valid[group, position] = True
+    keep = nms_keep_padded(padded_boxes, padded_scores, valid, float(iou_threshold))
+    kept = order[keep[group, position]]  # a wait: how many are kept
+    return kept[torch.sort(scores[kept], descending=True, stable=True).indices]

@@ -71,6 +71,40 @@ def test_keeps_what_batched_nms_keeps(case):
     assert torch.equal(got, oracle(boxes, scores, valid, thr))
 
 
+@pytest.mark.parametrize("case", adversarial(), ids=lambda c: c[0])
+def test_the_padded_inference_nms_keeps_what_batched_nms_keeps(case):
+    """batched_nms_padded (the box post-processing's NMS off the CPU) on the groups flattened and shuffled, unequal
+    sizes (the invalid entries left out): the same kept set as batched_nms, by decreasing score."""
+    _, boxes, scores, valid, thr = case
+    g, k = scores.shape
+    sel = valid.reshape(-1)
+    flat_boxes, flat_scores = boxes.reshape(-1, 4)[sel], scores.reshape(-1)[sel]
+    groups = torch.arange(g)[:, None].expand(g, k).reshape(-1)[sel] * 7 + 3  # any group ids
+    perm = torch.randperm(len(groups), generator=torch.Generator().manual_seed(0))
+    flat_boxes, flat_scores, groups = flat_boxes[perm], flat_scores[perm], groups[perm]
+    got = N.batched_nms_padded(flat_boxes, flat_scores, groups, thr)
+    expected = N.batched_nms(flat_boxes, flat_scores, groups, thr)
+    assert sorted(got.tolist()) == sorted(expected.tolist())
+    assert (flat_scores[got][1:] <= flat_scores[got][:-1]).all()
+
+
+def test_the_padded_inference_nms_waits_for_the_host_twice_whatever_the_groups():
+    """batched_nms waits for the host once per group on a GPU (torchvision's kernel finishes there): in the box
+    post-processing, once per image and class with candidates. The padded form: three times per call."""
+    from maskrcnn_benchmark.utils.host_syncs import HostSyncCounter
+
+    counts = {}
+    for groups in (2, 40):
+        boxes, scores, valid = random_groups(groups, 30, 5)
+        ids = torch.arange(groups)[:, None].expand(groups, 30).reshape(-1)
+        for name, fn in (("padded", N.batched_nms_padded), ("per group", N.batched_nms)):
+            with HostSyncCounter() as counter:
+                fn(boxes.reshape(-1, 4), scores.reshape(-1), ids, 0.5)
+            counts[name, groups] = sum(counter.sites.values())
+    assert counts["padded", 2] == counts["padded", 40] == 3
+    assert counts["per group", 40] >= 40
+
+
 def test_rpn_scale_2000_boxes_5_levels_12_images():
     """The size of the MLPerf step's RPN NMS: 12 images x 5 levels, 2000 candidates each."""
     boxes, scores, valid = random_groups(60, 2000, 7, spread=1200.0, size=200.0)

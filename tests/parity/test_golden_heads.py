@@ -1,4 +1,5 @@
 """RPN and box post-processing against the original maskrcnn-benchmark's outputs (../shared/golden)."""
+import pytest
 import torch
 
 from ulps import BOX_ULPS, SCORE_ULPS, box_error_in_image_ulps, max_ulps
@@ -83,7 +84,9 @@ def test_rpn_post_processing_identical_including_order(golden, device, mode):
             assert box_error_in_image_ulps(ours.bbox[untied], ref["bbox_xyxy"][untied], ours.size) <= BOX_ULPS
 
 
-def test_box_post_processing_identical(golden, device, mode):
+@pytest.mark.parametrize("padded", [False, True], ids=["per-group nms", "padded nms"])
+def test_box_post_processing_identical(golden, device, mode, padded):
+    """Both NMS forms of the box post-processing: per image and class (the CPU's), padded (other devices')."""
     g = golden("box_post")
     props = g["inputs"]["proposals"]
     rois = torch.cat([torch.cat((torch.full((len(p["bbox_xyxy"]), 1), float(i)), p["bbox_xyxy"]), 1)
@@ -92,7 +95,9 @@ def test_box_post_processing_identical(golden, device, mode):
     for v in g["variants"]:
         cfg = r50_cfg("MODEL.ROI_HEADS.SCORE_THRESH", v["score_thresh"], "MODEL.ROI_HEADS.NMS", v["nms"],
                       "MODEL.ROI_HEADS.DETECTIONS_PER_IMG", v["detections_per_img"])
-        out = mode(make_roi_box_post_processor(cfg))(g["inputs"]["class_logits"].to(device),
+        post = make_roi_box_post_processor(cfg)
+        post.padded_nms = padded
+        out = mode(post)(g["inputs"]["class_logits"].to(device),
                                                g["inputs"]["box_regression"].to(device), rois.to(device), sizes)
         assert len(out) == len(v["results"]) == len(props)
         for ours, ref in zip((o.to("cpu") for o in out), v["results"]):

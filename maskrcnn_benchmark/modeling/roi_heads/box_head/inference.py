@@ -2,7 +2,7 @@
 import torch
 import torch.nn.functional as F
 
-from ....layers import batched_nms
+from ....layers import batched_nms, batched_nms_padded
 from ....structures.bounding_box import BoxList
 from ...box_coder import BoxCoder
 from ...rpn.rpn import clip_boxes
@@ -10,9 +10,10 @@ from ...utils import image_sizes_tensor, rank_within_groups, split_by_image
 
 
 class PostProcessor:
-    """Reference semantics, all images and classes of the batch in one call of :func:`batched_nms`, which runs
-    torchvision's kernel once per image and class with candidates, as the reference runs its own (on a GPU each
-    of those waits for the host):
+    """Reference semantics, all images and classes of the batch in one NMS call: on the CPU :func:`batched_nms`,
+    torchvision's kernel once per image and class with candidates, as the reference runs its own; elsewhere
+    (``padded_nms`` None: by device) :func:`batched_nms_padded`, the same kept set with three host waits per batch
+    instead of one per image and class:
 
     * softmax, decode every class's box, clip to ``[0, W - 1] x [0, H - 1]``;
     * candidates with score ``> SCORE_THRESH`` (strict), NMS per image and class at ``NMS`` ("+1" IoU);
@@ -22,7 +23,9 @@ class PostProcessor:
       reference's GPU NMS (its CPU kernel returns ascending proposal index instead; the set is the same).
     """
 
-    def __init__(self, score_thresh, nms, detections_per_img, box_coder, cls_agnostic_bbox_reg=False):
+    def __init__(self, score_thresh, nms, detections_per_img, box_coder, cls_agnostic_bbox_reg=False,
+                 padded_nms=None):
+        self.padded_nms = padded_nms
         self.score_thresh = score_thresh
         self.nms = nms
         self.detections_per_img = detections_per_img
@@ -47,7 +50,9 @@ class PostProcessor:
         cand_boxes = boxes[roi_idx, label]
         cand_scores = probs[roi_idx, label]
         cand_image = image_idx[roi_idx]
-        keep = batched_nms(cand_boxes, cand_scores, cand_image * num_classes + label, self.nms)  # score order
+        padded = device.type != "cpu" if self.padded_nms is None else self.padded_nms
+        keep = (batched_nms_padded if padded else batched_nms)(cand_boxes, cand_scores,
+                                                               cand_image * num_classes + label, self.nms)
         if self.detections_per_img > 0:
             img = cand_image[keep]
             rank = rank_within_groups(img)  # rank by decreasing score within the image
