@@ -783,22 +783,23 @@ class Launcher:
             self.procs.append(subprocess.Popen(cmd, env=env, preexec_fn=_child_setup(cpus)))
 
     def terminate_all(self, sig: int = signal.SIGTERM) -> None:
+        """``sig`` to every rank's process group, then SIGKILL to what is left after ``--kill_timeout``. A rank
+        that already ended is in it too: its own group (each rank leads one) may still hold processes it left
+        behind (a scoring process, loader workers)."""
         for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, sig)
-                except OSError:
-                    pass
+            try:
+                os.killpg(p.pid, sig)
+            except OSError:  # the group is gone
+                pass
         deadline = time.monotonic() + self.args.kill_timeout
         while time.monotonic() < deadline and any(p.poll() is None for p in self.procs):
             time.sleep(0.05)
         for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-                p.wait()
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            p.wait()
 
     def wait(self) -> int:
         not_converged_since: Optional[float] = None

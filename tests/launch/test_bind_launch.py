@@ -367,6 +367,11 @@ CHILD = textwrap.dedent("""
         sys.exit(0)
     if mode == "fail" and lr == "1":
         time.sleep(0.5); sys.exit(7)
+    if mode == "fail_leaving_a_child" and lr == "1":  # a rank that dies, leaving a process of its own behind
+        import subprocess
+        helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        open(os.path.join(out, "helper.pid"), "w").write(str(helper.pid))
+        time.sleep(0.5); os._exit(7)
     if mode == "not_converged":  # every rank reaches MAX_ITER without the target; rank 0 a little earlier
         time.sleep(0.2 if lr == "0" else 1.5); sys.exit(3)
     if mode == "kill" and lr == "1":
@@ -509,6 +514,24 @@ def test_child_failure_propagates_and_stops_siblings(child):
     for i in (0, 2):
         assert (out / f"term{i}").exists()  # siblings got SIGTERM
         assert not _alive(_read_ranks(out, 3)[i]["pid"])
+
+
+@pytest.mark.slow
+def test_a_failed_rank_takes_the_processes_it_left_with_it(child):
+    """A rank that died left its own children (its background scorer, say) running: the launcher stopped only the
+    process groups of the ranks still alive. It now stops the dead rank's group too."""
+    script, out = child
+    r = run_bl(["--nproc_per_node=2", "--binding=none", str(script)],
+               env=_clean_env(TEST_OUT=str(out), CHILD_MODE="fail_leaving_a_child"), timeout=60)
+    assert r.returncode == 7, r.stderr
+    helper = int((out / "helper.pid").read_text())
+    for _ in range(50):
+        if not _alive(helper):
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(helper, signal.SIGKILL)
+        raise AssertionError("the failed rank's child outlived the launcher")
 
 
 @pytest.mark.slow
