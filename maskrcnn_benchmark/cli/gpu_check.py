@@ -609,8 +609,9 @@ def stack(device):
     lines.append(apex_line)
     try:
         from torch._inductor import config as inductor_config
-        lines.append(f"inductor graph_partition: {getattr(inductor_config, 'graph_partition', 'not in this torch')} "
-                     "(a compiled run sets it on for CUDA graphs)")
+        lines.append(f"inductor graph_partition, this torch's default: "
+                     f"{getattr(inductor_config, 'graph_partition', 'not in this torch')} (a compiled run with CUDA "
+                     "graphs sets it on)")
     except ImportError:
         lines.append("inductor: not importable")
     driver = _smi("--query-gpu=driver_version,clocks.max.sm,clocks.sm,power.limit", "--format=csv,noheader")
