@@ -46,8 +46,8 @@ def _walk_round(start, slope, t):
 def pad_polygons(part_lengths, part_mask, num_masks, min_vertices=16, min_parts=4):
     """The padded layout of flat polygons: parts of ``part_lengths`` (vertices, part after part) belonging to
     masks ``part_mask``. Returns ``(vertex_slot (V_total,) the slot of each flat vertex as mask * V + position,
-    next (num_masks, V) int32, part (num_masks, V) int32, num_parts P)``, ``V`` and ``P`` the largest counts of a
-    mask rounded up to powers of two (at least ``min_vertices``/``min_parts``). Host side (it reads the counts)."""
+    next (num_masks, V), part (num_masks, V), num_parts P)``, ``V`` and ``P`` the largest counts of a mask rounded
+    up to powers of two (at least ``min_vertices``/``min_parts``). Host side (it reads the counts)."""
     lengths = [int(v) for v in part_lengths.tolist()]
     owners = [int(v) for v in part_mask.tolist()]
     per_mask_vertices = [0] * num_masks
@@ -57,9 +57,8 @@ def pad_polygons(part_lengths, part_mask, num_masks, min_vertices=16, min_parts=
         per_mask_parts[owner] += 1
     v = _bucket(max(per_mask_vertices, default=0), min_vertices)
     p = _bucket(max(per_mask_parts, default=0), min_parts)
-    # int32: half the bytes of int64 in every batch a loader sends (a static batch: N x 96 slots x V of each)
-    nxt = torch.zeros((num_masks, v), dtype=torch.int32)
-    part = torch.full((num_masks, v), -1, dtype=torch.int32)
+    nxt = torch.zeros((num_masks, v), dtype=torch.int64)
+    part = torch.full((num_masks, v), -1, dtype=torch.int64)
     slots = []
     used = [0] * num_masks
     parts_used = [0] * num_masks
@@ -130,7 +129,7 @@ def _rasterize_rows(vertices, next_index, part, num_parts, h, w):
     # Step 1: upsampled integer vertices. (C casts the float32 coordinate to double first.)
     xy = torch.trunc(vertices.to(torch.float64) * _UPSAMPLE + 0.5)
     a = xy
-    b = xy.gather(1, next_index.long()[..., None].expand(-1, -1, 2))
+    b = xy.gather(1, next_index[..., None].expand(-1, -1, 2))
     edge = part >= 0
     xa, ya, xb, yb = a[..., 0], a[..., 1], b[..., 0], b[..., 1]
     dx, dy = (xb - xa).abs(), (yb - ya).abs()

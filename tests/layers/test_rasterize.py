@@ -97,24 +97,3 @@ def test_passes_bound_the_largest_temporary(monkeypatch):
     assert torch.equal(whole, split)
     assert one_pass.numel >= 64 * 64 * 28
     assert passes.numel == 64 * 28 * 28, passes.numel
-
-
-def test_a_static_batch_carries_16_bytes_per_polygon_vertex_slot():
-    """A static batch pads every image to 96 slots of V vertices: with int64 edge and part indices that was 24
-    bytes per slot-vertex, more than the batch's pixels (14 MB against 11 MB for 12 COCO images with one 300-vertex
-    polygon). float32 xy and two int32 indices: 16."""
-    from maskrcnn_benchmark.structures import BoxList
-    from maskrcnn_benchmark.structures.segmentation_mask import SegmentationMask
-    from maskrcnn_benchmark.structures.target_batch import TargetBatch
-
-    targets = []
-    for n in (3, 1):
-        t = BoxList(torch.tensor([[1.0, 1.0, 20.0, 20.0]] * n), (40, 30))
-        t.add_field("labels", torch.ones(n, dtype=torch.int64))
-        t.add_field("masks", SegmentationMask([[[1, 1, 20, 1, 20, 20, 1, 20]]] * n, (40, 30)))
-        targets.append(t)
-    batch = TargetBatch.from_boxlists(targets, max_gt=96)
-    slots, v = batch.poly_next.shape
-    assert slots == 2 * 96
-    polygon_bytes = sum(t.numel() * t.element_size() for t in (batch.poly_vertices, batch.poly_next, batch.poly_part))
-    assert polygon_bytes == 16 * slots * v
