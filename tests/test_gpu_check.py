@@ -588,17 +588,19 @@ def test_a_check_cut_by_its_cap_takes_the_processes_it_started_with_it(tmp_path)
             f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(60)")
     rc, out = gpu_check.run_capped([sys.executable, "-c", code], tmp_path, dict(os.environ), 3)
     assert rc is None
-    child = int(pidfile.read_text())
+    _gone_within_5_s(int(pidfile.read_text()), "the check's child outlived its cap")
+
+
+def _gone_within_5_s(pid, what):
     import time
 
     for _ in range(50):
         try:
-            os.kill(child, 0)
+            os.kill(pid, 0)
         except ProcessLookupError:
-            break
+            return
         time.sleep(0.1)
-    else:
-        raise AssertionError(f"the check's child {child} outlived its cap")
+    raise AssertionError(f"{what} (pid {pid})")
 
 
 def test_a_summary_left_unreadable_is_one_line_not_a_traceback(tmp_path, capsys):
@@ -646,12 +648,4 @@ def test_a_sigterm_ends_the_running_check_and_leaves_the_report(tmp_path):
     assert summary["input"]["status"].startswith("FAILED (") or summary["input"]["status"] == "passed"
     assert summary["scoring"]["status"] == "NOT RUN (gpu-check was stopped while it ran)"
     assert summary["allreduce"]["status"] == "NOT RUN (gpu-check was stopped before it)"
-    child = int(pidfile.read_text())
-    for _ in range(50):
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        raise AssertionError(f"the stopped check's child {child} lives on")
+    _gone_within_5_s(int(pidfile.read_text()), "the stopped check's child lives on")
