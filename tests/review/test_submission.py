@@ -96,6 +96,7 @@ def test_the_verdict_follows_the_official_checker(tmp_path, capsys):
     assert rc == 1 and "package checker (3.1.0, on this folder): FAIL" in out
 
 
+@pytest.mark.slow  # two submissions with the official checkers: 1.7 s, kept out of make test-fast
 def test_a_result_file_that_cannot_be_copied_leaves_no_half_built_folder(tmp_path, capsys):
     """A truncated result_3.txt.gz was a traceback that left result_0..2 and an empty result_3.txt behind, and the
     next attempt was refused as an existing submission ("never overwritten"); --out under a regular file was a
