@@ -35,6 +35,7 @@ from maskrcnn_benchmark.data.collate_batch import BatchCollator
 from maskrcnn_benchmark.data.datasets import COCODataset
 from maskrcnn_benchmark.data.transforms import build_transforms
 from maskrcnn_benchmark.data.transforms.device import DeviceTransform
+from maskrcnn_benchmark.structures.packing import handed_over_storages
 from maskrcnn_benchmark.synthetic.coco_like import write_coco_like
 from maskrcnn_benchmark.utils.processes import keep_freed_memory
 
@@ -52,22 +53,6 @@ def _rate(fn, items):
     for i in items:
         fn(i)
     return len(items) / (time.perf_counter() - t0)
-
-
-def _storages(obj):
-    """The storages that pickling ``obj`` for another process hands over (torch's reductions)."""
-    from multiprocessing.reduction import ForkingPickler
-
-    import torch.multiprocessing.reductions as reductions
-
-    count = []
-    original = reductions.reduce_storage
-    try:
-        ForkingPickler.register(torch.UntypedStorage, lambda s: (count.append(1), original(s))[1])
-        ForkingPickler.dumps(obj)
-    finally:
-        ForkingPickler.register(torch.UntypedStorage, original)
-    return len(count)
 
 
 def _send(queue, batches, received):
@@ -204,7 +189,7 @@ def main(argv=None):
                     ms.append(1000 * (time.perf_counter() - t0))
         out_shape = tuple(out.tensors.shape)
         host_batches = [collate([hybrid[i] for i in batch]) for batch in batches if len(batch) == BATCH]
-        storages = _storages(host_batches[0])
+        storages = handed_over_storages(host_batches[0])
         receive_ms = _handover_ms(host_batches, args.rounds)
         raw_bytes = statistics.mean(b.tensors.numel() for b in raw_batches) / BATCH
         ref_bytes = statistics.mean(collate([reference[i] for i in batch])[0].tensors.numel() * 4

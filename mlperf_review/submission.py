@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from maskrcnn_benchmark.utils.fileio import write_text
+
 from . import official, rules
 from .parse import find_result_files, parse_log
 from .summary import summarize
@@ -221,9 +223,7 @@ def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] 
         desc.update({k: str(v) for k, v in site.items()})
     (org_dir / "systems").mkdir(parents=True, exist_ok=True)
     desc_path = org_dir / "systems" / f"{system}.json"
-    tmp = desc_path.with_name(f".{desc_path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(desc, indent=4) + "\n")
-    os.replace(tmp, desc_path)
+    write_text(desc_path, json.dumps(desc, indent=4) + "\n", what="system description")
     impl = org_dir / "benchmarks" / rules.BENCHMARK / "implementations" / implementation
     if copy_code:
         copy_implementation(impl)

@@ -60,6 +60,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..utils.fileio import write_text
+
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: tests/, bench/, tools/
 
 
@@ -429,8 +431,9 @@ def append_across_nodes(out_dir, checks):
         raise UserError(f"gpu-check's summary '{summary_path}' is not JSON ({e}): the node's checks did not finish "
                         "writing it; run make gpu-check again") from None
     summary.update({c.name: {"status": c.status, "figures": c.figures} for c in checks})
-    _write_atomically(report_path, (report_path.read_text() if report_path.is_file() else "") + text)
-    _write_atomically(summary_path, json.dumps(summary, indent=1))
+    previous = report_path.read_text() if report_path.is_file() else ""
+    write_text(report_path, previous + text, what="gpu-check report")
+    write_text(summary_path, json.dumps(summary, indent=1), what="gpu-check summary")
     return text
 
 
@@ -646,17 +649,10 @@ def report(checks, out_dir, args, device_name, started, stack_lines=None):
     lines += [f"- {line}" for line in (projection(model, out_dir, evaluation=evaluation, scoring=scoring) if model else
                                        ["the training step was not measured"])]
     text = "\n".join(lines) + "\n"
-    _write_atomically(out_dir / "report.md", text)
-    _write_atomically(out_dir / "summary.json", json.dumps(
-        {c.name: {"status": c.status, "seconds": round(c.seconds, 1), "figures": c.figures} for c in checks},
-        indent=1))
+    write_text(out_dir / "report.md", text, what="gpu-check report")
+    summary = {c.name: {"status": c.status, "seconds": round(c.seconds, 1), "figures": c.figures} for c in checks}
+    write_text(out_dir / "summary.json", json.dumps(summary, indent=1), what="gpu-check summary")
     return text
-
-
-def _write_atomically(path, text):
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def main(argv=None):

@@ -60,12 +60,18 @@ def to_image_list(tensors, size_divisible=0, fixed_sizes=()):
         return ImageList(tensors, sizes)
     first = tensors[0]
     batched = first.new_empty((len(tensors), first.shape[0], max_h, max_w))
-    for img, pad in zip(tensors, batched):
+    _pad_into(tensors, batched)
+    return ImageList(batched, sizes)
+
+
+def _pad_into(images, batched):
+    """Each ``(C, h, w)`` image into its ``(C, H, W)`` row of ``batched``, zero padded at the bottom and right: only
+    the padding is zeroed, the image is written once."""
+    for img, pad in zip(images, batched):
         h, w = img.shape[-2:]
         pad[:, :h, :w].copy_(img)
-        pad[:, h:].zero_()  # only the padding is zeroed: the image is written once
+        pad[:, h:].zero_()
         pad[:, :h, w:].zero_()
-    return ImageList(batched, sizes)
 
 
 
@@ -110,11 +116,7 @@ class RawImageBatch:
         tables = [] if tables is None else list(tables)
         padded, sizes, *packed_tables = packed_empty(
             [((n, c, h, w), images[0].dtype), ((n, 2), torch.float32)] + [(t.shape, t.dtype) for t in tables])
-        for img, pad in zip(images, padded):
-            ih, iw = img.shape[-2:]
-            pad[:, :ih, :iw].copy_(img)
-            pad[:, ih:].zero_()  # only the padding is zeroed: the image is written once
-            pad[:, :ih, iw:].zero_()
+        _pad_into(images, padded)
         image_sizes = [tuple(int(v) for v in s) for s in image_sizes]
         sizes.copy_(torch.tensor(image_sizes, dtype=torch.float32).reshape(-1, 2))
         for src, dst in zip(tables, packed_tables):

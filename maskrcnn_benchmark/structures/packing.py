@@ -34,3 +34,21 @@ def map_storages(tensors, fn):
         out.append(torch.empty(0, dtype=t.dtype, device=moved.device).set_(
             moved.untyped_storage(), t.storage_offset(), t.shape, t.stride()))
     return out
+
+
+def handed_over_storages(obj):
+    """How many storages pickling ``obj`` for another process hands over (torch's reductions, as a DataLoader
+    worker's queue pickles a batch): one shared-memory handshake each. What bench/input_pipeline.py and the tests
+    count."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing.reductions as reductions
+
+    count = []
+    original = reductions.reduce_storage
+    try:
+        ForkingPickler.register(torch.UntypedStorage, lambda s: (count.append(1), original(s))[1])
+        ForkingPickler.dumps(obj)
+    finally:
+        ForkingPickler.register(torch.UntypedStorage, original)
+    return len(count)

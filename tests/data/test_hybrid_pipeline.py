@@ -22,6 +22,7 @@ from maskrcnn_benchmark.data.transforms.device import DeviceTransform, pil_resiz
 from maskrcnn_benchmark.modeling.compat import target_batch
 from maskrcnn_benchmark.modeling.roi_heads.mask_head.loss import project_masks_on_boxes
 from maskrcnn_benchmark.structures import BoxList, RawImage, RawImageBatch, to_image_list
+from maskrcnn_benchmark.structures.packing import handed_over_storages
 from maskrcnn_benchmark.structures.target_batch import TargetBatch
 from maskrcnn_benchmark.synthetic.coco_like import write_coco_like
 
@@ -283,22 +284,6 @@ def test_the_device_transform_copies_nothing_from_host_memory():
     assert out.sizes.untyped_storage()._cdata != on_device.tensors.untyped_storage()._cdata
 
 
-def _shared_storages(obj):
-    """The storages that pickling ``obj`` for another process hands over (one shared-memory handshake each)."""
-    from multiprocessing.reduction import ForkingPickler
-
-    import torch.multiprocessing.reductions as reductions
-
-    shared = []
-    original = reductions.reduce_storage
-    try:
-        ForkingPickler.register(torch.UntypedStorage, lambda s: (shared.append(s), original(s))[1])
-        ForkingPickler.dumps(obj)
-    finally:
-        ForkingPickler.register(torch.UntypedStorage, original)
-    return len(shared)
-
-
 def test_a_hybrid_batch_leaves_its_worker_and_reaches_the_device_in_one_piece(coco_like):
     """Twelve images were twelve tensors: twelve shared-memory handovers from the worker to the training process,
     twelve pinned copies, twelve copies to the device (and the device padded them); the targets eight more. The
@@ -307,13 +292,13 @@ def test_a_hybrid_batch_leaves_its_worker_and_reaches_the_device_in_one_piece(co
     raws = [RawImage(torch.randint(0, 255, (3, 30 + i, 40 - i), dtype=torch.uint8), (60, 80), i % 2 == 1)
             for i in range(12)]
     batch = BatchCollator()([(r, BoxList(torch.zeros((0, 4)), (80, 60)), i) for i, r in enumerate(raws)])[0]
-    assert _shared_storages(batch) == 1
+    assert handed_over_storages(batch) == 1
     image_dir, ann_file = coco_like
     dataset = COCODataset(ann_file, image_dir, True, build_transforms(_cfg(True), True), hybrid=True)
     samples = [dataset[(i, 7 + i)] for i in range(len(dataset))]
     for max_gt in (0, 96):  # eager and static batches
         images, targets, _ = BatchCollator(max_gt=max_gt)(samples)
-        assert targets.has_polygons and _shared_storages((images, targets)) == 2
+        assert targets.has_polygons and handed_over_storages((images, targets)) == 2
         expected = TargetBatch.from_boxlists([t for _, t, _ in samples], max_gt=max_gt)
         for a, b in zip(expected.tensors(), targets.to("cpu").tensors()):
             assert torch.equal(a, b) and a.dtype == b.dtype
