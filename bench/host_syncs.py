@@ -19,8 +19,8 @@ CUDA, every iteration on the CPU) and the metrics line (every 20 iterations).
 On CUDA the step runs once more with torch's own hooks on, which see what an op-level count cannot: every blocking
 copy between host and device (a tensor made from a Python list on the device, ``.cpu()``), stream, event and device
 synchronizes (counted by the GPU trace callbacks of torch's CUDA sanitizer; each site named by the sync debug mode's
-warning where Python sees one); each site printed with its count, and a last line ``CUDA synchronizing calls: N per
-step (static step, B images)``.
+warning where Python sees one); each site printed with its count, then the Python stack of each call the callbacks
+saw (its thread's last frames), and a last line ``CUDA synchronizing calls: N per step (static step, B images)``.
 
 Last lines: ``host syncs: N per step (static step, B images)`` for each B.
 """
@@ -28,6 +28,8 @@ import argparse
 import collections
 import os
 import sys
+import threading
+import traceback
 import warnings
 
 import torch
@@ -71,7 +73,7 @@ def count_step(n, height, width, dtype, device=torch.device("cpu"), opts=()):
     trainer.run_step(images, targets)  # the first step (lazy initialization) is not the one counted
     with HostSyncCounter() as step:
         trainer.run_step(images, targets)
-    cuda_syncs = cuda_sync_sites(lambda: trainer.run_step(images, targets)) if device.type == "cuda" else None
+    cuda_syncs = cuda_sync_sites(lambda: trainer.run_step(images, targets)) if device.type == "cuda" else (None, None)
     with HostSyncCounter() as finite:
         trainer.check_finite()
     trainer.iter = trainer.storage.iter = 20
@@ -81,13 +83,30 @@ def count_step(n, height, width, dtype, device=torch.device("cpu"), opts=()):
     return step, finite, metrics, cuda_syncs
 
 
-_TRACE = {"registered": False, "on": False, "count": 0}
+_TRACE = {"registered": False, "on": False, "count": 0, "stacks": collections.Counter()}
 UNSEEN = "(no Python line: a C++ op called through torch.ops, whose warning bypasses Python's)"
 
 
 def _count_sync(*_):
+    """A GPU trace callback: counts the call and keeps the Python stack of the thread that made it (its last
+    frames), since a sync debug warning can surface at a later Python line than the call's."""
     if _TRACE["on"]:
         _TRACE["count"] += 1
+        frames = traceback.extract_stack()[:-1][-STACK_FRAMES:]
+        _TRACE["stacks"][(threading.current_thread().name,
+                          tuple(f"{os.path.relpath(f.filename)}:{f.lineno} ({f.name})" for f in frames))] += 1
+
+
+STACK_FRAMES = 8
+SYNC_WARNING = "called a synchronizing CUDA operation"  # torch's sync debug mode's warning (c10's CUDA functions)
+
+
+def sync_warning_sites(caught):
+    """``file:line`` of each sync debug mode warning in ``caught`` (``warnings.catch_warnings(record=True)``), by
+    count. Only the synchronizing-call warning counts: turning the mode on also warns once per process that it "does
+    not yet detect all synchronizing operations", and that notice is not a sync."""
+    return collections.Counter(f"{os.path.relpath(w.filename)}:{w.lineno}" for w in caught
+                               if SYNC_WARNING in str(w.message))
 
 
 def cuda_sync_sites(fn):
@@ -108,6 +127,7 @@ def cuda_sync_sites(fn):
     torch.cuda.synchronize()
     sites = collections.Counter()
     _TRACE["count"] = 0
+    _TRACE["stacks"] = collections.Counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
@@ -117,12 +137,10 @@ def cuda_sync_sites(fn):
         finally:
             _TRACE["on"] = False
             torch.cuda.set_sync_debug_mode("default")
-    for w in caught:
-        if "synchroniz" in str(w.message):
-            sites[f"{os.path.relpath(w.filename)}:{w.lineno}"] += 1
+    sites.update(sync_warning_sites(caught))
     if _TRACE["count"] > sum(sites.values()):
         sites[UNSEEN] = _TRACE["count"] - sum(sites.values())
-    return sites
+    return sites, _TRACE["stacks"]
 
 
 def main(argv=None):
@@ -138,7 +156,7 @@ def main(argv=None):
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     totals = []
     for n in (int(v) for v in args.images.split(",")):
-        step, finite, metrics, cuda_syncs = count_step(n, height, width, args.dtype, device, args.opts)
+        step, finite, metrics, (cuda_syncs, stacks) = count_step(n, height, width, args.dtype, device, args.opts)
         print(f"== one training step, static R-50-FPN, {n} images of {height}x{width}, {args.dtype}, {device}, "
               f"torch {torch.__version__}" + (f", {' '.join(args.opts)}" if args.opts else ""))
         print("\n".join(step.report()) or "  (no host read, no data-dependent shape, no masked write)")
@@ -150,6 +168,9 @@ def main(argv=None):
             print("-- the same step under torch.cuda.set_sync_debug_mode: synchronizing CUDA calls by site")
             for site, count in cuda_syncs.most_common():
                 print(f"   {count:4d}  {site}")
+            for (thread, frames), count in stacks.most_common():
+                print(f"   {count:4d}  stack of the synchronizing call (thread {thread}), innermost last:")
+                print("\n".join(f"            {frame}" for frame in frames))
         totals.append((n, step.total, None if cuda_syncs is None else sum(cuda_syncs.values())))
     print()
     for n, total, cuda_total in totals:

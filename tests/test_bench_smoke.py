@@ -3,8 +3,10 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
+import torch
 
 from helpers import REPO
 from maskrcnn_benchmark.cli.gpu_check import SMALL_ROI_BUDGET  # 16 mask-head rows per image: every form still runs
@@ -107,3 +109,35 @@ def test_eval_gather_bench_merges_both_forms_into_every_detection(capsys):
     assert eval_gather.main(["--ranks", "3", "--images", "20", "--dets", "4", "--rounds", "1"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
     assert [r.split("|")[1].strip() for r in rows] == ["one object per image", "each rank's images concatenated"]
+
+
+def _torch_library_strings(library, *needles):
+    """The lines of torch's own ``library`` that hold each of ``needles`` (the messages torch really emits)."""
+    path = os.path.join(os.path.dirname(torch.__file__), "lib", library)
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is absent (a torch build without CUDA): its warning texts cannot be read")
+    data = open(path, "rb").read()
+    found = []
+    for needle in needles:
+        at = data.find(needle.encode())
+        assert at >= 0, f"{needle!r} is not in {path}"
+        start, end = data.rfind(b"\0", 0, at) + 1, data.find(b"\0", at)
+        found.append(data[start:end].decode())
+    return found
+
+
+def test_host_syncs_counts_the_sync_warning_and_not_the_modes_notice(monkeypatch):
+    """torch's sync debug mode warns at each synchronizing call, and once per process, when it is turned on, that it
+    "does not yet detect all synchronizing operations" (seen on an H200: counted as a sync, gpu-check failed the
+    step). Both texts are read from torch's own libraries."""
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    try:
+        import host_syncs
+    finally:
+        sys.path.remove(os.path.join(REPO, "bench"))
+    (sync,) = _torch_library_strings("libc10_cuda.so", host_syncs.SYNC_WARNING)
+    (notice,) = _torch_library_strings("libtorch_python.so", "Synchronization debug mode is a prototype")
+    monkeypatch.chdir(REPO)  # sites are named relative to the working directory
+    caught = [warnings.WarningMessage(UserWarning(text), UserWarning, os.path.join(REPO, "x.py"), line)
+              for text, line in ((notice, 1), (sync, 2), (sync, 2), (sync, 3))]
+    assert host_syncs.sync_warning_sites(caught) == {"x.py:2": 2, "x.py:3": 1}
