@@ -348,6 +348,8 @@ def main(argv=None):
                    "compiled one compiles again in its own process)")
     p.add_argument("--memory-batches", default="", help="images per GPU of the memory runs, comma-separated "
                    "(default: --batch; the H100 recipes train 12 per GPU)")
+    p.add_argument("--cudnn-benchmark", action="store_true",
+                   help="CUDA: turn on cuDNN's autotuner (torch.backends.cudnn.benchmark; the trainer does not)")
     p.add_argument("--json", action="store_true", help="JSON lines instead of text")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--peak", action="store_true", help=argparse.SUPPRESS)
@@ -366,14 +368,18 @@ def main(argv=None):
     if args.worker:
         return worker(args, device, dtype)
     if gpu:
-        torch.backends.cudnn.benchmark = True
+        # The trainer leaves cuDNN's autotuner off; each new input shape re-tunes it (COCO's batches vary in shape,
+        # as do torchvision's mask rows): measured as the trainer runs unless asked for.
+        torch.backends.cudnn.benchmark = args.cudnn_benchmark
     out = Out(args.json)
     name = torch.cuda.get_device_name(device) if gpu else f"CPU x{torch.get_num_threads()} threads"
     out.line(f"device: {name} | torch {torch.__version__} | image {args.height}x{args.width} | batch {args.batch} | "
              f"{args.dtype}{' | channels_last' if args.nhwc else ''} | {args.iters} rounds, models interleaved"
+             + (" | cudnn.benchmark" if gpu and args.cudnn_benchmark else "")
              + (f" | {' '.join(args.opts)}" if args.opts else ""),
              event="setting", device=name, torch=torch.__version__, height=args.height, width=args.width,
-             batch=args.batch, dtype=args.dtype, nhwc=args.nhwc, opts=list(args.opts))
+             batch=args.batch, dtype=args.dtype, nhwc=args.nhwc, cudnn_benchmark=gpu and args.cudnn_benchmark,
+             opts=list(args.opts))
     models = args.models.split(",")
     steps = build(args, device, dtype, out, [m for m in models if m != "compiled"])
     if "compiled" in models:

@@ -325,6 +325,37 @@ def test_a_compile_failure_keeps_the_other_models_figures():
     assert figures["peak GPU memory alone, eager, batch 12"] == "41.50 GiB"
 
 
+def test_a_model_timed_before_compiling_shows_both_figures():
+    """An H200 run: torchvision's step took 0.18 s in the rounds before compiling and 0.78 s in the rounds beside
+    the compiled steps; the summary's figure alone hid the first."""
+    c = gpu_check.Check("model_step", "t", [], 1, status="passed")
+    c.output = "\n".join([
+        '{"event": "setting", "device": "H200", "torch": "2.11", "height": 800, "width": 1333, "batch": 12, '
+        '"dtype": "float16", "nhwc": true}',
+        '{"event": "round", "round": 1, "phase": "before compiling", "seconds": {"eager": 0.14, "torchvision": 0.18}}',
+        '{"event": "round", "round": 2, "phase": "before compiling", "seconds": {"eager": 0.14, "torchvision": 0.2}}',
+        '{"event": "round", "round": 1, "seconds": {"eager": 0.12, "torchvision": 0.78, "compiled (default)": 0.2}}',
+        '{"event": "summary", "model": "eager", "img_s": 96.8, "mask_rows": 72}',
+        '{"event": "summary", "model": "torchvision", "img_s": 15.4, "mask_rows": null}',
+        '{"event": "summary", "model": "compiled (default)", "img_s": 60.0, "mask_rows": 1536}'])
+    gpu_check.read_model_step(c)
+    figures = dict(c.figures)
+    assert figures["training step img/s, eager"] == \
+        "96.8 (72 mask-head rows per step; 85.714 in the 2 rounds before compiling)"
+    assert figures["training step img/s, torchvision"] == "15.4 (63.158 in the 2 rounds before compiling)"
+    assert figures["training step img/s, compiled (default)"] == "60.0 (1536 mask-head rows per step)"
+    assert "per GPU: 96.8 img/s (eager, the step a run takes" in "\n".join(gpu_check.projection(c))
+    # cut before any interleaved round: the rounds before compiling, said so
+    c = gpu_check.Check("model_step", "t", [], 1, status="NOT RUN (did not finish in its 200 s cap)")
+    c.output = "\n".join((
+        '{"event": "setting", "device": "H200", "torch": "2.11", "height": 800, "width": 1333, "batch": 12, '
+        '"dtype": "float16", "nhwc": true}',
+        '{"event": "round", "round": 1, "phase": "before compiling", "seconds": {"eager": 0.15}}'))
+    gpu_check.read_model_step(c)
+    assert dict(c.figures)["training step img/s, eager"] == \
+        "80.000 (median of the 1 rounds printed before the cap, before compiling)"
+
+
 def test_a_model_step_cut_by_its_cap_still_gives_img_s_from_its_rounds():
     """bench/model_step.py killed at its cap after some rounds (no summary line): each model's img/s is the batch
     over its median round, labelled as such; a model that failed stays a failure; the projection uses the

@@ -193,8 +193,9 @@ def read_parity(c):
 def read_model_step(c):
     """bench/model_step.py --json: one event per line (setting, setup, failed, round, summary, memory). A run cut
     by its cap before its summary still gives each model's img/s: the median step of the rounds it printed, each
-    such figure saying so."""
-    rounds, summarized, failed, batch = {}, set(), set(), None
+    such figure saying so. A model timed before anything compiled too gets that figure beside its own (the
+    interleaved rounds run beside the compiled steps, whose CUDA graphs and pools share the device)."""
+    rounds, early, summarized, failed, batch = {}, {}, set(), set(), None
     for line in c.output.splitlines():
         if not line.startswith("{"):
             continue
@@ -207,6 +208,7 @@ def read_model_step(c):
             batch = e["batch"]
             c.figures.append(("setting", f"{e['device']}, torch {e['torch']}, {e['height']}x{e['width']}, batch "
                                          f"{e['batch']}, {e['dtype']}{', channels_last' if e.get('nhwc') else ''}"
+                                         f"{', cudnn.benchmark' if e.get('cudnn_benchmark') else ''}"
                                          f"{', ' + ' '.join(e['opts']) if e.get('opts') else ''}"))
         elif kind == "setup" and e["model"].startswith("compiled"):
             c.figures.append((f"compile time, {e['model']}", f"{e['seconds']} s"))
@@ -220,20 +222,24 @@ def read_model_step(c):
         elif kind == "summary":
             summarized.add(e.get("model"))
             rows = e.get("mask_rows")  # the mask head's rows: the batch's positives, or the static step's budget
+            notes = [] if rows is None else [f"{rows} mask-head rows per step"]
+            if batch and early.get(e["model"]):
+                seconds = early[e["model"]]
+                notes.append(f"{batch / statistics.median(seconds):.3f} in the {len(seconds)} rounds before compiling")
             c.figures.append((f"training step img/s, {e['model']}",
-                              f"{e['img_s']}" + ("" if rows is None else f" ({rows} mask-head rows per step)")))
+                              f"{e['img_s']}" + (f" ({'; '.join(notes)})" if notes else "")))
         elif kind == "round":
             for model, seconds in e["seconds"].items():
-                rounds.setdefault(model, []).append(seconds)
+                (early if e.get("phase") == "before compiling" else rounds).setdefault(model, []).append(seconds)
         elif kind == "memory":
             c.figures.append((f"peak GPU memory alone, {e['model']}, batch {e.get('batch', '?')}",
                               f"{e['gib']:.2f} GiB" if "gib" in e else
                               f"FAILED ({(e.get('failed') or [''])[0] or 'its process failed'})"))
     if batch and not summarized:  # cut before the summary: the rounds it printed, of the models that did not fail
-        for model, seconds in ((m, s) for m, s in rounds.items() if m not in failed):
+        for model, seconds in ((m, s) for m, s in {**early, **rounds}.items() if m not in failed):
             c.figures.append((f"training step img/s, {model}",
                               f"{batch / statistics.median(seconds):.3f} (median of the {len(seconds)} rounds "
-                              "printed before the cap)"))
+                              f"printed before the cap{'' if model in rounds else ', before compiling'})"))
 
 
 def read_host_syncs(c):
