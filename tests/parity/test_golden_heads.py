@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from ulps import BOX_ULPS, SCORE_ULPS, box_error_in_image_ulps, max_ulps
+from ulps import BOX_ULPS, SCORE_ULPS, box_error_in_image_ulps, max_ulps, paired_box_error_in_image_ulps
 from helpers import r50_cfg
 from maskrcnn_benchmark.modeling.box_coder import BoxCoder
 from maskrcnn_benchmark.modeling.roi_heads.box_head.inference import make_roi_box_post_processor
@@ -18,13 +18,6 @@ def _rpn_inputs(inputs, device):
                                                    [t.to(device) for t in inputs["box_regression"]])
     anchors = [a.to(device) for a in inputs["anchors_xyxy"]]
     return anchors, objectness, regression, [tuple(s) for s in inputs["image_sizes_hw"]]
-
-
-def _by_score_then_box(boxes, scores):
-    keys = torch.cat((scores[:, None].double(), boxes.double()), 1).numpy()
-    import numpy as np
-
-    return boxes[torch.from_numpy(np.lexsort(keys.T[::-1]).copy())]
 
 
 def test_anchors_and_visibility_match(golden):
@@ -70,18 +63,21 @@ def test_rpn_post_processing_identical_including_order(golden, device, mode):
             # Boxes go through exp: last bits per BOX_ULPS (conftest); probabilities (sigmoid) are exact on the CPU
             # (the reference's arithmetic). On CUDA the sigmoid's exp is CUDA's, not the CPU's vectorized one: last
             # bits differ (seen on an H200), so there the golden README's bound for another fp32 implementation,
-            # 1e-6, applies.
+            # 1e-6, applies, and the order among probabilities within 1e-6 of one another is free too (inductor's
+            # sigmoid on an H200 swapped such neighbours: paired by sorting on the probability, each box met its
+            # neighbour's).
+            atol = 0.0 if device.type == "cpu" else 1e-6
             if device.type == "cpu":
                 assert torch.equal(ours.get_field("objectness"), ref["objectness"]), v["name"]
             else:
-                torch.testing.assert_close(ours.get_field("objectness"), ref["objectness"], rtol=0, atol=1e-6,
+                torch.testing.assert_close(ours.get_field("objectness"), ref["objectness"], rtol=0, atol=atol,
                                            msg=v["name"])
-            assert box_error_in_image_ulps(_by_score_then_box(ours.bbox, ours.get_field("objectness")),
-                                           _by_score_then_box(ref["bbox_xyxy"], ref["objectness"]),
-                                           ours.size) <= BOX_ULPS, v["name"]
-            ties = ref["objectness"][1:] == ref["objectness"][:-1]
-            untied = ~(torch.cat((ties, ties.new_zeros(1))) | torch.cat((ties.new_zeros(1), ties)))
-            assert box_error_in_image_ulps(ours.bbox[untied], ref["bbox_xyxy"][untied], ours.size) <= BOX_ULPS
+            assert paired_box_error_in_image_ulps(ours.bbox, ours.get_field("objectness"), ref["bbox_xyxy"],
+                                                  ref["objectness"], ours.size, atol) <= BOX_ULPS, v["name"]
+            # and in place where a probability is more than 2 atol from its neighbours (its rank is fixed)
+            close = (ref["objectness"][1:] - ref["objectness"][:-1]).abs() <= 2 * atol  # each side within atol
+            alone = ~(torch.cat((close, close.new_zeros(1))) | torch.cat((close.new_zeros(1), close)))
+            assert box_error_in_image_ulps(ours.bbox[alone], ref["bbox_xyxy"][alone], ours.size) <= BOX_ULPS
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["per-group nms", "padded nms"])

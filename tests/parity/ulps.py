@@ -32,3 +32,43 @@ def box_error_in_image_ulps(a, b, image_size_wh):
     scale = torch.tensor(float(max(image_size_wh)), dtype=torch.float32)
     ulp = float(torch.nextafter(scale, torch.tensor(float("inf"))) - scale)
     return float((a - b).abs().max()) / ulp if a.numel() else 0.0
+
+
+def paired_box_error_in_image_ulps(boxes, scores, ref_boxes, ref_scores, image_size_wh, score_atol=0.0):
+    """Largest box difference (ulps at the image scale, as :func:`box_error_in_image_ulps`) once each box is paired
+    with a reference box whose score is within ``score_atol`` of its own: the order among such scores is free.
+
+    Scores within ``score_atol`` of one another (chained, both sides together) form a group; a group must hold as
+    many of our boxes as reference boxes, else the sets differ (``inf``); within a group the pairing is the
+    assignment of least total error (scipy's ``linear_sum_assignment``). With ``score_atol=0`` the groups are the
+    exact ties. Sorting by score then box cannot pair them where the scores differ in their last bits (another
+    device's sigmoid): two near-equal scores swap places, and each box meets its neighbour's."""
+    import numpy as np
+    from scipy.optimize import linear_sum_assignment
+
+    assert len(boxes) == len(scores) and len(ref_boxes) == len(ref_scores)
+    if len(boxes) != len(ref_boxes):
+        return float("inf")
+    if not len(boxes):
+        return 0.0
+    scale = torch.tensor(float(max(image_size_wh)), dtype=torch.float32)
+    ulp = float(torch.nextafter(scale, torch.tensor(float("inf"))) - scale)
+    s = torch.cat((scores, ref_scores)).double()
+    order = torch.argsort(s)
+    group = torch.empty_like(order)
+    group[order] = torch.cat((order.new_zeros(1), (s[order].diff() > score_atol).long().cumsum(0)))
+    ours_group, ref_group = group[:len(boxes)], group[len(boxes):]
+    n = int(group.max()) + 1
+    if not torch.equal(torch.bincount(ours_group, minlength=n), torch.bincount(ref_group, minlength=n)):
+        return float("inf")
+    i, j = torch.argsort(ours_group, stable=True), torch.argsort(ref_group, stable=True)  # same groups, row by row
+    error = (boxes[i] - ref_boxes[j]).abs().amax(1)
+    sizes = torch.bincount(ours_group, minlength=n)
+    single = (sizes == 1)[ours_group[i]]
+    worst = float(error[single].max()) if bool(single.any()) else 0.0
+    for g in torch.where(sizes > 1)[0].tolist():  # ties: the pairing of least total error within the group
+        a, b = i[ours_group[i] == g], j[ref_group[j] == g]
+        cost = (boxes[a][:, None, :] - ref_boxes[b][None, :, :]).abs().amax(2).double().numpy()
+        rows, cols = linear_sum_assignment(cost)
+        worst = max(worst, float(cost[rows, cols].max()))
+    return worst / ulp
