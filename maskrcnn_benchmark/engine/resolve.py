@@ -9,7 +9,8 @@ key                                    automatic value               resolved to
 ``COMPILE``                            None                          False: the eager step (measured faster on
                                                                      the CPU and on an H200: docs/benchmarks.md)
 ``COMPILE_MODE``                       "auto"                        "default" (inductor without CUDA graphs:
-                                                                     reduce-overhead failed on an H200)
+                                                                     reduce-overhead, faster in the step bench,
+                                                                     has not run in a training run on a GPU)
 ``DATALOADER.HYBRID``                  None                          True on CUDA (decode in the workers, resize
                                                                      and normalize on the GPU), False on the CPU
 ``MODEL.ROI_BOX_HEAD.NUM_CLASSES``     not given by the config       the data's categories + 1 (read from the
@@ -41,8 +42,8 @@ def resolve(cfg, device, world_size=1, is_train=True):
     cuda = _is_cuda(device)
     notes = []
     if out.COMPILE is None:
-        # H200, torch 2.11, 800x1333, 12 images, float16: eager 89 img/s, compiled static step 66 (default mode),
-        # reduce-overhead failed (an output of a CUDA-graph replay read after the next replay)
+        # H200, torch 2.11, 800x1333, 12 images, float16 (docs/benchmarks.md, 2026-11-27): eager 96.8 img/s,
+        # compiled static step 82.0 with CUDA graphs (reduce-overhead), 59.6 without (default)
         out.COMPILE = False
         notes.append("COMPILE False (auto: the eager step, measured fastest)")
     if out.COMPILE_MODE == "auto":
