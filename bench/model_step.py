@@ -151,17 +151,33 @@ def make_static_step(args, device, dtype, images, targets, mode=None):
                                      fused=True), model)
     precompute_anchors(model, [size], device)
     compiled = CompiledForward(model, mode, backend=args.compile_backend, batch_size=args.batch)
-    step = Step(f"compiled ({mode})", lambda: compiled(il, batch), model.parameters(), device, dtype, fused=True)
+
+    def forward():
+        losses = compiled(il, batch)
+        if compiled.failure is not None:  # the trainer would run on eagerly: this is no compiled figure
+            raise RuntimeError(f"compile failed, fell back to eager: {type(compiled.failure).__name__}: "
+                               f"{str(compiled.failure).splitlines()[0] if str(compiled.failure) else ''}")
+        return losses
+
+    step = Step(f"compiled ({mode})", forward, model.parameters(), device, dtype, fused=True)
     mask = getattr(model.roi_heads, "mask", None)
     step.mask_rows = args.batch * mask.max_positives if mask is not None else None  # the static step's fixed rows
+    skips = _cudagraph_skips()
     t = time.perf_counter()
     step.run()  # compiles (and, with reduce-overhead, records the CUDA graphs on the next calls)
     step.run()
     step.setup_seconds = time.perf_counter() - t
-    if compiled.failure is not None:
-        raise RuntimeError(f"compile failed, fell back to eager: {type(compiled.failure).__name__}: "
-                           f"{str(compiled.failure).splitlines()[0] if str(compiled.failure) else ''}")
+    # inductor skips CUDA graphs silently (a CPU tensor in the graph, an op it cannot capture), the step then runs
+    # compiled without them: counted here, while it compiled and recorded
+    step.cudagraph_skips = _cudagraph_skips() - skips if compiled.cudagraphs else None
     return step
+
+
+def _cudagraph_skips():
+    """Inductor's count of the graphs (or partitions) it compiled without CUDA graphs, in this process."""
+    from torch._dynamo.utils import counters
+
+    return counters["inductor"]["cudagraph_skips"]
 
 
 def make_torchvision(args, device, dtype, images, tv_targets):
@@ -294,8 +310,11 @@ def build(args, device, dtype, out, models):
                          reason=reason)
                 continue
             seconds = step.setup_seconds or (time.perf_counter() - t)
-            out.line(f"{name}: ready in {seconds:.1f} s" + (" (compile and first steps)" if mode else ""),
-                     event="setup", model=name, seconds=round(seconds, 2))
+            skips = getattr(step, "cudagraph_skips", None)
+            graphs = "" if skips is None else (" (CUDA graphs recorded: inductor skipped none)" if not skips else
+                                               f" (CUDA GRAPHS SKIPPED {skips} time(s): it runs without them)")
+            out.line(f"{name}: ready in {seconds:.1f} s" + (" (compile and first steps)" if mode else "") + graphs,
+                     event="setup", model=name, seconds=round(seconds, 2), cudagraph_skips=skips)
             steps.append(step)
     return steps
 

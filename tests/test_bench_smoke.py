@@ -97,7 +97,7 @@ def test_a_model_step_killed_while_compiling_still_gives_the_eager_figure():
                             output=out.stdout)
     gpu_check.read_model_step(check)
     figure = dict(check.figures).get("training step img/s, eager", "")
-    assert figure.endswith("(median of the 2 rounds printed before the cap)"), out.stdout
+    assert figure.endswith("(median of the 2 rounds printed before the cap, before compiling)"), out.stdout
 
 
 def test_eval_gather_bench_merges_both_forms_into_every_detection(capsys):
@@ -141,3 +141,50 @@ def test_host_syncs_counts_the_sync_warning_and_not_the_modes_notice(monkeypatch
     caught = [warnings.WarningMessage(UserWarning(text), UserWarning, os.path.join(REPO, "x.py"), line)
               for text, line in ((notice, 1), (sync, 2), (sync, 2), (sync, 3))]
     assert host_syncs.sync_warning_sites(caught) == {"x.py:2": 2, "x.py:3": 1}
+
+
+@pytest.mark.slow
+def test_model_step_reports_a_later_fallback_and_skipped_cuda_graphs(monkeypatch, capsys):
+    """Two ways a compiled figure could be an eager or graph-less one: the compiled step falls back to eager in a
+    later round (a CUDA-graph replay that fails), or inductor skips the CUDA graphs (it does so silently, counting
+    it). A stand-in for CompiledForward does both; the bench and gpu-check's report say so."""
+    from torch._dynamo.utils import counters
+
+    from maskrcnn_benchmark.cli import gpu_check
+    from maskrcnn_benchmark.engine import compile as compile_module
+
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    try:
+        import model_step
+    finally:
+        sys.path.remove(os.path.join(REPO, "bench"))
+
+    class StandIn:
+        def __init__(self, model, mode, backend="inductor", batch_size=None):
+            self.model, self.failure, self.calls = model, None, 0
+            self.cudagraphs = mode == "reduce-overhead"
+
+        def __call__(self, images, targets):
+            self.calls += 1
+            if self.cudagraphs and self.calls == 1:  # compiling, at the first call
+                counters["inductor"]["cudagraph_skips"] += 1  # what inductor counts for a graph on the CPU
+            if not self.cudagraphs and self.calls == 4:  # 2 calls to set up, then the second round
+                self.failure = RuntimeError("operation not permitted when stream is capturing")
+            return self.model(images, targets)
+
+    monkeypatch.setattr(compile_module, "CompiledForward", StandIn)
+    assert model_step.main(["--device", "cpu", "--height", "96", "--width", "128", "--batch", "1", "--iters", "3",
+                            "--warmup", "0", "--models", "compiled", "--compile-mode", "reduce-overhead,default",
+                            "--json", *SMALL_ROI_BUDGET]) == 0
+    output = capsys.readouterr().out
+    events = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    setup = {e["model"]: e for e in events if e["event"] == "setup"}
+    assert setup["compiled (reduce-overhead)"]["cudagraph_skips"] == 1
+    assert setup["compiled (default)"]["cudagraph_skips"] is None
+    assert {e["model"] for e in events if e["event"] == "summary"} == {"compiled (reduce-overhead)"}
+    check = gpu_check.Check("model_step", "t", [], 1, status="passed", output=output)
+    gpu_check.read_model_step(check)
+    figures = dict(check.figures)
+    assert figures["CUDA graphs, compiled (reduce-overhead)"].startswith("SKIPPED 1 time(s)")
+    assert figures["compiled (default)"].startswith("FAILED (RuntimeError: compile failed, fell back to eager")
+    assert "training step img/s, compiled (default)" not in figures

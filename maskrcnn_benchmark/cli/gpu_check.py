@@ -212,6 +212,10 @@ def read_model_step(c):
                                          f"{', ' + ' '.join(e['opts']) if e.get('opts') else ''}"))
         elif kind == "setup" and e["model"].startswith("compiled"):
             c.figures.append((f"compile time, {e['model']}", f"{e['seconds']} s"))
+            skips = e.get("cudagraph_skips")
+            if skips is not None:  # a mode with CUDA graphs: inductor says whether it skipped them
+                c.figures.append((f"CUDA graphs, {e['model']}", "recorded (inductor skipped none)" if not skips else
+                                  f"SKIPPED {skips} time(s): the compiled step ran without them"))
         elif kind == "failed":
             failed.add(e["model"])
             c.figures.append((f"{e['model']}", f"FAILED ({e['reason']})"))
