@@ -162,22 +162,34 @@ def make_static_step(args, device, dtype, images, targets, mode=None):
     step = Step(f"compiled ({mode})", forward, model.parameters(), device, dtype, fused=True)
     mask = getattr(model.roi_heads, "mask", None)
     step.mask_rows = args.batch * mask.max_positives if mask is not None else None  # the static step's fixed rows
-    skips = _cudagraph_skips()
+    if compiled.cudagraphs:
+        _count_cudagraph_skips(step)
     t = time.perf_counter()
     step.run()  # compiles (and, with reduce-overhead, records the CUDA graphs on the next calls)
     step.run()
     step.setup_seconds = time.perf_counter() - t
-    # inductor skips CUDA graphs silently (a CPU tensor in the graph, an op it cannot capture), the step then runs
-    # compiled without them: counted here, while it compiled and recorded
-    step.cudagraph_skips = _cudagraph_skips() - skips if compiled.cudagraphs else None
     return step
 
 
-def _cudagraph_skips():
-    """Inductor's count of the graphs (or partitions) it compiled without CUDA graphs, in this process."""
+def _count_cudagraph_skips(step):
+    """``step.cudagraph_skips``: inductor's count of the graphs it left without CUDA graphs during this step's
+    calls (it does so with no error: a CPU tensor in the graph, a mutated input, a graph re-recorded past its limit;
+    a graph with no CUDA work at all counts too). The models' steps run one after another, so each call's
+    difference is its own."""
     from torch._dynamo.utils import counters
 
-    return counters["inductor"]["cudagraph_skips"]
+    inner, step.cudagraph_skips = step.run, 0
+
+    def run():
+        before = counters["inductor"]["cudagraph_skips"]
+        try:
+            return inner()
+        finally:
+            step.cudagraph_skips += counters["inductor"]["cudagraph_skips"] - before
+
+    step.run = run
+
+
 
 
 def make_torchvision(args, device, dtype, images, tv_targets):
@@ -208,7 +220,8 @@ class Baseline:
         env = dict(os.environ, PYTHONPATH=root)
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--device", args.device, "--height",
                str(args.height), "--width", str(args.width), "--batch", str(args.batch), "--dtype", args.dtype]
-        cmd += (["--nhwc"] if args.nhwc else []) + list(args.opts)
+        cmd += (["--nhwc"] if args.nhwc else []) + (["--cudnn-benchmark"] if args.cudnn_benchmark else [])
+        cmd += list(args.opts)
         self.proc = subprocess.Popen(cmd, env=env, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True)
         ready = self.proc.stdout.readline().strip()
@@ -265,6 +278,7 @@ def memory_alone(args, out):
                "--width", str(args.width), "--batch", str(batch), "--dtype", args.dtype, "--models", model,
                "--iters", "1", "--warmup", "1", "--json", "--peak", "--compile-backend", args.compile_backend]
         cmd += ["--nhwc"] if args.nhwc else []
+        cmd += ["--cudnn-benchmark"] if args.cudnn_benchmark else []  # its workspaces count in the peak
         cmd += ["--compile-mode", args.compile_mode] if args.compile_mode else []
         cmd += list(args.opts)
         r = subprocess.run(cmd, capture_output=True, text=True)
@@ -311,8 +325,8 @@ def build(args, device, dtype, out, models):
                 continue
             seconds = step.setup_seconds or (time.perf_counter() - t)
             skips = getattr(step, "cudagraph_skips", None)
-            graphs = "" if skips is None else (" (CUDA graphs recorded: inductor skipped none)" if not skips else
-                                               f" (CUDA GRAPHS SKIPPED {skips} time(s): it runs without them)")
+            graphs = "" if skips is None else (" (CUDA graphs: inductor counted no skip)" if not skips else
+                                               f" (CUDA graphs: inductor counted {skips} skip(s))")
             out.line(f"{name}: ready in {seconds:.1f} s" + (" (compile and first steps)" if mode else "") + graphs,
                      event="setup", model=name, seconds=round(seconds, 2), cudagraph_skips=skips)
             steps.append(step)
@@ -384,12 +398,13 @@ def main(argv=None):
     dtype = getattr(torch, args.dtype)
     if not gpu:
         keep_freed_blocks()
-    if args.worker:
-        return worker(args, device, dtype)
     if gpu:
         # The trainer leaves cuDNN's autotuner off; each new input shape re-tunes it (COCO's batches vary in shape,
-        # as do torchvision's mask rows): measured as the trainer runs unless asked for.
+        # as do torchvision's mask rows: on an H200 its step went from 0.2 s to 1 s once they varied): measured as
+        # the trainer runs unless asked for, in every process of the bench alike.
         torch.backends.cudnn.benchmark = args.cudnn_benchmark
+    if args.worker:
+        return worker(args, device, dtype)
     out = Out(args.json)
     name = torch.cuda.get_device_name(device) if gpu else f"CPU x{torch.get_num_threads()} threads"
     out.line(f"device: {name} | torch {torch.__version__} | image {args.height}x{args.width} | batch {args.batch} | "
@@ -446,6 +461,7 @@ def main(argv=None):
              f"{'img/s':>7} | {'mask rows':>9} |")
     out.line(f"|{'-' * 36}|{'-' * 11}|{'-' * 9}|{'-' * 10}|{'-' * 12}|{'-' * 9}|{'-' * 11}|")
     rows = {s.name: getattr(s, "mask_rows", None) for s in steps}
+    skips = {s.name: getattr(s, "cudagraph_skips", None) for s in steps}  # setup and every round
     for k, v in measured.items():
         step_s = statistics.median(t for t, _ in v)
         fb = statistics.median(f for _, f in v)
@@ -454,7 +470,7 @@ def main(argv=None):
                  f"{args.batch / fb:7.2f} | {'-' if rows.get(k) is None else rows[k]:>9} |", event="summary",
                  model=k, step_ms=round(1000 * step_s, 1), img_s=round(args.batch / step_s, 3),
                  fwd_bwd_ms=round(1000 * fb, 1), fwd_bwd_img_s=round(args.batch / fb, 3), rounds=len(v),
-                 mask_rows=rows.get(k))
+                 mask_rows=rows.get(k), cudagraph_skips=skips.get(k))
     out.line("", event=None)
     out.line("(vs eager: the eager step's time over this model's: above 1, faster than eager; mask rows: the mask "
              "head's rows per step, the positives of the batch in the eager step, the sampler's positive budget "

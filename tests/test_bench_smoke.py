@@ -147,7 +147,8 @@ def test_host_syncs_counts_the_sync_warning_and_not_the_modes_notice(monkeypatch
 def test_model_step_reports_a_later_fallback_and_skipped_cuda_graphs(monkeypatch, capsys):
     """Two ways a compiled figure could be an eager or graph-less one: the compiled step falls back to eager in a
     later round (a CUDA-graph replay that fails), or inductor skips the CUDA graphs (it does so silently, counting
-    it). A stand-in for CompiledForward does both; the bench and gpu-check's report say so."""
+    it, at compile time or when it re-records in a later call). A stand-in for CompiledForward does both; the bench
+    and gpu-check's report say so."""
     from torch._dynamo.utils import counters
 
     from maskrcnn_benchmark.cli import gpu_check
@@ -166,7 +167,7 @@ def test_model_step_reports_a_later_fallback_and_skipped_cuda_graphs(monkeypatch
 
         def __call__(self, images, targets):
             self.calls += 1
-            if self.cudagraphs and self.calls == 1:  # compiling, at the first call
+            if self.cudagraphs and self.calls in (1, 4):  # compiling at the first call, re-recording in a round
                 counters["inductor"]["cudagraph_skips"] += 1  # what inductor counts for a graph on the CPU
             if not self.cudagraphs and self.calls == 4:  # 2 calls to set up, then the second round
                 self.failure = RuntimeError("operation not permitted when stream is capturing")
@@ -181,10 +182,46 @@ def test_model_step_reports_a_later_fallback_and_skipped_cuda_graphs(monkeypatch
     setup = {e["model"]: e for e in events if e["event"] == "setup"}
     assert setup["compiled (reduce-overhead)"]["cudagraph_skips"] == 1
     assert setup["compiled (default)"]["cudagraph_skips"] is None
-    assert {e["model"] for e in events if e["event"] == "summary"} == {"compiled (reduce-overhead)"}
+    summary = {e["model"]: e for e in events if e["event"] == "summary"}
+    assert set(summary) == {"compiled (reduce-overhead)"}
+    assert summary["compiled (reduce-overhead)"]["cudagraph_skips"] == 2  # the one in a round too
     check = gpu_check.Check("model_step", "t", [], 1, status="passed", output=output)
     gpu_check.read_model_step(check)
     figures = dict(check.figures)
-    assert figures["CUDA graphs, compiled (reduce-overhead)"].startswith("SKIPPED 1 time(s)")
+    assert figures["CUDA graphs, compiled (reduce-overhead)"].startswith("inductor counted 2 skip(s) in all its")
     assert figures["compiled (default)"].startswith("FAILED (RuntimeError: compile failed, fell back to eager")
     assert "training step img/s, compiled (default)" not in figures
+
+
+def test_model_step_gives_its_cudnn_setting_to_every_process(monkeypatch):
+    """The baseline worker and the memory runs are processes of their own: each gets the bench's cuDNN setting
+    (the autotuner's workspaces count in a peak), or the figures beside each other were taken two ways."""
+    import argparse
+    import io
+
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    try:
+        import model_step
+    finally:
+        sys.path.remove(os.path.join(REPO, "bench"))
+    commands = []
+
+    class Process:
+        def __init__(self, cmd, **kwargs):
+            commands.append(cmd)
+            self.stdout = io.StringIO("ready\n")
+
+    monkeypatch.setattr(model_step.subprocess, "Popen", Process)
+    monkeypatch.setattr(model_step.subprocess, "run",
+                        lambda cmd, **kwargs: commands.append(cmd) or subprocess.CompletedProcess(cmd, 0, "", ""))
+    args = argparse.Namespace(device="cuda", height=96, width=128, batch=1, dtype="float16", nhwc=False, opts=[],
+                              cudnn_benchmark=True, memory_batches="", memory_models="", models="eager",
+                              compile_backend="inductor", compile_mode=None)
+    model_step.Baseline(REPO, args)
+    model_step.memory_alone(args, model_step.Out(True))
+    assert len(commands) == 2 and all("--cudnn-benchmark" in cmd for cmd in commands), commands
+    args.cudnn_benchmark = False
+    commands.clear()
+    model_step.Baseline(REPO, args)
+    model_step.memory_alone(args, model_step.Out(True))
+    assert len(commands) == 2 and not any("--cudnn-benchmark" in cmd for cmd in commands), commands

@@ -194,8 +194,8 @@ def read_model_step(c):
     """bench/model_step.py --json: one event per line (setting, setup, failed, round, summary, memory). A run cut
     by its cap before its summary still gives each model's img/s: the median step of the rounds it printed, each
     such figure saying so. A model timed before anything compiled too gets that figure beside its own (the
-    interleaved rounds run beside the compiled steps, whose CUDA graphs and pools share the device)."""
-    rounds, early, summarized, failed, batch = {}, {}, set(), set(), None
+    interleaved rounds come later, after the compiles and beside the compiled steps)."""
+    rounds, early, summarized, failed, batch, graph_skips = {}, {}, set(), set(), None, {}
     for line in c.output.splitlines():
         if not line.startswith("{"):
             continue
@@ -212,10 +212,8 @@ def read_model_step(c):
                                          f"{', ' + ' '.join(e['opts']) if e.get('opts') else ''}"))
         elif kind == "setup" and e["model"].startswith("compiled"):
             c.figures.append((f"compile time, {e['model']}", f"{e['seconds']} s"))
-            skips = e.get("cudagraph_skips")
-            if skips is not None:  # a mode with CUDA graphs: inductor says whether it skipped them
-                c.figures.append((f"CUDA graphs, {e['model']}", "recorded (inductor skipped none)" if not skips else
-                                  f"SKIPPED {skips} time(s): the compiled step ran without them"))
+            if e.get("cudagraph_skips") is not None:  # a mode with CUDA graphs: inductor counts what it skipped
+                graph_skips[e["model"]] = (e["cudagraph_skips"], "while compiling and recording")
         elif kind == "failed":
             failed.add(e["model"])
             c.figures.append((f"{e['model']}", f"FAILED ({e['reason']})"))
@@ -225,6 +223,8 @@ def read_model_step(c):
             summarized.add(e["model"])
         elif kind == "summary":
             summarized.add(e.get("model"))
+            if e.get("cudagraph_skips") is not None:
+                graph_skips[e["model"]] = (e["cudagraph_skips"], "in all its calls")
             rows = e.get("mask_rows")  # the mask head's rows: the batch's positives, or the static step's budget
             notes = [] if rows is None else [f"{rows} mask-head rows per step"]
             if batch and early.get(e["model"]):
@@ -239,6 +239,10 @@ def read_model_step(c):
             c.figures.append((f"peak GPU memory alone, {e['model']}, batch {e.get('batch', '?')}",
                               f"{e['gib']:.2f} GiB" if "gib" in e else
                               f"FAILED ({(e.get('failed') or [''])[0] or 'its process failed'})"))
+    for model, (skips, when) in graph_skips.items():
+        c.figures.append((f"CUDA graphs, {model}", f"inductor counted no skip {when}" if not skips else
+                          f"inductor counted {skips} skip(s) {when}: a graph it left without CUDA graphs "
+                          "(TORCH_LOGS=cudagraphs names each; a graph with no CUDA work counts too)"))
     if batch and not summarized:  # cut before the summary: the rounds it printed, of the models that did not fail
         for model, seconds in ((m, s) for m, s in {**early, **rounds}.items() if m not in failed):
             c.figures.append((f"training step img/s, {model}",

@@ -42,8 +42,8 @@ def resolve(cfg, device, world_size=1, is_train=True):
     cuda = _is_cuda(device)
     notes = []
     if out.COMPILE is None:
-        # H200, torch 2.11, 800x1333, 12 images, float16 (docs/benchmarks.md, 2026-11-27): eager 96.8 img/s,
-        # compiled static step 82.0 with CUDA graphs (reduce-overhead), 59.6 without (default)
+        # H200, torch 2.11, 800x1333, 12 images, float16, cuDNN autotuner on (docs/benchmarks.md, 2026-11-27):
+        # eager 96.8 img/s, compiled static step 82.0 with CUDA graphs (reduce-overhead), 59.6 without (default)
         out.COMPILE = False
         notes.append("COMPILE False (auto: the eager step, measured fastest)")
     if out.COMPILE_MODE == "auto":

@@ -39,13 +39,11 @@ def paired_box_error_in_image_ulps(boxes, scores, ref_boxes, ref_scores, image_s
     with a reference box whose score is within ``score_atol`` of its own: the order among such scores is free.
 
     Scores within ``score_atol`` of one another (chained, both sides together) form a group; a group must hold as
-    many of our boxes as reference boxes, else the sets differ (``inf``); within a group the pairing is the
-    assignment of least total error (scipy's ``linear_sum_assignment``). With ``score_atol=0`` the groups are the
-    exact ties. Sorting by score then box cannot pair them where the scores differ in their last bits (another
-    device's sigmoid): two near-equal scores swap places, and each box meets its neighbour's."""
-    import numpy as np
-    from scipy.optimize import linear_sum_assignment
-
+    many of our boxes as reference boxes, else the sets differ (``inf``); within a group each box pairs with a
+    reference box of a score within ``score_atol`` of its own (not merely chained to it), by the pairing whose
+    largest error is least. With ``score_atol=0`` the groups are the exact ties. Sorting by score then box cannot
+    pair them where the scores differ in their last bits (another device's sigmoid): two near-equal scores swap
+    places, and each box meets its neighbour's."""
     assert len(boxes) == len(scores) and len(ref_boxes) == len(ref_scores)
     if len(boxes) != len(ref_boxes):
         return float("inf")
@@ -64,11 +62,29 @@ def paired_box_error_in_image_ulps(boxes, scores, ref_boxes, ref_scores, image_s
     i, j = torch.argsort(ours_group, stable=True), torch.argsort(ref_group, stable=True)  # same groups, row by row
     error = (boxes[i] - ref_boxes[j]).abs().amax(1)
     sizes = torch.bincount(ours_group, minlength=n)
-    single = (sizes == 1)[ours_group[i]]
+    single = (sizes == 1)[ours_group[i]]  # one box each side: adjacent scores, within score_atol
     worst = float(error[single].max()) if bool(single.any()) else 0.0
-    for g in torch.where(sizes > 1)[0].tolist():  # ties: the pairing of least total error within the group
+    for g in torch.where(sizes > 1)[0].tolist():
         a, b = i[ours_group[i] == g], j[ref_group[j] == g]
-        cost = (boxes[a][:, None, :] - ref_boxes[b][None, :, :]).abs().amax(2).double().numpy()
-        rows, cols = linear_sum_assignment(cost)
-        worst = max(worst, float(cost[rows, cols].max()))
+        cost = (boxes[a][:, None, :] - ref_boxes[b][None, :, :]).abs().amax(2).double()
+        cost[(scores[a][:, None].double() - ref_scores[b][None, :].double()).abs() > score_atol] = float("inf")
+        worst = max(worst, _bottleneck(cost.numpy()))
     return worst / ulp
+
+
+def _bottleneck(cost):
+    """The least ``t`` such that some one-to-one pairing of rows and columns uses only entries ``<= t`` (the
+    pairing whose largest entry is least; ``inf`` if every pairing needs an ``inf`` entry)."""
+    import numpy as np
+    from scipy.optimize import linear_sum_assignment
+
+    values = np.unique(cost)
+    lo, hi = 0, len(values) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        rows, cols = linear_sum_assignment(cost > values[mid])
+        if (cost[rows, cols] > values[mid]).any():
+            lo = mid + 1
+        else:
+            hi = mid
+    return float(values[lo])
