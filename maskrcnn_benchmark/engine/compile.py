@@ -160,6 +160,8 @@ class CompiledForward:
         if self.failure is not None:
             return 0.0
         t0 = time.perf_counter()
+        allow_recompiles(len(sizes))
+        skips = _cudagraph_skips()
         precompute_anchors(self.model, sizes, device)
         cpu_state = torch.get_rng_state()
         cuda_state = torch.cuda.get_rng_state_all() if device.type == "cuda" else None
@@ -194,7 +196,29 @@ class CompiledForward:
         logger.info("compiled the training step for %d image size(s) %s in %.1f s (mode %s)%s", len(sizes),
                     ", ".join(f"{h}x{w}" for h, w in sizes), self.compile_seconds, self.mode,
                     " - failed, eager" if self.failure is not None else "")
+        skipped = _cudagraph_skips() - skips
+        if self.cudagraphs and self.failure is None and skipped:
+            logger.warning("CUDA graphs: inductor left %d compiled graph(s) without them (a CPU tensor, a mutated "
+                           "input, ...; TORCH_LOGS=cudagraphs names each): those parts run compiled, not graphed",
+                           skipped)
         return self.compile_seconds
+
+
+def _cudagraph_skips():
+    """Inductor's count of the compiled graphs it left without CUDA graphs, in this process."""
+    from torch._dynamo.utils import counters
+
+    return counters["inductor"]["cudagraph_skips"]
+
+
+def allow_recompiles(sizes):
+    """Room in dynamo's per-frame recompile limit for ``sizes`` image sizes, each twice (a batch with more ground
+    truth than DATALOADER.MAX_ANNOTATIONS_PER_IMAGE pads it to a larger size). Past the limit (8 by default) dynamo
+    runs each new shape eagerly with a log line only: DATALOADER.STATIC_SHAPES_PER_ORIENTATION 5 (10 sizes) would
+    run two of them eagerly for the whole run."""
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # torch < 2.6: the old
+    setattr(config, name, max(int(getattr(config, name)), 2 * int(sizes) + 2))
 
 
 def set_graph_partition(on=True):

@@ -257,3 +257,43 @@ def test_warm_up_records_cuda_graphs_before_the_clock_and_survives_a_backward_ca
         "torch.compile failed (RuntimeError: operation not permitted when stream is capturing): the run continues "
         "with the eager model"]
     assert all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.slow
+def test_warm_up_compiles_every_size_past_dynamos_recompile_limit():
+    """dynamo compiles one frame for at most ``recompile_limit`` input shapes (8 by default) and runs every later
+    shape eagerly with a log line only: DATALOADER.STATIC_SHAPES_PER_ORIENTATION 5 gives 10 sizes, and the last two
+    would run the static step eagerly all run long. Here the limit is 2 and the warm-up has 3 sizes."""
+    from torch._dynamo.utils import counters
+
+    name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    with torch._dynamo.config.patch(**{name: 2}):  # (pytest's monkeypatch deletes a config key on undo)
+        torch._dynamo.reset()
+        model = build_detection_model(small_cfg()).train()
+        forward = CompiledForward(model, "default", "eager", batch_size=2)
+        sizes = [(96, 128), (128, 96), (128, 128)]
+        before = counters["stats"]["unique_graphs"]
+        forward.warm_up(sizes, 2, torch.device("cpu"), max_gt=4)
+        assert forward.failure is None
+        assert counters["stats"]["unique_graphs"] - before == len(sizes)
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow
+def test_warm_up_warns_when_inductor_leaves_graphs_without_cuda_graphs(caplog, inductor_config):
+    """Inductor skips CUDA graphs with no error (it counts them): a run asked for reduce-overhead would train
+    compiled but not graphed, and say nothing. The warm-up warns once with the count."""
+    from torch._dynamo.utils import counters
+
+    model = build_detection_model(small_cfg()).train()
+    forward = CompiledForward(model, "reduce-overhead", "inductor", batch_size=2)
+
+    def compiled(images, targets):
+        counters["inductor"]["cudagraph_skips"] += 1  # as inductor does for a graph with a CPU tensor in it
+        return model(images, targets)
+
+    forward.compiled = compiled
+    with caplog.at_level(logging.WARNING):
+        forward.warm_up([(96, 128)], 2, torch.device("cpu"), max_gt=4)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith("CUDA graphs: inductor left 2 compiled graph(s) without")
