@@ -65,6 +65,12 @@ _C.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE = 96
 # CUDA_GRAPH_NUM_SHAPES_PER_ORIENTATION): widths from the 4:3 size to the largest, so a 4:3 COCO batch is
 # padded to 800x1088, not 800x1344. Each size is one more compiled graph (compiled before run_start).
 _C.DATALOADER.STATIC_SHAPES_PER_ORIENTATION = 3
+# Polygon padding of a compiled training step's batches, (vertices, parts) per ground-truth mask: each batch pads
+# its masks' polygons to the largest counts in it rounded up to powers of two, at least these (added). The counts
+# are dynamic dimensions of the compiled step (no recompile), but CUDA graphs record one graph per distinct value:
+# floors that most batches fit in keep the graphs to the ones the warm-up records. None: (256, 8) with CUDA graphs
+# (COMPILE_MODE reduce-overhead or max-autotune), else (16, 4).
+_C.DATALOADER.STATIC_POLYGON_SLOTS = None
 
 # ---------------------------------------------------------------------------
 # Backbone

@@ -11,7 +11,7 @@ from . import datasets as D
 from .catalog import NUM_CLASSES_KEY, catalog_entries, describe_categories
 from .collate_batch import BatchCollator
 from .device_loader import DeviceLoader
-from .static import static_sizes
+from .static import polygon_slots, static_sizes
 from .samplers import DistributedSampler, GroupedBatchSampler, IterationBasedBatchSampler
 from .transforms import build_transforms
 from .transforms.device import DeviceTransform
@@ -51,7 +51,7 @@ def _collator(cfg, static):
     if not static:
         return BatchCollator(cfg.DATALOADER.SIZE_DIVISIBILITY)
     return BatchCollator(cfg.DATALOADER.SIZE_DIVISIBILITY, static_sizes(cfg),
-                         cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE)
+                         cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE, polygon_slots(cfg))
 
 
 def make_device_loader(cfg, loader, device, is_train=True, static=False):

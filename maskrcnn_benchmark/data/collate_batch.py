@@ -11,16 +11,19 @@ class BatchCollator:
     training process only copies it.
 
     A static batch (a compiled training step, ``max_gt`` > 0): the images are padded to the first of
-    ``fixed_sizes`` they fit in and the targets to ``max_gt`` slots per image (``TargetBatch.static``)."""
+    ``fixed_sizes`` they fit in and the targets to ``max_gt`` slots per image (``TargetBatch.static``), each mask's
+    polygons to at least ``polygon_slots`` (vertices, parts)."""
 
-    def __init__(self, size_divisible=0, fixed_sizes=(), max_gt=0):
+    def __init__(self, size_divisible=0, fixed_sizes=(), max_gt=0, polygon_slots=(16, 4)):
         self.size_divisible = size_divisible
         self.fixed_sizes = tuple(fixed_sizes or ())
         self.max_gt = max_gt
+        self.polygon_slots = tuple(polygon_slots)
 
     def __call__(self, batch):
         images, targets, ids = zip(*batch)
-        targets = TargetBatch.from_boxlists(list(targets), max_gt=self.max_gt).packed()  # one buffer: one copy
+        targets = TargetBatch.from_boxlists(list(targets), max_gt=self.max_gt,
+                                            polygon_slots=self.polygon_slots).packed()  # one buffer: one copy
         if isinstance(images[0], RawImage):  # the resize's tables made here too, off the training process
             tables = resize_tables([r.tensor.shape[-2:] for r in images], [r.image_size for r in images],
                                    [r.flip for r in images])

@@ -34,6 +34,7 @@ import time
 import torch
 
 from ..data import warm_up_batch
+from ..data.static import POLYGON_SLOTS
 from ..utils import comm
 
 logger = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ class CompiledForward:
         logger.warning("torch.compile failed (%s: %s): the run continues with the eager model", type(e).__name__,
                        str(e).splitlines()[0] if str(e) else "")
 
-    def warm_up(self, sizes, images_per_batch, device, max_gt, dtype=None):
+    def warm_up(self, sizes, images_per_batch, device, max_gt, dtype=None, polygon_slots=POLYGON_SLOTS):
         """Compile for each image size in ``sizes`` before the clock starts: forward and backward of a synthetic
         batch, gradients dropped, random state restored (the run then draws exactly what an eager run would).
 
@@ -169,7 +170,7 @@ class CompiledForward:
         distributed = comm.get_world_size() > 1
         try:
             for h, w in sizes:
-                images, targets = warm_up_batch(images_per_batch, h, w, max_gt, device)
+                images, targets = warm_up_batch(images_per_batch, h, w, max_gt, device, polygon_slots)
                 for _ in range(repeats):
                     with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
                         losses = self(images, targets)

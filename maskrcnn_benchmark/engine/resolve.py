@@ -1,6 +1,6 @@
 """Every automatic value of the config fixed once, before anything is built: :func:`resolve`.
 
-Four keys have an automatic value, fixed here for the device and the data of the run; every builder, program and
+Five keys have an automatic value, fixed here for the device and the data of the run; every builder, program and
 check reads the resolved config, never the automatic value:
 
 =====================================  ===========================  ==========================================
@@ -11,6 +11,9 @@ key                                    automatic value               resolved to
 ``COMPILE_MODE``                       "auto"                        "default" (inductor without CUDA graphs:
                                                                      reduce-overhead, faster in the step bench,
                                                                      has not run in a training run on a GPU)
+``DATALOADER.STATIC_POLYGON_SLOTS``    None                          (256, 8) with CUDA graphs (each polygon
+                                                                     padding is one more recorded graph), else
+                                                                     (16, 4): the least padding per mask
 ``DATALOADER.HYBRID``                  None                          True on CUDA (decode in the workers, resize
                                                                      and normalize on the GPU), False on the CPU
 ``MODEL.ROI_BOX_HEAD.NUM_CLASSES``     not given by the config       the data's categories + 1 (read from the
@@ -25,8 +28,11 @@ import logging
 from ..config import given_keys
 from ..config.config_utils import _note_given
 from ..data.catalog import NUM_CLASSES_KEY, num_classes_from_data
+from ..data.static import POLYGON_SLOTS, POLYGON_SLOTS_WITH_CUDA_GRAPHS
 
 logger = logging.getLogger(__name__)
+
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile's modes that record CUDA graphs
 
 
 def _is_cuda(device):
@@ -49,6 +55,12 @@ def resolve(cfg, device, world_size=1, is_train=True):
     if out.COMPILE_MODE == "auto":
         out.COMPILE_MODE = "default"
         notes.append("COMPILE_MODE default (auto: no CUDA graphs)")
+    if out.DATALOADER.STATIC_POLYGON_SLOTS is None:
+        graphs = (cuda and bool(out.COMPILE) and out.COMPILE_BACKEND == "inductor"
+                  and out.COMPILE_MODE in CUDA_GRAPH_MODES)
+        out.DATALOADER.STATIC_POLYGON_SLOTS = POLYGON_SLOTS_WITH_CUDA_GRAPHS if graphs else POLYGON_SLOTS
+        notes.append(f"DATALOADER.STATIC_POLYGON_SLOTS {out.DATALOADER.STATIC_POLYGON_SLOTS} (auto"
+                     f"{': CUDA graphs record one graph per polygon padding' if graphs else ''})")
     if out.DATALOADER.HYBRID is None:
         out.DATALOADER.HYBRID = cuda
         notes.append(f"DATALOADER.HYBRID {out.DATALOADER.HYBRID} (auto)")

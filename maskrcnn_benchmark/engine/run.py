@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..config import ignored_settings
-from ..data import check_num_classes, make_data_loader, make_device_loader, static_sizes
+from ..data import check_num_classes, make_data_loader, make_device_loader, polygon_slots, static_sizes
 from ..evaluation import BackgroundScorer, COCOEvaluator, COCOScorer, run_inference
 from ..modeling import build_detection_model
 from ..solver import make_lr_scheduler, make_optimizer
@@ -185,7 +185,8 @@ class MLPerfRun:
             forward = CompiledForward(model, cfg.COMPILE_MODE, cfg.COMPILE_BACKEND,
                                       batch_size=cfg.SOLVER.IMS_PER_BATCH // world)
             forward.warm_up(static_sizes(cfg), cfg.SOLVER.IMS_PER_BATCH // world, device,
-                            cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE, autocast_dtype(device, cfg.DTYPE))
+                            cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE, autocast_dtype(device, cfg.DTYPE),
+                            polygon_slots(cfg))
         ml.hyperparameters(cfg, world)
         comm.synchronize()
         ml.init_stop()

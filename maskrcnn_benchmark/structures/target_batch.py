@@ -54,7 +54,7 @@ class TargetBatch:
         return self.poly_vertices is not None
 
     @classmethod
-    def from_boxlists(cls, targets, max_gt=0, device=None):
+    def from_boxlists(cls, targets, max_gt=0, device=None, polygon_slots=(16, 4)):
         """Pad ``targets`` (BoxLists with ``labels`` and, optionally, ``masks``). ``max_gt`` > 0: a static batch of
         that many slots; 0: the batch's largest count (no fixed shape: what an eager step needs).
 
@@ -93,7 +93,7 @@ class TargetBatch:
             vertices = torch.cat([p[0].cpu() for p in packed]).float().reshape(-1, 2)
             lengths = torch.cat([p[1].cpu() for p in packed])
             instance = torch.cat([p[2].cpu() + i * g for i, p in enumerate(packed)])
-            slot, nxt, part, num_parts = pad_polygons(lengths, instance, n * g)
+            slot, nxt, part, num_parts = pad_polygons(lengths, instance, n * g, *polygon_slots)
             padded = torch.zeros((n * g * nxt.shape[1], 2), dtype=torch.float32)
             padded[slot] = vertices
             parts = torch.arange(num_parts)[None, :] < torch.bincount(instance, minlength=n * g)[:, None]

@@ -1,4 +1,6 @@
 """The fixed image sizes of a compiled step: a few widths per orientation, each batch padded to the first it fits."""
+import math
+
 import torch
 
 from helpers import R50_YAML
@@ -31,3 +33,39 @@ def test_a_4_by_3_batch_is_padded_to_1088_not_1344():
         images, _, _ = collate([(torch.zeros(3, h, w), _target(w, h), 0), (torch.zeros(3, h - 40, w - 60),
                                                                             _target(w - 60, h - 40), 1)])
         assert tuple(images.tensors.shape[-2:]) == want, (h, w)
+
+
+def _polygon_target(w, h, vertices, parts):
+    from maskrcnn_benchmark.structures.segmentation_mask import SegmentationMask
+
+    ring = [[20 + 10 * math.cos(2 * math.pi * k / vertices) for k in range(vertices)],
+            [20 + 10 * math.sin(2 * math.pi * k / vertices) for k in range(vertices)]]
+    polygon = [v for xy in zip(*ring) for v in xy]
+    t = BoxList(torch.tensor([[10.0, 10.0, 30.0, 30.0]]), (w, h))
+    t.add_field("labels", torch.tensor([1]))
+    t.add_field("masks", SegmentationMask([[polygon] * parts], (w, h)))
+    return t
+
+
+def test_a_batch_within_the_polygon_floors_has_the_warm_up_batchs_shapes():
+    """A compiled run records CUDA graphs for the warm-up batch's polygon padding; a loader batch padded otherwise
+    records another graph after run_start. A mask of 2 parts of 10 vertices: with the least padding (16, 4) it
+    pads to 32 vertices, the warm-up's square to 16; with CUDA graphs' floors (256, 8) both pad to them."""
+    from maskrcnn_benchmark.data.build import _collator
+    from maskrcnn_benchmark.data.static import warm_up_batch
+    from maskrcnn_benchmark.engine.resolve import resolve
+
+    for mode, want in (("default", None), ("reduce-overhead", (256, 8))):
+        cfg = resolve(load_config(R50_YAML, ["COMPILE", True, "COMPILE_MODE", mode,
+                                             "MODEL.ROI_BOX_HEAD.NUM_CLASSES", 81]), "cuda")
+        h, w = static_sizes(cfg)[0]
+        _, batch, _ = _collator(cfg, static=True)([(torch.zeros(3, h, w), _polygon_target(w, h, 10, 2), 0),
+                                                   (torch.zeros(3, h, w), _polygon_target(w, h, 5, 1), 1)])
+        _, warm = warm_up_batch(2, h, w, cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE, torch.device("cpu"),
+                                tuple(cfg.DATALOADER.STATIC_POLYGON_SLOTS))
+        loader_shape = (batch.poly_vertices.shape[1], batch.poly_parts.shape[1])
+        warm_shape = (warm.poly_vertices.shape[1], warm.poly_parts.shape[1])
+        if want is None:
+            assert loader_shape == (32, 4) and warm_shape == (16, 4)  # another graph for this batch
+        else:
+            assert loader_shape == warm_shape == want
