@@ -132,10 +132,15 @@ def make_eager(args, device, dtype, images, targets):
     return _count_mask_rows(Step(EAGER, lambda: model(il, tg), model.parameters(), device, dtype), model)
 
 
-def _static_inputs(args, cfg, device, images, targets):
+def _static_inputs(args, cfg, device, images, targets, mode=None):
+    """The static batch as a run with ``mode`` pads it: polygons to the run's floors (larger with CUDA graphs)."""
+    from maskrcnn_benchmark.data.shapes import polygon_slots
+
     d = cfg.DATALOADER.SIZE_DIVISIBILITY
     size = (-(-args.height // d) * d, -(-args.width // d) * d)
-    il, batch = BatchCollator(d, (size,), cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE).collate(images, targets)
+    collate = BatchCollator(d, (size,), cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE,
+                            polygon_slots(cfg, mode if args.compile_backend == "inductor" else "none")).collate
+    il, batch = collate(images, targets)
     return size, il.to(device), batch.to(device)
 
 
@@ -145,7 +150,7 @@ def make_static_step(args, device, dtype, images, targets, mode=None):
 
     cfg = _cfg(args, device)
     model = build_detection_model(cfg).to(device).train()
-    size, il, batch = _static_inputs(args, cfg, device, images, targets)
+    size, il, batch = _static_inputs(args, cfg, device, images, targets, mode)
     if mode is None:
         return _count_mask_rows(Step(STATIC, lambda: model(il, batch), model.parameters(), device, dtype,
                                      fused=True), model)
@@ -188,8 +193,6 @@ def _count_cudagraph_skips(step):
             step.cudagraph_skips += counters["inductor"]["cudagraph_skips"] - before
 
     step.run = run
-
-
 
 
 def make_torchvision(args, device, dtype, images, tv_targets):

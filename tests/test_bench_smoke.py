@@ -225,3 +225,27 @@ def test_model_step_gives_its_cudnn_setting_to_every_process(monkeypatch):
     model_step.Baseline(REPO, args)
     model_step.memory_alone(args, model_step.Out(True))
     assert len(commands) == 2 and not any("--cudnn-benchmark" in cmd for cmd in commands), commands
+
+
+def test_the_bench_pads_polygons_as_a_run_in_its_mode():
+    """The bench's compiled (reduce-overhead) step on CUDA took the least polygon padding while a run in that mode
+    pads to the CUDA-graph floors: its figure left out that cost."""
+    import argparse
+
+    from maskrcnn_benchmark.synthetic.batch import synthetic_batch
+
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    try:
+        import model_step
+    finally:
+        sys.path.remove(os.path.join(REPO, "bench"))
+    args = argparse.Namespace(height=64, width=96, batch=1, nhwc=False, compile_backend="inductor",
+                              opts=["MODEL.DEVICE", "cuda"])  # the config a CUDA bench builds; the batch stays here
+    cpu = torch.device("cpu")
+    images, targets, _ = synthetic_batch(1, 64, 96, 81)
+    shapes = {}
+    for mode in (None, "default", "reduce-overhead"):
+        _, _, batch = model_step._static_inputs(args, model_step._cfg(args, cpu), cpu, images, targets, mode)
+        shapes[mode] = (batch.poly_vertices.shape[1], batch.poly_parts.shape[1])
+    assert shapes["reduce-overhead"] == (256, 8)
+    assert shapes[None] == shapes["default"] != (256, 8)

@@ -256,9 +256,10 @@ def check_values(cfg):
     _require(isinstance(k, int) and 1 <= k <= 8, "DATALOADER.STATIC_SHAPES_PER_ORIENTATION", k,
              "must be an integer from 1 to 8")
     slots = cfg.DATALOADER.STATIC_POLYGON_SLOTS
+    # >= 2: a compiled step's dynamic dimension of size 1 is specialized by dynamo (one more compile for 2)
     _require(slots is None or (isinstance(slots, (list, tuple)) and len(slots) == 2 and all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in slots)),
-        "DATALOADER.STATIC_POLYGON_SLOTS", slots, "must be None or two integers >= 1 (vertices, parts)")
+        isinstance(v, int) and not isinstance(v, bool) and v >= 2 for v in slots)),
+        "DATALOADER.STATIC_POLYGON_SLOTS", slots, "must be None or two integers >= 2 (vertices, parts)")
     _require(cfg.DTYPE in ("float32", "float16", "bfloat16"), "DTYPE", cfg.DTYPE,
              "must be float32, float16 or bfloat16")
     # not cuda:N: each process takes the GPU of its local rank (the reference's rule), and the code that asks

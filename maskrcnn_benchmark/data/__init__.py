@@ -8,7 +8,7 @@ from ..utils.imports import lazy_attributes
 
 _MODULE_OF = {"build_dataset": "build", "check_num_classes": "build", "make_data_loader": "build",
               "make_device_loader": "build", "use_hybrid": "build", "num_classes_from_data": "catalog",
-              "static_sizes": "static", "polygon_slots": "static", "warm_up_batch": "static"}
+              "static_sizes": "static", "polygon_slots": "shapes", "warm_up_batch": "static"}
 
 __all__ = list(_MODULE_OF)
 __getattr__ = lazy_attributes(__name__, _MODULE_OF)

@@ -11,7 +11,8 @@ from . import datasets as D
 from .catalog import NUM_CLASSES_KEY, catalog_entries, describe_categories
 from .collate_batch import BatchCollator
 from .device_loader import DeviceLoader
-from .static import polygon_slots, static_sizes
+from .shapes import polygon_slots
+from .static import static_sizes
 from .samplers import DistributedSampler, GroupedBatchSampler, IterationBasedBatchSampler
 from .transforms import build_transforms
 from .transforms.device import DeviceTransform

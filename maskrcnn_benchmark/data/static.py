@@ -6,6 +6,7 @@ import torch
 from ..structures.bounding_box import BoxList
 from ..structures.segmentation_mask import SegmentationMask
 from .collate_batch import BatchCollator
+from .shapes import POLYGON_SLOTS
 
 
 def static_sizes(cfg):
@@ -28,18 +29,6 @@ def static_sizes(cfg):
     return tuple(dict.fromkeys([(s, v) for v in longs] + [(v, s) for v in longs]))  # one size when square
 
 
-POLYGON_SLOTS = (16, 4)  # (vertices, parts): the least padding of a mask's polygons (DATALOADER.STATIC_POLYGON_SLOTS)
-# With CUDA graphs, floors most COCO batches fit in, so most replay the graph the warm-up recorded and a batch past
-# them records one more. A guess: COCO's polygon counts per mask have not been measured here.
-POLYGON_SLOTS_WITH_CUDA_GRAPHS = (256, 8)
-
-
-def polygon_slots(cfg):
-    """``DATALOADER.STATIC_POLYGON_SLOTS`` as a tuple (a config not yet resolved: the least padding)."""
-    slots = cfg.DATALOADER.STATIC_POLYGON_SLOTS
-    return tuple(int(v) for v in slots) if slots else POLYGON_SLOTS
-
-
 def warm_up_batch(n, height, width, max_gt, device, polygon_slots=POLYGON_SLOTS):
     """``(ImageList, TargetBatch)`` of ``n`` zero images of ``height x width`` with one square object each: what
     the compiler needs to see the shapes of a real batch, without touching the dataset. Made by the loader's
@@ -51,6 +40,6 @@ def warm_up_batch(n, height, width, max_gt, device, polygon_slots=POLYGON_SLOTS)
         t.add_field("labels", torch.ones(1, dtype=torch.int64))
         t.add_field("masks", SegmentationMask([[[8, 8, 72, 8, 72, 72, 8, 72]]], (width, height)))
         targets.append(t)
-    images, targets = BatchCollator(0, ((height, width),), max_gt, polygon_slots).collate([torch.zeros((3, height, width))] * n,
-                                                                           targets)
+    collate = BatchCollator(0, ((height, width),), max_gt, polygon_slots).collate
+    images, targets = collate([torch.zeros((3, height, width))] * n, targets)
     return images.to(device), targets.to(device)

@@ -34,7 +34,7 @@ import time
 import torch
 
 from ..data import warm_up_batch
-from ..data.static import POLYGON_SLOTS
+from ..data.shapes import POLYGON_SLOTS
 from ..utils import comm
 
 logger = logging.getLogger(__name__)
@@ -200,8 +200,8 @@ class CompiledForward:
         skipped = _cudagraph_skips() - skips
         if self.cudagraphs and self.failure is None and skipped:
             logger.warning("CUDA graphs: inductor left %d compiled graph(s) without them (a CPU tensor, a mutated "
-                           "input, ...; TORCH_LOGS=cudagraphs names each): those parts run compiled, not graphed",
-                           skipped)
+                           "input, ...; a graph with no CUDA work counts too; TORCH_LOGS=cudagraphs names each): "
+                           "those parts run compiled, not graphed", skipped)
         return self.compile_seconds
 
 

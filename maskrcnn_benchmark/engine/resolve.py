@@ -28,11 +28,9 @@ import logging
 from ..config import given_keys
 from ..config.config_utils import _note_given
 from ..data.catalog import NUM_CLASSES_KEY, num_classes_from_data
-from ..data.static import POLYGON_SLOTS, POLYGON_SLOTS_WITH_CUDA_GRAPHS
+from ..data.shapes import POLYGON_SLOTS, polygon_slots
 
 logger = logging.getLogger(__name__)
-
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile's modes that record CUDA graphs
 
 
 def _is_cuda(device):
@@ -56,11 +54,11 @@ def resolve(cfg, device, world_size=1, is_train=True):
         out.COMPILE_MODE = "default"
         notes.append("COMPILE_MODE default (auto: no CUDA graphs)")
     if out.DATALOADER.STATIC_POLYGON_SLOTS is None:
-        graphs = (cuda and bool(out.COMPILE) and out.COMPILE_BACKEND == "inductor"
-                  and out.COMPILE_MODE in CUDA_GRAPH_MODES)
-        out.DATALOADER.STATIC_POLYGON_SLOTS = POLYGON_SLOTS_WITH_CUDA_GRAPHS if graphs else POLYGON_SLOTS
-        notes.append(f"DATALOADER.STATIC_POLYGON_SLOTS {out.DATALOADER.STATIC_POLYGON_SLOTS} (auto"
-                     f"{': CUDA graphs record one graph per polygon padding' if graphs else ''})")
+        out.DATALOADER.STATIC_POLYGON_SLOTS = polygon_slots(out, out.COMPILE_MODE if out.COMPILE else "none",
+                                                            "cuda" if cuda else "cpu")
+        if out.DATALOADER.STATIC_POLYGON_SLOTS != POLYGON_SLOTS:  # a step with CUDA graphs
+            notes.append(f"DATALOADER.STATIC_POLYGON_SLOTS {out.DATALOADER.STATIC_POLYGON_SLOTS} (auto: CUDA graphs "
+                         "record one graph per polygon padding)")
     if out.DATALOADER.HYBRID is None:
         out.DATALOADER.HYBRID = cuda
         notes.append(f"DATALOADER.HYBRID {out.DATALOADER.HYBRID} (auto)")

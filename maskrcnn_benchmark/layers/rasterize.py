@@ -46,8 +46,8 @@ def _walk_round(start, slope, t):
 def pad_polygons(part_lengths, part_mask, num_masks, min_vertices=16, min_parts=4):
     """The padded layout of flat polygons: parts of ``part_lengths`` (vertices, part after part) belonging to
     masks ``part_mask``. Returns ``(vertex_slot (V_total,) the slot of each flat vertex as mask * V + position,
-    next (num_masks, V), part (num_masks, V), num_parts P)``, ``V`` and ``P`` the largest counts of a mask rounded
-    up to powers of two (at least ``min_vertices``/``min_parts``). Host side (it reads the counts)."""
+    next (num_masks, V), part (num_masks, V), num_parts P)``, ``V`` and ``P`` ``min_vertices``/``min_parts``, or the
+    largest counts of a mask rounded up to powers of two where those do not fit. Host side (it reads the counts)."""
     lengths = [int(v) for v in part_lengths.tolist()]
     owners = [int(v) for v in part_mask.tolist()]
     per_mask_vertices = [0] * num_masks
@@ -76,7 +76,8 @@ def pad_polygons(part_lengths, part_mask, num_masks, min_vertices=16, min_parts=
 
 
 def _bucket(n, minimum):
-    return max(int(minimum), 1 << max(int(n) - 1, 0).bit_length())
+    """``minimum`` when ``n`` fits in it, else ``n`` rounded up to a power of two."""
+    return int(minimum) if int(n) <= int(minimum) else 1 << (int(n) - 1).bit_length()
 
 
 def rasterize_polygons(vertices, part_lengths, part_to_mask, num_masks, height, width):

@@ -59,6 +59,7 @@ def test_r50_yaml_sets_exactly_the_reference_values():
     ("DATASETS.TRAIN", "(1,)", "'DATASETS.TRAIN' in command line expects a list of str, got [1]"),
     ("DATALOADER.STATIC_POLYGON_SLOTS", "(256, 0)", "STATIC_POLYGON_SLOTS' = (256, 0): must be None or two"),
     ("DATALOADER.STATIC_POLYGON_SLOTS", "256", "STATIC_POLYGON_SLOTS' = 256: must be None or two"),
+    ("DATALOADER.STATIC_POLYGON_SLOTS", "(256, 1)", "STATIC_POLYGON_SLOTS' = (256, 1): must be None or two"),
 ])
 def test_values_that_cannot_work_are_one_line_errors(key, value, message):
     with pytest.raises(ConfigError) as e:

@@ -69,3 +69,13 @@ def test_a_batch_within_the_polygon_floors_has_the_warm_up_batchs_shapes():
             assert loader_shape == (32, 4) and warm_shape == (16, 4)  # another graph for this batch
         else:
             assert loader_shape == warm_shape == want
+
+
+def test_polygon_floors_need_not_be_powers_of_two():
+    """A floor of 200 vertices: a mask of 150 pads to 200, as the warm-up's square does (it padded to 256, another
+    CUDA graph on the clock for every batch of 129 to 200 vertices); past the floor, powers of two."""
+    from maskrcnn_benchmark.layers.rasterize import pad_polygons
+
+    for count, want in ((4, 200), (150, 200), (200, 200), (201, 256)):
+        _, nxt, _, parts = pad_polygons(torch.tensor([count]), torch.tensor([0]), 1, 200, 3)
+        assert (nxt.shape[1], parts) == (want, 3), count
