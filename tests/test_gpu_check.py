@@ -174,6 +174,41 @@ def test_training_check_counts_skipped_float16_steps():
     assert late.status.startswith("FAILED") and "1 after it" in dict(late.figures)["skipped float16 steps"]
 
 
+def test_the_compiled_training_check_counts_cuda_graphs_recorded_on_the_clock():
+    """Under TORCH_LOGS=cudagraphs torch logs each CUDA graph it records ("Recording function=..."), its lines
+    merged in order with the run's: those before the warm-up's last line are the warm-up's, each one after it a
+    batch shape the warm-up did not record, recorded on the clock. A fallback to eager fails the check."""
+    loss = ("... INFO: iter: {}  epoch: 0  loss: {:.4f}  loss_mask: 0.1  lr: 0.01  images/s: 50.0  "
+            "loss scale: 16384")
+    record = "V1127 torch/_inductor/cudagraph_trees.py:2375] [__cudagraphs] [0/0] Recording function=0, mode=FORWARD"
+    lines = [record, record, "... INFO: compiled the training step for 2 image size(s) 96x128, 128x96 in 41.2 s "
+             "(mode reduce-overhead)", record, loss.format(20, 2.5), record, loss.format(100, 1.5)]
+    c = gpu_check.Check("compiled_training", "t", [], 1, status="passed", output="\n".join(lines))
+    gpu_check.read_compiled_training(c)
+    figures = dict(c.figures)
+    assert c.status == "passed"
+    assert figures["CUDA graphs recorded"].startswith("2 in the warm-up, 2 after it")
+    assert figures["compile time (synthetic model)"] == "41.2 s"
+    assert figures["loss"] == "2.500 at iteration 20 -> 1.500 at 100 (falls)"
+    fell = gpu_check.Check("compiled_training", "t", [], 1, status="passed", output="\n".join(
+        lines + ["... WARNING: torch.compile failed (RuntimeError: boom): the run continues with the eager model"]))
+    gpu_check.read_compiled_training(fell)
+    assert fell.status.startswith("FAILED (the compiled step fell back to eager")
+    skipped = gpu_check.Check("compiled_training", "t", [], 1, status="passed", output="\n".join(
+        lines + ["... WARNING: CUDA graphs: inductor left 3 compiled graph(s) without them (a CPU tensor, ...)"]))
+    gpu_check.read_compiled_training(skipped)
+    assert dict(skipped.figures)["graphs left without CUDA graphs (inductor)"] == "3"
+
+
+@pytest.mark.slow
+def test_run_capped_merges_stderr_in_the_order_written(tmp_path):
+    code = "import sys; print('a', flush=True); print('b', file=sys.stderr, flush=True); print('c', flush=True)"
+    rc, out = gpu_check.run_capped([sys.executable, "-c", code], tmp_path, dict(os.environ), 30, merge=True)
+    assert rc == 0 and out.split() == ["a", "b", "c"]
+    rc, out = gpu_check.run_capped([sys.executable, "-c", code], tmp_path, dict(os.environ), 30)
+    assert rc == 0 and out.split() == ["a", "c", "b"]  # without: stdout, then stderr
+
+
 STANDIN = os.path.join(REPO, "tests", "cluster", "container", "singularity")
 
 
@@ -212,12 +247,13 @@ def test_quick_cpu_run_in_the_image_writes_the_report_with_every_check_and_its_c
     assert _git_state() == before, "gpu-check wrote into the checkout (read-only in the image)"
     out = results / "gpu-check"
     assert f"- ran in the image {image} (make gpu-check IMAGE=...)" in (out / "report.md").read_text()
-    assert r.stdout.splitlines()[-1] == "gpu-check: passed: all 8 checks measured"
+    assert r.stdout.splitlines()[-1] == "gpu-check: passed: all 9 checks measured"
     report = (out / "report.md").read_text()
     assert "not GPU figures" in report
     for title in ("parity tests on the device", "training step img/s", "host syncs in one static training step",
                   "hybrid input pipeline",
-                  "synthetic training run", "blocking evaluation", "background COCO scoring", "all-reduce"):
+                  "synthetic training run", "the same run, 40 iterations, compiled", "blocking evaluation",
+                  "background COCO scoring", "all-reduce"):
         row = next(line for line in report.splitlines() if title in line)
         assert "| passed |" in row, row
     for figure in ("training step img/s, eager",
@@ -235,7 +271,8 @@ def test_quick_cpu_run_in_the_image_writes_the_report_with_every_check_and_its_c
     assert "evaluation gap on one node: 625 images (COCO val / 8 GPUs) x" in report
     assert "background scoring of an epoch's results: " in report
     assert "| host syncs per step, 1 images | 0 |" in report
-    for name in ("parity", "model_step", "host_syncs", "input", "training", "evaluation", "scoring", "allreduce"):
+    for name in ("parity", "model_step", "host_syncs", "input", "training", "compiled_training", "evaluation",
+                 "scoring", "allreduce"):
         assert (out / f"{name}.log").read_text().strip()
 
 
@@ -395,7 +432,7 @@ def test_each_verdict_of_a_stage(tmp_path, monkeypatch):
     import time
 
     def program(returncode=0, stdout="", timeout=False):
-        def fake(cmd, cwd, env, cap):
+        def fake(cmd, cwd, env, cap, merge=False):
             return (None, "half a line") if timeout else (returncode, stdout)
         monkeypatch.setattr(gpu_check, "run_capped", fake)
 
@@ -445,8 +482,8 @@ def test_a_failing_stage_fails_the_verdict_and_the_caps_add_up_to_the_budget(tmp
     import argparse
 
     for quick in (True, False):
-        checks = gpu_check.plan(argparse.Namespace(quick=quick, device="cpu", budget=820.0), tmp_path)
-        assert sum(c.cap for c in checks) == pytest.approx(820.0)
+        checks = gpu_check.plan(argparse.Namespace(quick=quick, device="cpu", budget=1000.0), tmp_path)
+        assert sum(c.cap for c in checks) == pytest.approx(1000.0)
     checks = [gpu_check.Check("input", "i", [], 1, status="passed"),
               gpu_check.Check("allreduce", "a", [], 1, status="FAILED (exit 1)")]
     monkeypatch.setattr(gpu_check, "plan", lambda args, out_dir: checks)
@@ -512,10 +549,10 @@ def test_a_budget_under_the_default_runs_the_gpu_only_checks_first_each_with_wha
     fits = sum(c.cap for c in checks[:4])
     assert fits <= 530 < fits + checks[4].need  # model_step, host_syncs, parity, evaluation; not training
     # the rest in a second call: only those, sharing its budget
-    rest = gpu_check.plan(argparse.Namespace(quick=False, device="cuda", budget=300.0,
-                                             only="training,input,scoring,allreduce"), tmp_path)
-    assert [c.name for c in rest] == ["training", "input", "scoring", "allreduce"]
-    assert sum(c.cap for c in rest) == pytest.approx(300.0)
+    rest = gpu_check.plan(argparse.Namespace(quick=False, device="cuda", budget=360.0,
+                                             only="training,compiled_training,input,scoring,allreduce"), tmp_path)
+    assert [c.name for c in rest] == ["training", "compiled_training", "input", "scoring", "allreduce"]
+    assert sum(c.cap for c in rest) == pytest.approx(360.0) and all(c.cap >= c.need for c in rest)
     with pytest.raises(SystemExit):
         gpu_check.main(["--only", "paritty"])
 
@@ -534,7 +571,7 @@ def test_every_gpu_config_evaluates_the_batch_the_gpu_check_measures():
     assert seen >= 4
     import argparse
 
-    evaluation = next(c for c in gpu_check.plan(argparse.Namespace(quick=False, device="cuda", budget=820.0),
+    evaluation = next(c for c in gpu_check.plan(argparse.Namespace(quick=False, device="cuda", budget=1000.0),
                                                 Path(REPO) / "results") if c.name == "evaluation")
     assert evaluation.cmd[evaluation.cmd.index("--batch") + 1] == str(gpu_check.EVAL_IMAGES_PER_GPU)
 
@@ -552,7 +589,7 @@ def test_the_report_is_kept_after_each_check_and_when_gpu_check_is_stopped(tmp_p
     def plan(args, out_dir):
         return [gpu_check.Check(name, name, [name], 60) for name in ("input", "evaluation", "allreduce", "scoring")]
 
-    def run_capped(cmd, cwd, env, cap):
+    def run_capped(cmd, cwd, env, cap, merge=False):
         if cmd[0] == "scoring":  # a SIGTERM while it runs: its session killed, what it printed kept
             gpu_check._stop(15, None)
             return None, "scoring half done"
@@ -586,7 +623,7 @@ def test_a_one_gpu_node_passes_with_the_all_reduce_skipped_not_measured(tmp_path
     measured" though nothing was measured."""
     monkeypatch.setattr(gpu_check, "plan", lambda args, out_dir: [gpu_check.Check("input", "i", ["input"], 60),
                                                                 gpu_check.Check("allreduce", "a", ["allreduce"], 60)])
-    monkeypatch.setattr(gpu_check, "run_capped", lambda cmd, cwd, env, cap: (0, {
+    monkeypatch.setattr(gpu_check, "run_capped", lambda cmd, cwd, env, cap, merge=False: (0, {
         "input": "input: 300 img/s", "allreduce": "allreduce: skipped, 1 GPU(s) visible (needs 2 or more)"}[cmd[0]]))
     monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: None)
     monkeypatch.setattr(gpu_check, "stack", lambda device: ["a stack"])

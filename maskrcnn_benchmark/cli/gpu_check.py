@@ -1,4 +1,4 @@
-"""``make gpu-check``: first contact with a GPU node, in one command and at most about 14 minutes on one GPU.
+"""``make gpu-check``: first contact with a GPU node, in one command and at most about 17 minutes on one GPU.
 
 Runs what exists of these, each as its own program with a time cap, and writes ``results/gpu-check/report.md``
 (every figure with the command that produced it; each program's full output beside it as ``<check>.log``):
@@ -20,7 +20,10 @@ Runs what exists of these, each as its own program with a time cap, and writes `
    one GPU on one node (625 images), and the background COCO scoring of
    one epoch's results (5000 images, 100 detections each; ``bench/coco_eval.py --ours-only``);
 5. a 200-iteration synthetic training run with AMP (the eager step, as a CUDA run defaults to): the loss must
-   fall and the float16 loss scale must stop halving (skipped steps) after the first few iterations;
+   fall and the float16 loss scale must stop halving (skipped steps) after the first few iterations; then the
+   same run for 100 iterations compiled with CUDA graphs (``--compile``, ``COMPILE_MODE reduce-overhead``, torch's
+   ``TORCH_LOGS=cudagraphs``): it must not fall back to eager, and the report counts the CUDA graphs recorded in
+   the warm-up and after it (on the clock);
 6. NCCL all-reduce bus bandwidth when there is more than one GPU (``bench/allreduce.py``);
    between two nodes, ``slurm/gpu_check.sbatch`` adds the all-reduce across them against the bus-bandwidth floor
    ``NCCL_MIN_BUSBW`` and a 2-node, 20-iteration training run, judged by ``--across-nodes``
@@ -74,6 +77,7 @@ class Check:
     env: dict = field(default_factory=dict)
     need: float = 5.0  # the least time worth starting it with: less left in the budget, it is not started
     ok_codes: tuple = (0,)
+    merge_output: bool = False  # stderr into stdout as it comes (the order of a program's and torch's log lines)
     status: str = "not run"
     seconds: float = 0.0
     output: str = ""
@@ -97,7 +101,7 @@ def run(check, out_dir, deadline):
     env = dict(os.environ, **{k: str(v) for k, v in check.env.items()})
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     try:
-        code, check.output = run_capped([str(c) for c in check.cmd], ROOT, env, cap)
+        code, check.output = run_capped([str(c) for c in check.cmd], ROOT, env, cap, merge=check.merge_output)
         if _STOP["requested"]:
             check.status = "NOT RUN (gpu-check was stopped while it ran)"
         elif code is None:
@@ -110,13 +114,15 @@ def run(check, out_dir, deadline):
     return check
 
 
-def run_capped(cmd, cwd, env, cap):
+def run_capped(cmd, cwd, env, cap, merge=False):
     """``(exit code, stdout + stderr)`` of a program given ``cap`` seconds, or ``(None, what it printed)`` when the
     cap ran out or gpu-check was stopped. It runs in its own session, and the whole session is killed at the cap or
     at a SIGTERM to gpu-check (:func:`_stop`): the processes a check starts (the memory runs of
     bench/model_step.py, inductor's compile workers) do not live on into the next check's measurements. The check's
-    own process also dies with gpu-check (PR_SET_PDEATHSIG), should gpu-check be killed outright."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    own process also dies with gpu-check (PR_SET_PDEATHSIG), should gpu-check be killed outright. ``merge``: its
+    stderr goes into its stdout, in the order written."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merge else subprocess.PIPE,
                             start_new_session=True, preexec_fn=_die_with_parent)
     _STOP["proc"] = proc
     try:
@@ -312,6 +318,29 @@ def read_training(c):
             c.status = "FAILED (steps skipped after the first few)"
     if not falls and c.status == "passed":
         c.status = "FAILED (loss does not fall)"
+
+
+WARMED_UP = re.compile(r"compiled the training step for \d+ image size\(s\)")
+RECORDING = re.compile(r"Recording function=")  # torch's CUDA-graph trees, one line per graph (TORCH_LOGS=cudagraphs)
+
+
+def read_compiled_training(c):
+    """The training run's figures (:func:`read_training`: the loss falls, the float16 steps stop being skipped),
+    and what the compiled step did: it falls back to eager (a failure of this check), inductor left graphs without
+    CUDA graphs (the warm-up's warning), and the CUDA graphs torch recorded in the warm-up and after it (each one
+    after it: a batch whose shapes the warm-up did not record, recorded on the clock)."""
+    read_training(c)
+    if re.search(r"torch.compile failed|compil\w+ failed|running eagerly", c.output) and c.status == "passed":
+        c.status = "FAILED (the compiled step fell back to eager: see the log)"
+    m = re.search(r"CUDA graphs: inductor left (\d+) compiled graph", c.output)
+    if m:
+        c.figures.append(("graphs left without CUDA graphs (inductor)", m.group(1)))
+    warmed = WARMED_UP.search(c.output)
+    if warmed and RECORDING.search(c.output):
+        before = len(RECORDING.findall(c.output, 0, warmed.start()))
+        after = len(RECORDING.findall(c.output, warmed.end()))
+        c.figures.append(("CUDA graphs recorded", f"{before} in the warm-up, {after} after it (on the clock: "
+                                                  "batch shapes the warm-up did not record)"))
 
 
 ONE_NODE_EVAL_IMAGES = 5000 // 8  # COCO val over one node's 8 GPUs: each GPU's share of an epoch's evaluation
@@ -516,7 +545,8 @@ def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None, scori
 SMALL_ROI_BUDGET = ("MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", "64")
 
 
-PRIORITY = ("model_step", "host_syncs", "parity", "evaluation", "training", "input", "scoring", "allreduce")
+PRIORITY = ("model_step", "host_syncs", "parity", "evaluation", "training", "compiled_training", "input", "scoring",
+            "allreduce")
 # Every GPU config evaluates one image per GPU per batch (TEST.IMS_PER_BATCH = the job's GPUs, as NVIDIA's v0.7
 # configs do; a test keeps them equal): the evaluation check measures that batch, which the projection uses.
 EVAL_IMAGES_PER_GPU = 1
@@ -558,6 +588,17 @@ def plan(args, out_dir):
                "SOLVER.MAX_ITER", 40 if q else 200, "DATASETS.DATA_DIR", data, "OUTPUT_DIR", out_dir / "train",
                "MLPERF.MIN_BBOX_MAP", 0.99, "MLPERF.MIN_SEGM_MAP", 0.99, "DATALOADER.NUM_WORKERS", 1],
               150 if q else 90, ok_codes=(0, 3), need=5 if q else 60),  # 3: the targets (out of reach) not reached
+        Check("compiled_training", f"the same run, {40 if q else 100} iterations, compiled"
+                                   + (" (the eager backend on the CPU: dynamo's tracing and guards, no code generated)"
+                                      if dev == "cpu" else " with CUDA graphs (COMPILE_MODE reduce-overhead)"),
+              [py, "tools/train_mlperf.py", "--config-file", "configs/e2e_mask_rcnn_synthetic_cpu.yaml",
+               "--seed", "1", "--compile", "MODEL.DEVICE", dev, "DTYPE", "float32" if dev == "cpu" else "float16",
+               "COMPILE_MODE", "reduce-overhead"] + (["COMPILE_BACKEND", "eager"] if dev == "cpu" else []) +
+              ["SOLVER.MAX_ITER", 40 if q else 100, "DATASETS.DATA_DIR", data,
+               "OUTPUT_DIR", out_dir / "train_compiled", "MLPERF.MIN_BBOX_MAP", 0.99, "MLPERF.MIN_SEGM_MAP", 0.99,
+               "DATALOADER.NUM_WORKERS", 1, "PER_EPOCH_EVAL", False],  # the training check evaluates
+              150 if q else 180, env={"PYTHONUNBUFFERED": 1, **({} if dev == "cpu" else {"TORCH_LOGS": "cudagraphs"})},
+              ok_codes=(0, 3), need=5 if q else 120, merge_output=True),
         Check("evaluation", "blocking evaluation: inference and post-processing per image",
               [py, "bench/eval_step.py", "--device", dev, "--json"]
               + (["--images", "2", "--height", "96", "--width", "128", "--batch", "2"] if q else
@@ -585,7 +626,7 @@ def plan(args, out_dir):
 
 
 READERS = {"parity": read_parity, "model_step": read_model_step, "host_syncs": read_host_syncs, "input": read_input,
-           "training": read_training, "evaluation": read_evaluation, "scoring": read_scoring,
+           "training": read_training, "compiled_training": read_compiled_training, "evaluation": read_evaluation, "scoring": read_scoring,
            "allreduce": read_allreduce}
 
 
@@ -674,7 +715,7 @@ def main(argv=None):
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--quick", action="store_true", help="tiny sizes (with --device cpu: what the tests run)")
     p.add_argument("--out", default=str(ROOT / "results" / "gpu-check"))
-    p.add_argument("--budget", type=float, default=820.0, help="seconds for all checks together (default 820)")
+    p.add_argument("--budget", type=float, default=1000.0, help="seconds for all checks together (default 1000)")
     p.add_argument("--only", default="", help="comma-separated subset of: " + ",".join(READERS))
     p.add_argument("--across-nodes", action="store_true",
                    help="judge the checks slurm/gpu_check.sbatch ran between two nodes (their logs in --out) and "
