@@ -142,6 +142,16 @@ class CompiledForward:
             self._fail(e)
             return self.model(images, targets)
 
+    def fail_backward(self, e):
+        """Whether ``e``, raised by the backward of a compiled call after the warm-up (a CUDA graph recorded on
+        the clock whose capture failed), becomes this forward's compile failure: one warning, and the caller runs
+        the step again eagerly. Not with several ranks (the others wait in the all-reduces this backward did not
+        finish: the run ends with the error), nor for an error the eager step would raise too."""
+        if self.failure is not None or not _is_compile_error(e) or comm.get_world_size() > 1:
+            return False
+        self._fail(e)
+        return True
+
     def _fail(self, e):
         self.failure = e
         logger.warning("torch.compile failed (%s: %s): the run continues with the eager model", type(e).__name__,
@@ -167,7 +177,6 @@ class CompiledForward:
         cpu_state = torch.get_rng_state()
         cuda_state = torch.cuda.get_rng_state_all() if device.type == "cuda" else None
         repeats = 2 if self.cudagraphs else 1  # the same calls on every rank, whatever fails on one
-        distributed = comm.get_world_size() > 1
         try:
             for h, w in sizes:
                 images, targets = warm_up_batch(images_per_batch, h, w, max_gt, device, polygon_slots)
@@ -182,11 +191,8 @@ class CompiledForward:
                     try:
                         sum(losses.values()).backward()
                     except Exception as e:  # noqa: BLE001 - a capture error of the backward graph
-                        # with several ranks a backward that stopped halfway has left the others in its
-                        # all-reduces: no way on but the error
-                        if not (compiled and _is_compile_error(e)) or distributed:
+                        if not (compiled and self.fail_backward(e)):
                             raise
-                        self._fail(e)
         finally:
             for p in self.model.parameters():
                 p.grad = None

@@ -110,15 +110,21 @@ class Trainer:
             raise NonFiniteLossError(f"non-finite loss at iteration {self.iter}: {values}")
 
     def run_step(self, images, targets):
-        """One step on a batch the data loader has put on the device (``ImageList``, ``TargetBatch``)."""
-        with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
-                            enabled=self.amp_dtype is not None):
-            loss_dict = self.forward(images, targets)
-        losses = sum(loss_dict.values())
+        """One step on a batch the data loader has put on the device (``ImageList``, ``TargetBatch``).
+
+        A compiled step records a CUDA graph on the clock for a batch shape its warm-up did not see; should the
+        backward's capture fail there, the compiled forward takes it as its compile failure (one warning; in a
+        single process only: :meth:`~maskrcnn_benchmark.engine.compile.CompiledForward.fail_backward`) and this
+        step runs again, eagerly, as every later one."""
+        try:
+            loss_dict, losses = self._forward_backward(images, targets)
+        except Exception as e:  # noqa: BLE001 - only a compiled step's capture error is taken: the rest re-raised
+            fail_backward = getattr(self.forward, "fail_backward", None)
+            if fail_backward is None or not fail_backward(e):
+                raise
+            loss_dict, losses = self._forward_backward(images, targets)
         if not self.scaler.is_enabled():
             self._nonfinite |= ~torch.isfinite(losses.detach())
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(losses).backward()
         if self.clip_grad_norm > 0:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
@@ -131,6 +137,15 @@ class Trainer:
         # copies: a CUDA-graphed step overwrites its outputs at the next replay
         self.storage.put_scalars(**{k: v.detach().clone() for k, v in loss_dict.items()})
         self.storage.images_seen += len(images.image_sizes) * comm.get_world_size()
+
+    def _forward_backward(self, images, targets):
+        with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                            enabled=self.amp_dtype is not None):
+            loss_dict = self.forward(images, targets)
+        losses = sum(loss_dict.values())
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(losses).backward()
+        return loss_dict, losses
 
     def request_stop(self, reason):
         """End the loop before the next iteration (a hook's decision: the target is met)."""

@@ -297,3 +297,48 @@ def test_warm_up_warns_when_inductor_leaves_graphs_without_cuda_graphs(caplog, i
         forward.warm_up([(96, 128)], 2, torch.device("cpu"), max_gt=4)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and warnings[0].startswith("CUDA graphs: inductor left 2 compiled graph(s) without")
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_backward_capture_error_on_the_clock_reruns_the_step_eagerly(ranks, caplog, monkeypatch):
+    """A batch shape the warm-up did not record is recorded on the clock; its backward's capture error escaped the
+    trainer (the fallback covered the forward and the warm-up only) and ended the run. In a single process it is
+    the compile failure now (one warning) and the step runs again eagerly, its update made; with several ranks the
+    others wait in that backward's all-reduces, so the error ends the run."""
+    from maskrcnn_benchmark.engine import compile as compile_module
+    from maskrcnn_benchmark.engine.trainer import Trainer
+    from maskrcnn_benchmark.solver import make_lr_scheduler
+
+    monkeypatch.setattr(compile_module.comm, "get_world_size", lambda: ranks)
+    cfg = small_cfg()
+    model = build_detection_model(cfg).train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    forward = CompiledForward(model, "reduce-overhead", "inductor", batch_size=2)
+    step, eager_calls = model.forward, []
+
+    def compiled(images, targets):
+        return {k: _Backward.apply(v, params, [], k == "loss_mask") for k, v in step(images, targets).items()}
+
+    def eager(images, targets):
+        eager_calls.append(1)
+        return step(images, targets)
+
+    forward.compiled = compiled
+    monkeypatch.setattr(model, "forward", eager)
+    optimizer = make_optimizer(cfg, model, fused=True)
+    trainer = Trainer(model, optimizer, make_lr_scheduler(cfg, optimizer), None, torch.device("cpu"), 1, 100,
+                      forward=forward)
+    images, targets = _batch()
+    before = [p.detach().clone() for p in params]
+    if ranks > 1:
+        with pytest.raises(RuntimeError, match="operation not permitted when stream is capturing"):
+            trainer.run_step(images, targets)
+        assert forward.failure is None and not eager_calls
+        return
+    with caplog.at_level(logging.WARNING):
+        trainer.run_step(images, targets)
+    assert forward.failure is not None and eager_calls == [1]
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "torch.compile failed (RuntimeError: operation not permitted when stream is capturing): the run continues "
+        "with the eager model"]
+    assert any(not torch.equal(p, b) for p, b in zip(params, before))  # the step's update was made
