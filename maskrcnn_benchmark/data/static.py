@@ -16,7 +16,9 @@ def static_sizes(cfg):
     4:3 size to INPUT.MAX_SIZE_TRAIN, all rounded up to DATALOADER.SIZE_DIVISIBILITY. COCO with 3 per orientation:
     800x1088, 800x1216, 800x1344 and the portrait ones; a 4:3 image (most of COCO) is padded to 800x1088 instead of
     800x1344 (NVIDIA's padding to a few shapes per orientation). Padding to them is a larger SIZE_DIVISIBILITY:
-    zeros are added, no image pixel changes."""
+    zeros are added, no image pixel changes. Without DATALOADER.ASPECT_RATIO_GROUPING a batch may mix orientations:
+    the square ``(L, L)`` of the largest long side comes last, so such a batch too has a fixed size (else it
+    padded to a size of its own: one more compile, and past dynamo's recompile limit the eager step)."""
     d = cfg.DATALOADER.SIZE_DIVISIBILITY or 1
     up = lambda v: -(-int(math.ceil(v)) // d) * d  # noqa: E731
     long_side = cfg.INPUT.MAX_SIZE_TRAIN
@@ -26,7 +28,8 @@ def static_sizes(cfg):
     low = min(up(short_side * 4 / 3), l_)
     longs = sorted({up(low + i * (l_ - low) / (k - 1)) if k > 1 else l_ for i in range(k)} | {l_})
     longs = [v for v in longs if v >= s] or [s]
-    return tuple(dict.fromkeys([(s, v) for v in longs] + [(v, s) for v in longs]))  # one size when square
+    mixed = [] if cfg.DATALOADER.ASPECT_RATIO_GROUPING else [(longs[-1], longs[-1])]
+    return tuple(dict.fromkeys([(s, v) for v in longs] + [(v, s) for v in longs] + mixed))  # one size when square
 
 
 def warm_up_batch(n, height, width, max_gt, device, polygon_slots=POLYGON_SLOTS):

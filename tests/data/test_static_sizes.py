@@ -79,3 +79,14 @@ def test_polygon_floors_need_not_be_powers_of_two():
     for count, want in ((4, 200), (150, 200), (200, 200), (201, 256)):
         _, nxt, _, parts = pad_polygons(torch.tensor([count]), torch.tensor([0]), 1, 200, 3)
         assert (nxt.shape[1], parts) == (want, 3), count
+
+
+def test_without_aspect_ratio_grouping_a_mixed_batch_has_a_fixed_size_too():
+    """A landscape and a portrait image in one batch fit no size of either orientation: it padded to 1088x1088, a
+    size of its own (one more compile on the clock, and past dynamo's recompile limit the eager step)."""
+    cfg = load_config(R50_YAML, ["DATALOADER.ASPECT_RATIO_GROUPING", False])
+    sizes = static_sizes(cfg)
+    assert sizes[-1] == (1344, 1344) and sizes[:-1] == static_sizes(load_config(R50_YAML, []))
+    images, _, _ = BatchCollator(32, sizes, 96)([(torch.zeros(3, 800, 1067), _target(1067, 800), 0),
+                                                 (torch.zeros(3, 1067, 800), _target(800, 1067), 1)])
+    assert tuple(images.tensors.shape[-2:]) == (1344, 1344)
