@@ -332,10 +332,17 @@ def read_compiled_training(c):
     read_training(c)
     if re.search(r"torch.compile failed|compil\w+ failed|running eagerly", c.output) and c.status == "passed":
         c.status = "FAILED (the compiled step fell back to eager: see the log)"
+    if re.search(r"torch._dynamo hit config\.\w+", c.output) and c.status == "passed":  # new shapes run eagerly
+        c.status = "FAILED (dynamo's recompile limit was hit: later shapes ran eagerly; see the log)"
     m = re.search(r"CUDA graphs: inductor left (\d+) compiled graph", c.output)
     if m:
         c.figures.append(("graphs left without CUDA graphs (inductor)", m.group(1)))
     warmed = WARMED_UP.search(c.output)
+    late_skips = len(re.findall(r"skipping cudagraphs", c.output[warmed.end():])) if warmed else 0
+    if late_skips:  # TORCH_LOGS=cudagraphs: a graph compiled on the clock and left without CUDA graphs
+        c.figures.append(("CUDA graphs skipped after the warm-up (torch's log)", str(late_skips)))
+        if c.status == "passed":
+            c.status = "FAILED (graphs compiled on the clock ran without CUDA graphs: see the log)"
     if warmed and RECORDING.search(c.output):
         before = len(RECORDING.findall(c.output, 0, warmed.start()))
         after = len(RECORDING.findall(c.output, warmed.end()))

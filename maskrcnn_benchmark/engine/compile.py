@@ -120,8 +120,10 @@ class CompiledForward:
         self.compiled = torch.compile(model, backend=backend, dynamic=False, **options)
         self.failure = None
         self.compile_seconds = 0.0
+        self.last_call_compiled = False  # whether the last call ran the compiled step (not an eager batch)
 
     def __call__(self, images, targets):
+        self.last_call_compiled = False
         if self.failure is not None:
             return self.model(images, targets)
         if self.batch_size and len(targets) != self.batch_size:
@@ -134,6 +136,7 @@ class CompiledForward:
             # A new iteration: outputs of the previous replay may be overwritten (their values were copied).
             torch.compiler.cudagraph_mark_step_begin()
         _mark_polygon_buffers_dynamic(targets)
+        self.last_call_compiled = True
         try:
             return self.compiled(images, targets)
         except Exception as e:  # noqa: BLE001 - any backend failure: run on eagerly, say why
@@ -143,17 +146,20 @@ class CompiledForward:
             return self.model(images, targets)
 
     def fail_backward(self, e):
-        """Whether ``e``, raised by the backward of a compiled call after the warm-up (a CUDA graph recorded on
-        the clock whose capture failed), becomes this forward's compile failure: one warning, and the caller runs
-        the step again eagerly. Not with several ranks (the others wait in the all-reduces this backward did not
-        finish: the run ends with the error), nor for an error the eager step would raise too."""
-        if self.failure is not None or not _is_compile_error(e) or comm.get_world_size() > 1:
+        """Whether ``e``, raised by the backward of the last call (a CUDA graph recorded in the warm-up or on the
+        clock whose capture failed), becomes this forward's compile failure: one warning, and the caller runs
+        the step again eagerly. Not when that call ran eagerly (a short batch), not with several ranks (the others
+        wait in the all-reduces this backward did not finish: the run ends with the error), nor for an error the
+        eager step would raise too."""
+        if (self.failure is not None or not self.last_call_compiled or not _is_compile_error(e)
+                or comm.get_world_size() > 1):
             return False
         self._fail(e)
         return True
 
     def _fail(self, e):
-        self.failure = e
+        # kept without its traceback: the frames of the failed call hold its step's tensors (activations, graph)
+        self.failure = e.with_traceback(None)
         logger.warning("torch.compile failed (%s: %s): the run continues with the eager model", type(e).__name__,
                        str(e).splitlines()[0] if str(e) else "")
 
@@ -183,7 +189,6 @@ class CompiledForward:
                 for _ in range(repeats):
                     with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
                         losses = self(images, targets)
-                    compiled = self.failure is None
                     # as the trainer's step: no gradients in before the backward (a CUDA-graph replay's gradient
                     # outputs are invalid once the next call has begun; accumulating into them raises)
                     for p in self.model.parameters():
@@ -191,7 +196,7 @@ class CompiledForward:
                     try:
                         sum(losses.values()).backward()
                     except Exception as e:  # noqa: BLE001 - a capture error of the backward graph
-                        if not (compiled and self.fail_backward(e)):
+                        if not self.fail_backward(e):  # a compiled call's capture error, in one process
                             raise
         finally:
             for p in self.model.parameters():

@@ -115,13 +115,15 @@ class Trainer:
         A compiled step records a CUDA graph on the clock for a batch shape its warm-up did not see; should the
         backward's capture fail there, the compiled forward takes it as its compile failure (one warning; in a
         single process only: :meth:`~maskrcnn_benchmark.engine.compile.CompiledForward.fail_backward`) and this
-        step runs again, eagerly, as every later one."""
+        step runs again, eagerly (its samples drawn anew), as every later one."""
         try:
             loss_dict, losses = self._forward_backward(images, targets)
         except Exception as e:  # noqa: BLE001 - only a compiled step's capture error is taken: the rest re-raised
             fail_backward = getattr(self.forward, "fail_backward", None)
             if fail_backward is None or not fail_backward(e):
                 raise
+            loss_dict = None  # the rerun comes after this block: the error's frames hold the failed step's graph
+        if loss_dict is None:
             loss_dict, losses = self._forward_backward(images, targets)
         if not self.scaler.is_enabled():
             self._nonfinite |= ~torch.isfinite(losses.detach())

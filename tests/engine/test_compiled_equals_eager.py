@@ -3,7 +3,9 @@ weights and seed (forward, backward, fused SGD). With ``aot_eager`` (graph captu
 generation) losses, gradients and updated weights are bitwise equal; with inductor (generated kernels) the whole
 step's losses agree within 1e-2 relative and the continuous parts within 1e-4. Also: a failed CUDA-graph capture
 is a compile failure that falls back to the eager step, and graph partition is set explicitly for CUDA graphs."""
+import gc
 import logging
+import weakref
 
 import pytest
 import torch
@@ -314,13 +316,17 @@ def test_a_backward_capture_error_on_the_clock_reruns_the_step_eagerly(ranks, ca
     model = build_detection_model(cfg).train()
     params = [p for p in model.parameters() if p.requires_grad]
     forward = CompiledForward(model, "reduce-overhead", "inductor", batch_size=2)
-    step, eager_calls = model.forward, []
+    step, eager_calls, failed_attempt = model.forward, [], []
 
-    def compiled(images, targets):
-        return {k: _Backward.apply(v, params, [], k == "loss_mask") for k, v in step(images, targets).items()}
+    def compiled(images, targets):  # keeps a weak reference to a tensor of the failed attempt, to see it freed
+        losses = {k: _Backward.apply(v, params, [], k == "loss_mask") for k, v in step(images, targets).items()}
+        failed_attempt.append(weakref.ref(losses["loss_mask"]))
+        return losses
 
     def eager(images, targets):
-        eager_calls.append(1)
+        gc.collect()
+        # the rerun starts once the failed attempt's graph is gone (the error's frames held it: twice the memory)
+        eager_calls.append(all(ref() is None for ref in failed_attempt))
         return step(images, targets)
 
     forward.compiled = compiled
@@ -337,8 +343,21 @@ def test_a_backward_capture_error_on_the_clock_reruns_the_step_eagerly(ranks, ca
         return
     with caplog.at_level(logging.WARNING):
         trainer.run_step(images, targets)
-    assert forward.failure is not None and eager_calls == [1]
+    assert forward.failure is not None and eager_calls == [True]
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
         "torch.compile failed (RuntimeError: operation not permitted when stream is capturing): the run continues "
         "with the eager model"]
     assert any(not torch.equal(p, b) for p, b in zip(params, before))  # the step's update was made
+
+
+def test_an_eager_batchs_capture_error_is_not_taken_for_the_compiled_steps():
+    """A short batch runs eagerly: an error of its backward is the step's own, even one that reads like a capture
+    error; compiling stays on and the error ends the step."""
+    model = build_detection_model(small_cfg()).train()
+    forward = CompiledForward(model, "reduce-overhead", "inductor", batch_size=4)  # the batches here hold 2
+    forward.compiled = lambda images, targets: pytest.fail("a short batch ran the compiled step")
+    images, targets = _batch()
+    forward(images, targets)
+    assert not forward.last_call_compiled
+    error = RuntimeError("operation not permitted when stream is capturing")
+    assert forward.fail_backward(error) is False and forward.failure is None
