@@ -181,16 +181,16 @@ def _count_cudagraph_skips(step):
     calls (it does so with no error: a CPU tensor in the graph, a mutated input, a graph re-recorded past its limit;
     a graph with no CUDA work at all counts too). The models' steps run one after another, so each call's
     difference is its own."""
-    from torch._dynamo.utils import counters
+    from maskrcnn_benchmark.engine.compile import cudagraph_skips
 
     inner, step.cudagraph_skips = step.run, 0
 
     def run():
-        before = counters["inductor"]["cudagraph_skips"]
+        before = cudagraph_skips()
         try:
             return inner()
         finally:
-            step.cudagraph_skips += counters["inductor"]["cudagraph_skips"] - before
+            step.cudagraph_skips += cudagraph_skips() - before
 
     step.run = run
 

@@ -183,30 +183,26 @@ def test_the_compiled_training_check_counts_cuda_graphs_recorded_on_the_clock():
     record = "V1127 torch/_inductor/cudagraph_trees.py:2335] [__cudagraphs] [0/0] Recording function=0, cuda_graph_id=0"
     lines = [record, record, "... INFO: compiled the training step for 2 image size(s) 96x128, 128x96 in 41.2 s "
              "(mode reduce-overhead)", record, loss.format(20, 2.5), record, loss.format(100, 1.5)]
-    c = gpu_check.Check("compiled_training", "t", [], 1, status="passed", output="\n".join(lines))
-    gpu_check.read_compiled_training(c)
+    def read(*more):
+        check = gpu_check.Check("compiled_training", "t", [], 1, status="passed", output="\n".join(lines + list(more)))
+        gpu_check.read_compiled_training(check)
+        return check
+
+    c = read()
     figures = dict(c.figures)
     assert c.status == "passed"
     assert figures["CUDA graphs recorded"].startswith("2 in the warm-up, 2 after it")
     assert figures["compile time (synthetic model)"] == "41.2 s"
     assert figures["loss"] == "2.500 at iteration 20 -> 1.500 at 100 (falls)"
-    fell = gpu_check.Check("compiled_training", "t", [], 1, status="passed", output="\n".join(
-        lines + ["... WARNING: torch.compile failed (RuntimeError: boom): the run continues with the eager model"]))
-    gpu_check.read_compiled_training(fell)
+    fell = read("... WARNING: torch.compile failed (RuntimeError: boom): the run continues with the eager model")
     assert fell.status.startswith("FAILED (the compiled step fell back to eager")
-    skipped = gpu_check.Check("compiled_training", "t", [], 1, status="passed", output="\n".join(
-        lines + ["... WARNING: CUDA graphs: inductor left 3 compiled graph(s) without them (a CPU tensor, ...)"]))
-    gpu_check.read_compiled_training(skipped)
+    skipped = read("... WARNING: CUDA graphs: inductor left 3 compiled graph(s) without them (a CPU tensor, ...)")
     assert dict(skipped.figures)["graphs left without CUDA graphs (inductor)"] == "3"
     # dynamo's recompile limit (torch 2.11's message): the shapes after it ran eagerly, with a log line only
-    limit = gpu_check.Check("compiled_training", "t", [], 1, status="passed", output="\n".join(
-        lines + ["W1127 torch/_dynamo/convert_frame.py:1744] torch._dynamo hit config.recompile_limit (8)"]))
-    gpu_check.read_compiled_training(limit)
+    limit = read("W1127 torch/_dynamo/convert_frame.py:1744] torch._dynamo hit config.recompile_limit (8)")
     assert limit.status.startswith("FAILED (dynamo's recompile limit was hit")
     # a graph compiled on the clock and left without CUDA graphs (torch's log under TORCH_LOGS=cudagraphs)
-    late = gpu_check.Check("compiled_training", "t", [], 1, status="passed", output="\n".join(
-        lines + ["W1127 cudagraph_utils.py:207] skipping cudagraphs due to mutated inputs (1 instances)"]))
-    gpu_check.read_compiled_training(late)
+    late = read("W1127 cudagraph_utils.py:207] skipping cudagraphs due to mutated inputs (1 instances)")
     assert late.status.startswith("FAILED (graphs compiled on the clock ran without CUDA graphs")
     assert dict(late.figures)["CUDA graphs skipped after the warm-up (torch's log)"] == "1"
 

@@ -281,6 +281,7 @@ def read_input(c):
         c.figures.append(("hybrid input, host side (this machine, one core)", m.group(1)))
 
 
+FELL_BACK = re.compile(r"compil\w+ failed|running eagerly")  # the compile failure's warning (engine/compile.py)
 LOSS_LINE = re.compile(r"iter: (\d+) .*?loss: ([\d.]+) .*?images/s: ([\d.]+)(?:\s+loss scale: ([\d.e+]+))?")
 
 
@@ -290,7 +291,7 @@ def read_training(c):
     m = re.search(r"compiled the training step .*? in ([\d.]+) s", c.output)
     if m:
         c.figures.append(("compile time (synthetic model)", f"{m.group(1)} s"))
-    if re.search(r"compil\w+ failed|running eagerly", c.output):
+    if FELL_BACK.search(c.output):
         c.figures.append(("compile", "FELL BACK TO EAGER (see the log)"))
     if len(rows) < 2:
         c.figures.append(("training", "no loss lines"))
@@ -330,7 +331,7 @@ def read_compiled_training(c):
     CUDA graphs (the warm-up's warning), and the CUDA graphs torch recorded in the warm-up and after it (each one
     after it: a batch whose shapes the warm-up did not record, recorded on the clock)."""
     read_training(c)
-    if re.search(r"torch.compile failed|compil\w+ failed|running eagerly", c.output) and c.status == "passed":
+    if FELL_BACK.search(c.output) and c.status == "passed":
         c.status = "FAILED (the compiled step fell back to eager: see the log)"
     if re.search(r"torch._dynamo hit config\.\w+", c.output) and c.status == "passed":  # new shapes run eagerly
         c.status = "FAILED (dynamo's recompile limit was hit: later shapes ran eagerly; see the log)"

@@ -178,7 +178,7 @@ class CompiledForward:
             return 0.0
         t0 = time.perf_counter()
         allow_recompiles(len(sizes))
-        skips = _cudagraph_skips()
+        skips = cudagraph_skips()
         precompute_anchors(self.model, sizes, device)
         cpu_state = torch.get_rng_state()
         cuda_state = torch.cuda.get_rng_state_all() if device.type == "cuda" else None
@@ -208,7 +208,7 @@ class CompiledForward:
         logger.info("compiled the training step for %d image size(s) %s in %.1f s (mode %s)%s", len(sizes),
                     ", ".join(f"{h}x{w}" for h, w in sizes), self.compile_seconds, self.mode,
                     " - failed, eager" if self.failure is not None else "")
-        skipped = _cudagraph_skips() - skips
+        skipped = cudagraph_skips() - skips
         if self.cudagraphs and self.failure is None and skipped:
             logger.warning("CUDA graphs: inductor left %d compiled graph(s) without them (a CPU tensor, a mutated "
                            "input, ...; a graph with no CUDA work counts too; TORCH_LOGS=cudagraphs names each): "
@@ -216,7 +216,7 @@ class CompiledForward:
         return self.compile_seconds
 
 
-def _cudagraph_skips():
+def cudagraph_skips():
     """Inductor's count of the compiled graphs it left without CUDA graphs, in this process."""
     from torch._dynamo.utils import counters
 
