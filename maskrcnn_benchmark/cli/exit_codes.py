@@ -10,6 +10,7 @@ as an outcome, not a crash, and the Slurm scripts pass every code through.
 """
 import logging
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -129,6 +130,24 @@ def _raised_while_handling(exc, kind):
     return False
 
 
+# torch's error when its SIGCHLD handler finds a loader worker ended by a signal (strsignal's name of the signal)
+_WORKER_KILLED = re.compile(r"DataLoader worker \(pid \d+\) is killed by signal: (.+?)\.")
+
+
+def _stop_signal_that_ended_a_loader_worker(exc):
+    """The stop signal (SIGTERM, SIGINT, SIGHUP) that killed a data loader worker, as torch reports it in the
+    chain of ``exc`` (the loader raises "exited unexpectedly" from it), or None."""
+    names = {signal.strsignal(s): s for s in signals.STOP_SIGNALS}
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        match = _WORKER_KILLED.search(str(exc))
+        if match and match.group(1) in names:
+            return names[match.group(1)]
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def _log_traceback(exc, message):
     """Write ``message`` and the traceback of ``exc`` to the run's log (the traceback logger's file); returns that
     file's path, or None when there is no run log yet or it cannot be written."""
@@ -175,6 +194,11 @@ def describe(exc):
         # and cleared it: signals.received). The line is the stop's; the run's log keeps what failed.
         _log_traceback(exc, f"stopped by {name}; this error came before the stop was raised")
         return STOPPED.code + signum, f"stopped by {name}; run_stop logged as aborted"
+    signum = _stop_signal_that_ended_a_loader_worker(exc)
+    if signum is not None:  # the job's stop reached the worker first, and this process has not had it yet
+        name = signal.Signals(signum).name
+        _log_traceback(exc, f"stopped by {name}: it ended a data loader worker first")
+        return STOPPED.code + signum, f"stopped by {name} (it ended a data loader worker first); run_stop logged as aborted"
     if isinstance(exc, KeyboardInterrupt):
         return STOPPED.code + 2, "stopped by SIGINT; run_stop logged as aborted"
     if isinstance(exc, NonFiniteLossError):
@@ -192,11 +216,20 @@ def describe(exc):
 
 
 def run_program(body):
-    """Run ``body()`` (which returns an exit code) and turn any failure into one ``error:`` line and its code."""
+    """Run ``body()`` (which returns an exit code) and turn any failure into one ``error:`` line and its code.
+
+    Once ``body`` has returned or failed, a stop signal is only recorded (:func:`signals.hold`): one that comes
+    while the failure is described makes the line the stop's, and none escapes as a second exception."""
     try:
-        return body()
+        try:
+            return body()
+        finally:
+            signals.hold()  # a Stopped raised before this line replaces body's error, and is caught below
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - one line for the user; the log keeps the rest
+        received = signals.received()
         code, line = describe(e)
+        if signals.received() != received:  # the stop came while describing
+            code, line = describe(e)
         print(f"error: {line}", file=sys.stderr, flush=True)
         return code
 

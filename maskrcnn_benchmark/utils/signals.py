@@ -16,6 +16,7 @@ import signal
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 _RECEIVED = []  # the stop signal this process's handler took, if any
+_HELD = {"pid": None}  # the process whose stop signals are only recorded from now on (:func:`hold`)
 
 
 def received():
@@ -39,6 +40,16 @@ def _ignore(signum, frame):
     pass
 
 
+def hold():
+    """From here on a stop signal is only recorded (:func:`received`), never raised, and a stop deferred by
+    :func:`stop_on_signals` is not raised either. For the end of a program, once its body has returned or failed
+    (:func:`maskrcnn_benchmark.cli.exit_codes.run_program`): Slurm signals every process of the job at once and
+    bind_launch forwards a second copy, so the signal can come while the program reports a failure the same stop
+    caused (a loader worker it killed), and a Stopped raised there would escape the report with its traceback."""
+    _HELD["pid"] = os.getpid()
+    signal.setitimer(signal.ITIMER_REAL, 0)  # a deferred stop (the handler's alarm)
+
+
 # at-fork hooks of the standard library that run in a training process's main thread (logging's, in the parent)
 _AT_FORK = {("logging", "_releaseLock"), ("logging", "_acquireLock"),
             ("logging", "_after_at_fork_child_reinit_locks")}
@@ -55,8 +66,8 @@ def _exception_would_be_lost(frame):
 
 
 def stop_on_signals():
-    """The first SIGTERM/SIGINT/SIGHUP raises :class:`Stopped` in the main thread; later ones are ignored so
-    nothing interrupts the cleanup (SIGKILL still ends it).
+    """The first SIGTERM/SIGINT/SIGHUP raises :class:`Stopped` in the main thread, once; later ones are ignored so
+    nothing interrupts the cleanup (SIGKILL still ends it), and after :func:`hold` none is raised.
 
     Slurm and a terminal's Ctrl-C signal every process of the job, data loader workers included. Workers are
     forked and inherit this handler; in a loader worker SIGINT and SIGHUP are ignored: the main process stops its
@@ -86,6 +97,8 @@ def stop_on_signals():
             return
         if not _RECEIVED:
             _RECEIVED.append(signum)
+        if _HELD["pid"] == main_pid:  # raised once already, or the program is reporting how it ended
+            return
         if _exception_would_be_lost(frame):
             signal.signal(signal.SIGALRM, lambda _alarm, f: handler(_RECEIVED[0], f))
             signal.setitimer(signal.ITIMER_REAL, 0.01)
@@ -93,7 +106,9 @@ def stop_on_signals():
         for s in STOP_SIGNALS:
             signal.signal(s, signal.SIG_IGN)
         signal.signal(signal.SIGCHLD, _ignore)  # a callable: SIG_DFL would race with a SIGCHLD already pending
+        hold()  # a stop deferred by an earlier copy of the signal (the alarm above) is this one
         raise Stopped(_RECEIVED[0])
 
+    _HELD["pid"] = None
     for s in STOP_SIGNALS:
         signal.signal(s, handler)
