@@ -64,7 +64,8 @@ _C.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE = 96
 # Padded image sizes per orientation of a compiled training step (added; NVIDIA's v1.0+ code calls it
 # CUDA_GRAPH_NUM_SHAPES_PER_ORIENTATION): widths from the 4:3 size to the largest, so a 4:3 COCO batch is
 # padded to 800x1088, not 800x1344. Each size is one more compiled graph (compiled before run_start); without
-# ASPECT_RATIO_GROUPING one more, the square of the largest, for batches that mix orientations.
+# ASPECT_RATIO_GROUPING one more, the square of the largest, for batches that mix orientations (more than one
+# image per GPU).
 _C.DATALOADER.STATIC_SHAPES_PER_ORIENTATION = 3
 # Polygon padding of a compiled training step's batches, (vertices, parts) per ground-truth mask: each batch pads
 # its masks' polygons to the largest counts in it rounded up to powers of two, at least these (added). The counts

@@ -9,7 +9,7 @@ from .collate_batch import BatchCollator
 from .shapes import POLYGON_SLOTS
 
 
-def static_sizes(cfg):
+def static_sizes(cfg, images_per_gpu=None):
     """The fixed image sizes of a compiled training step, smallest first in each orientation (a batch is padded to
     the first it fits in): landscape ``(S, L_k)`` and portrait ``(L_k, S)``, ``S`` the largest of
     INPUT.MIN_SIZE_TRAIN, the long sides ``L_k`` DATALOADER.STATIC_SHAPES_PER_ORIENTATION widths evenly from the
@@ -18,7 +18,8 @@ def static_sizes(cfg):
     800x1344 (NVIDIA's padding to a few shapes per orientation). Padding to them is a larger SIZE_DIVISIBILITY:
     zeros are added, no image pixel changes. Without DATALOADER.ASPECT_RATIO_GROUPING a batch may mix orientations:
     the square ``(L, L)`` of the largest long side comes last, so such a batch too has a fixed size (else it
-    padded to a size of its own: one more compile, and past dynamo's recompile limit the eager step)."""
+    padded to a size of its own: one more compile, and past dynamo's recompile limit the eager step). With
+    ``images_per_gpu`` 1 no batch mixes orientations, and the square, the largest size to warm up, is left out."""
     d = cfg.DATALOADER.SIZE_DIVISIBILITY or 1
     up = lambda v: -(-int(math.ceil(v)) // d) * d  # noqa: E731
     long_side = cfg.INPUT.MAX_SIZE_TRAIN
@@ -28,7 +29,8 @@ def static_sizes(cfg):
     low = min(up(short_side * 4 / 3), l_)
     longs = sorted({up(low + i * (l_ - low) / (k - 1)) if k > 1 else l_ for i in range(k)} | {l_})
     longs = [v for v in longs if v >= s] or [s]
-    mixed = [] if cfg.DATALOADER.ASPECT_RATIO_GROUPING else [(longs[-1], longs[-1])]
+    mixes = not cfg.DATALOADER.ASPECT_RATIO_GROUPING and (images_per_gpu is None or images_per_gpu > 1)
+    mixed = [(longs[-1], longs[-1])] if mixes else []
     return tuple(dict.fromkeys([(s, v) for v in longs] + [(v, s) for v in longs] + mixed))  # one size when square
 
 

@@ -182,11 +182,10 @@ class MLPerfRun:
                 model, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False)
         forward = None
         if static:  # compiled before the clock starts, on synthetic batches (engine.compile)
-            forward = CompiledForward(model, cfg.COMPILE_MODE, cfg.COMPILE_BACKEND,
-                                      batch_size=cfg.SOLVER.IMS_PER_BATCH // world)
-            forward.warm_up(static_sizes(cfg), cfg.SOLVER.IMS_PER_BATCH // world, device,
-                            cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE, autocast_dtype(device, cfg.DTYPE),
-                            polygon_slots(cfg))
+            per_gpu = cfg.SOLVER.IMS_PER_BATCH // world
+            forward = CompiledForward(model, cfg.COMPILE_MODE, cfg.COMPILE_BACKEND, batch_size=per_gpu)
+            forward.warm_up(static_sizes(cfg, per_gpu), per_gpu, device, cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE,
+                            autocast_dtype(device, cfg.DTYPE), polygon_slots(cfg))
         ml.hyperparameters(cfg, world)
         comm.synchronize()
         ml.init_stop()

@@ -90,3 +90,11 @@ def test_without_aspect_ratio_grouping_a_mixed_batch_has_a_fixed_size_too():
     images, _, _ = BatchCollator(32, sizes, 96)([(torch.zeros(3, 800, 1067), _target(1067, 800), 0),
                                                  (torch.zeros(3, 1067, 800), _target(800, 1067), 1)])
     assert tuple(images.tensors.shape[-2:]) == (1344, 1344)
+
+
+def test_with_one_image_per_gpu_the_square_is_not_warmed_up():
+    """One image per GPU never mixes orientations: the square, the largest size the warm-up compiles (and, with
+    CUDA graphs, records), was warmed up all the same."""
+    cfg = load_config(R50_YAML, ["DATALOADER.ASPECT_RATIO_GROUPING", False])
+    assert static_sizes(cfg, images_per_gpu=1) == static_sizes(load_config(R50_YAML, []))
+    assert static_sizes(cfg, images_per_gpu=2)[-1] == (1344, 1344)
