@@ -261,6 +261,8 @@ _C.TEST.MASK_ENCODING = "box"
 _C.OUTPUT_DIR = "."
 _C.PATHS_CATALOG = os.path.join(os.path.dirname(__file__), "paths_catalog.py")
 _C.SAVE_CHECKPOINTS = False
+# Evaluate at the end of every whole epoch (a SOLVER.MAX_ITER inside an epoch ends the run unscored there); False:
+# once, after the last iteration.
 _C.PER_EPOCH_EVAL = True
 # float32, float16 (autocast + gradient scaling) or bfloat16 (autocast).
 _C.DTYPE = "float16"

@@ -40,8 +40,9 @@ class EventStorage:
         return (max(iteration, 1) - 1) // self.iters_per_epoch + 1
 
     def is_epoch_end(self, iteration=None):
+        """Whether ``iteration`` (default: the current one) completes an epoch. MAX_ITER inside an epoch does not."""
         it = self.iter if iteration is None else iteration
-        return it % self.iters_per_epoch == 0 or it >= self.max_iter
+        return it % self.iters_per_epoch == 0
 
     # -- scalars -------------------------------------------------------------------------------------------------
     def put_scalars(self, **values):

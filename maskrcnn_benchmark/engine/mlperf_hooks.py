@@ -109,7 +109,9 @@ class EvaluationHook(HookBase):
     def after_step(self):
         s = self.trainer.storage
         last = s.iter >= s.max_iter
-        if s.is_epoch_end() and (self.per_epoch or last):
+        # per epoch: whole epochs only (a MAX_ITER inside an epoch ends the run unscored there, as the reference's
+        # per-epoch test does); else once, at the end (the reference's test after training)
+        if s.is_epoch_end() if self.per_epoch else last:
             self._evaluate(s.epoch)
         if comm.is_main_process():
             self._guarded(self._collect)

@@ -59,6 +59,21 @@ def test_not_converged_run_is_aborted_and_fails_checker(tiny_data, tmp_path):
 
 
 @pytest.mark.slow
+def test_max_iter_inside_an_epoch_is_not_scored(tiny_data, tmp_path):
+    """MAX_ITER 6 at 4 iterations per epoch ends inside epoch 2. With per-epoch evaluation only whole epochs are
+    scored: the partial epoch 2 was evaluated too, and with a low enough target it logged run_stop success at a
+    point that is no epoch boundary (the configs' MAX_ITER 40000 is 73 % into epoch 33 at batch 96)."""
+    out = str(tmp_path)
+    r = run_in_process(tiny_data, out, "SOLVER.MAX_ITER", 6, "SOLVER.IMS_PER_BATCH", 4, "MLPERF.MIN_BBOX_MAP",
+                       "0.99", "MLPERF.MIN_SEGM_MAP", "0.99")
+    assert r.returncode == 3, r.stdout[-3000:]
+    events = mllog_events(r.stdout)
+    assert [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_start"] == [1]
+    assert [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_accuracy"] == [1]
+    assert [e["metadata"]["status"] for e in events if e["key"] == "run_stop"] == ["aborted"]
+
+
+@pytest.mark.slow
 def test_nan_loss_aborts_with_clear_message(tiny_data, tmp_path):
     out = str(tmp_path)
     r = run_in_process(tiny_data, out, "SOLVER.MAX_ITER", 30, "SOLVER.BASE_LR", "1e12", "SOLVER.WARMUP_ITERS", 0,
