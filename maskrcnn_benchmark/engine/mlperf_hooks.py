@@ -32,7 +32,7 @@ PENDING, FAILED, EPOCH, BBOX, SEGM = "eval/pending", "eval/failed", "eval/epoch"
 
 
 class EvaluationHook(HookBase):
-    """At every epoch end (``per_epoch``; always after the last iteration): ``eval_start``, ``infer()`` (the model
+    """At the end of every whole epoch (``per_epoch``; else once, after the last iteration): ``eval_start``, ``infer()`` (the model
     over this rank's shard of the test set, into the evaluator), ``evaluator.gather_parts()`` (the collective: every
     rank's detections on rank 0, None elsewhere), on rank 0 ``evaluator.score(evaluator.merge(parts), epoch)`` (a
     future of the scores), ``eval_stop``. On rank 0, every iteration: the scores that arrived, oldest
@@ -188,10 +188,13 @@ class MLPerfStopHook(HookBase):
                             *self.targets)
         self._seen = len(history)
         latest = s.latest()
+        if self.converged_epoch is not None:  # a later epoch's failed scoring does not undo it
+            if latest.get(FAILED):
+                logger.warning("an evaluation after epoch %d failed (above); the run converged at epoch %d",
+                               self.converged_epoch, self.converged_epoch)
+            return StopDecision.TARGET_MET
         if latest.get(FAILED):
             return StopDecision.FAILED
-        if self.converged_epoch is not None:
-            return StopDecision.TARGET_MET
         return StopDecision.PENDING if latest.get(PENDING) else 0
 
     def _act(self, code):

@@ -244,6 +244,35 @@ def test_early_stop_single_process_at_the_iteration_the_scores_arrive():
                           ("run_stop", True)]
 
 
+class _FailingFuture(_FakeFuture):
+    def result(self):
+        raise ScoringError(f"COCO scoring of epoch {self.epoch} failed: out of memory")
+
+
+class _SecondEpochFails(_FakeBackground):
+    def score(self, detections, epoch):
+        future = super().score(detections, epoch)
+        return future if epoch == 1 else _FailingFuture(epoch, future.ready)
+
+
+def test_a_later_epochs_failed_scoring_does_not_undo_a_converged_epoch():
+    """Epoch 1 meets the targets and epoch 2's scoring fails, both known at the same check (here MAX_ITER, which
+    waits for every pending score): the run converged at epoch 1. The failure won, and a log holding a passing
+    eval_accuracy ended in run_stop aborted with an error."""
+    model = _Model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    background = _SecondEpochFails(done_at=10)
+    log = _Log()
+    stop = MLPerfStopHook((0.377, 0.339), log)
+    trainer = Trainer(model, opt, WarmupMultiStepLR(opt, (100,), 0.1, warmup_iters=0), [(_Images(), [], None)] * 10,
+                      torch.device("cpu"), 10, 5,
+                      hooks=[stop, EvaluationHook(background, lambda: None, log, poll=background.poll)])
+    background.trainer = trainer
+    trainer.train()
+    assert stop.target_met and stop.converged_epoch == 1
+    assert ("eval_accuracy", 1, 0.5, 0.5) in log.events and log.events[-1] == ("run_stop", True)
+
+
 def _rank(rank, world, init_file, done_at, out):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
