@@ -215,8 +215,9 @@ class MLPerfRun:
                                     poll=background.poll)
         protocol = MLPerfStopHook(self.targets, ml)
         hooks = [ProfilerHook(rank), MetricsHook(20, reduce=not cfg.DISABLE_REDUCED_LOGGING), protocol, evaluation]
-        if cfg.SAVE_CHECKPOINTS:
-            hooks.insert(1, CheckpointHook(checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD, seed=seed))
+        if cfg.SAVE_CHECKPOINTS:  # last: an epoch end's checkpoint holds the state after its evaluation, as the
+            #                       next iteration starts from it; the final one is written after run_stop
+            hooks.append(CheckpointHook(checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD, seed=seed))
         trainer = Trainer(model, optimizer, scheduler, train_loader, device, cfg.SOLVER.MAX_ITER, ipe,
                           dtype=cfg.DTYPE, start_iter=start_iter, hooks=hooks,
                           clip_grad_norm=cfg.SOLVER.CLIP_GRAD_NORM, scaler=scaler, forward=forward)

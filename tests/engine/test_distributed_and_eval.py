@@ -24,6 +24,8 @@ def test_two_process_gloo_run_trains_evaluates_and_stops_together(tiny_data, tmp
     assert [e["key"] for e in events].count("run_start") == 1
     stops = [e for e in events if e["key"] == "run_stop"]
     assert len(stops) == 1 and stops[0]["metadata"]["status"] == "success"
+    # the final checkpoint (gathering every rank's random state, then writing) is written after the clock stops
+    assert r.stdout.index('"key": "run_stop"') < r.stdout.index("model_final.pth"), r.stdout[-3000:]
     assert [e["value"] for e in events if e["key"] == "global_batch_size"] == [4]
     assert [e["value"] for e in events if e["key"] == "train_samples"] == [16]
     assert "world size 2" in r.stdout
