@@ -91,12 +91,13 @@ def make_lines(*, epochs: int = 14, final_bbox: float = 0.3790, final_segm: floa
                run_stop: bool = True, prefix: str = "", train_lines: bool = True,
                platform: str = "1xTEST-8GPU", org: str = "TESTORG", omit: Sequence[str] = (),
                ranks: int = 1, rank_delay_ms: int = 1500, tracked_stats: bool = False,
-               cache_clear: bool = True) -> List[str]:
+               cache_clear: bool = True, first_epoch: int = 1) -> List[str]:
     """The lines of one run. ``ruleset`` only dates the log (a day inside that round); ``omit`` drops keys
     (e.g. :data:`KEYS_NEWER_THAN_0_7_0` for a log as a 0.7.0-era logger wrote it). ``ranks`` > 1 simulates a
     multi-process run whose ranks all log ``init_start`` and ``run_start`` (rank r ``r * rank_delay_ms`` later),
     merged by time with ``r: `` labels as ``srun --label`` does. ``tracked_stats`` adds NVIDIA-style per-step
-    ``tracked_stats``/``throughput`` events whose ``step`` restarts every epoch."""
+    ``tracked_stats``/``throughput`` events whose ``step`` restarts every epoch. ``first_epoch`` > 1: a run
+    resumed from a checkpoint, as our trainer logs one (its epochs before ``first_epoch`` are not in the log)."""
     clock = _Clock(T0_MS[ruleset] if t0_ms is None else t0_ms)
     out: list = []
     loggers = [MLPerfLogger(rank=r, ruleset=ruleset, stream=_Sink(clock, r, out)) for r in range(ranks)]
@@ -131,7 +132,9 @@ def make_lines(*, epochs: int = 14, final_bbox: float = 0.3790, final_segm: floa
         epoch_ms = ttt_min * 60000 / epochs
         it_per_epoch = TRAIN_IMAGES // gbs + 1
         for e, (bbox, segm) in enumerate(ap_curve(epochs, final_bbox, final_segm), 1):
-            e0 = run_start + (e - 1) * epoch_ms + 2
+            if e < first_epoch:
+                continue
+            e0 = run_start + (e - first_epoch) * epoch_ms * epochs / (epochs - first_epoch + 1) + 2
             clock.t = e0
             ml.start("block_start", metadata={"first_epoch_num": e, "epoch_count": 1})
             ml.start("epoch_start", metadata={"epoch_num": e})

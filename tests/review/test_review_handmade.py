@@ -318,6 +318,20 @@ def test_a_run_whose_cache_was_not_flushed_is_named(tmp_path):
     assert review.runs[2].compliance.passed
 
 
+def test_a_resumed_run_is_named(tmp_path):
+    """A run resumed from a checkpoint (--resume) logs init and run_start anew and starts at a later epoch: the
+    compliance checker passes it, but its time to train leaves out the training before the restart."""
+    write_runs(tmp_path, TTTS)
+    write_log(tmp_path / "result_3.txt", ttt_min=TTTS[3], seed=3, first_epoch=6)
+    review = review_folder(tmp_path)
+    named = [w for w in review.warnings if "resumed" in w]
+    assert named == ["result_3: its first epoch is 6 (block_start first_epoch_num): a run resumed from a "
+                     "checkpoint, timed from the restart: not a valid result (the compliance checker does not "
+                     "check this)"]
+    assert review.runs[3].compliance.passed and review.runs[3].first_epoch == 6
+    assert [r.first_epoch for r in review.runs if r.name != "result_3"] == [1, 1, 1, 1]
+
+
 def test_open_division_skips_closed_rules(tmp_path):
     write_log(tmp_path / "result_0.txt", lr=0.05, division="open")
     review = review_folder(tmp_path)
