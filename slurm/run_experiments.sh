@@ -143,6 +143,25 @@ if [[ "${CONTAINER_RUNTIME}" == none ]]; then
   python="${PYTHON:-python3}"
 fi
 
+# gpu-check on several nodes (slurm/gpu_check.sbatch): its training iterations across nodes are a check, not a
+# result. They keep the system config's images per GPU (its memory, its step) at this job's process count: its
+# global batches (SOLVER/TEST.IMS_PER_BATCH of EXTRA_CONFIG) scaled, and the recipe not judged against the RCPs
+# (a trial's job judges it). Judged as the config is, a 1-node config on 2 nodes was a refused recipe (exit 10).
+check_overrides=()
+if [[ "${GPU_CHECK:-0}" == 1 && "${NNODES}" -gt 1 ]]; then
+  export ALLOW_NON_RCP=1
+  config_procs=$(( ${DGXNNODES:-1} * ${DGXNGPU:-1} ))
+  job_procs=$(( NNODES * ${NPROC_PER_NODE:-${DGXNGPU:-1}} ))
+  for key in SOLVER.IMS_PER_BATCH TEST.IMS_PER_BATCH; do
+    pattern="[[:space:]]${key//./\\.}[[:space:]]+([0-9]+)[[:space:]]"
+    if [[ " ${EXTRA_CONFIG:-} " =~ ${pattern} ]] && (( BASH_REMATCH[1] % config_procs == 0 )); then
+      check_overrides+=("${key}" "$(( BASH_REMATCH[1] / config_procs * job_procs ))")
+    fi
+  done
+  echo "run_experiments: gpu-check across ${NNODES} nodes at the config's images per GPU" \
+       "(${check_overrides[*]:-its own batches}); the recipe not judged against the RCPs"
+fi
+
 # ------------------------------------------------------------------------------ make gpu-check (GPU_CHECK=1)
 if [[ "${GPU_CHECK:-0}" == 1 ]]; then  # slurm/gpu_check.sbatch: the node's stages in the image, into LOGDIR
   gpu_check_rc=0
@@ -166,9 +185,9 @@ fi
 preflight_rc=0
 if [[ "${CONTAINER_RUNTIME}" == pyxis ]]; then
   srun_on 1
-  PREFLIGHT_ONLY=1 "${srun_cmd[@]}" "${run_cmd[@]}" || preflight_rc=$?
+  PREFLIGHT_ONLY=1 "${srun_cmd[@]}" "${run_cmd[@]}" "${check_overrides[@]}" || preflight_rc=$?
 else
-  PREFLIGHT_ONLY=1 "${run_cmd[@]}" || preflight_rc=$?
+  PREFLIGHT_ONLY=1 "${run_cmd[@]}" "${check_overrides[@]}" || preflight_rc=$?
 fi
 if [[ "${preflight_rc}" -ne 0 ]]; then
   echo "run_experiments: the preflight on the batch host failed with exit code ${preflight_rc} (the line above says" \
@@ -210,7 +229,7 @@ if [[ "${GPU_CHECK:-0}" == 1 ]]; then
     srun_on 2
     train2_rc=0
     MASTER_PORT="$((port0 + 998))" TRIAL_NAME=gpu-check/training_2node NOT_CONVERGED_EXIT_CODE=0 \
-      "${srun_cmd[@]}" "${run_cmd[@]}" SOLVER.MAX_ITER 20 2>&1 | tee "${LOGDIR}/gpu-check/training_2node.log" ||
+      "${srun_cmd[@]}" "${run_cmd[@]}" "${check_overrides[@]}" SOLVER.MAX_ITER 20 2>&1 | tee "${LOGDIR}/gpu-check/training_2node.log" ||
       train2_rc=$?
     echo "${train2_rc}" > "${LOGDIR}/gpu-check/training_2node.rc"
   fi
@@ -314,9 +333,17 @@ for ((i = 0; i < NEXP; i++)); do
   if [[ "${rc}" -ne 0 ]]; then
     status="${rc}"
     failures=$((failures + 1))
+    failed_trial=$((i + 1))
   fi
   index=$((index + 1))
 done
+# MLPerf accepts one run of five that does not converge: such a set passes review, and the job says so with exit 0
+# (the next step, the submission, can follow). Any other failure keeps its code.
+if [[ "${failures}" -eq 1 && "${status}" -eq 3 && "${NEXP}" -ge 5 ]]; then
+  echo "run_experiments: 1 of ${NEXP} trials did not converge (trial ${failed_trial}): MLPerf allows one; the job" \
+       "exits 0"
+  status=0
+fi
 
 if [[ "${PILOT:-0}" == 1 ]]; then  # the measured times, as the DGXRUNMINUTES/DGXINITMINUTES to set
   PYTHONPATH="${REPO}" python3 -m mlperf_review.pilot "${log}" || true

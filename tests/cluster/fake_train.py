@@ -17,7 +17,8 @@ Environment knobs:
   FAKE_TRAIN_SLEEP=S        sleep S seconds inside the first epoch (to be killed mid-run)
   FAKE_TRAIN_SLEEP_RANK=R   only rank R sleeps (default: every rank)
   FAKE_TRAIN_PIDDIR=DIR     each rank writes DIR/rank<R>.pid (and DIR/rank<R>.host)
-  FAKE_TRAIN_EXIT=N         rank FAKE_TRAIN_EXIT_RANK (default 0) exits with N after the first epoch
+  FAKE_TRAIN_EXIT=N         rank FAKE_TRAIN_EXIT_RANK (default 0) exits with N after the first epoch (only in the
+                            trial FAKE_TRAIN_EXIT_TRIAL, e.g. trial_2, when set)
   FAKE_TRAIN_TIMEOUT=S      collective timeout (default 120 s)
   MASKRCNN_PROFILE=torch|memory and MASKRCNN_PROFILE_DIR: per-iteration profiling (see utils/profiling.py)
 
@@ -201,7 +202,8 @@ def main(argv):
             assert y[0] == world
             it += 1
             prof.step(it)
-        if epoch == 1 and os.environ.get("FAKE_TRAIN_EXIT") and rank == int(os.environ.get("FAKE_TRAIN_EXIT_RANK", "0")):
+        if (epoch == 1 and os.environ.get("FAKE_TRAIN_EXIT") and rank == int(os.environ.get("FAKE_TRAIN_EXIT_RANK", "0"))
+                and os.environ.get("FAKE_TRAIN_EXIT_TRIAL", os.environ.get("TRIAL_NAME")) == os.environ.get("TRIAL_NAME")):
             print(f"fake_train: rank {rank} exiting with {os.environ['FAKE_TRAIN_EXIT']}", file=sys.stderr, flush=True)
             sys.stdout.flush()
             os._exit(int(os.environ["FAKE_TRAIN_EXIT"]))  # no gloo teardown (it may abort the process)
