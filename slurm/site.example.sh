@@ -14,7 +14,9 @@ export MLPERF_SUBMISSION_STATUS="${MLPERF_SUBMISSION_STATUS:-onprem}"
 export SBATCH_PARTITION="${SBATCH_PARTITION:-}"
 export SBATCH_ACCOUNT="${SBATCH_ACCOUNT:-}"
 export SBATCH_QOS="${SBATCH_QOS:-}"
-GPU_REQUEST="${GPU_REQUEST:---gpus-per-node=8}"   # or --gres=gpu:h100:8, or "" where nodes come with their GPUs
+# GPU_REQUEST: unset asks for --gpus-per-node=<DGXNGPU of the config>; or set it: --gres=gpu:h100:8, or "" where
+# nodes come with their GPUs. Example:
+# GPU_REQUEST="--gres=gpu:h100:8"
 
 ## Container: singularity | apptainer | pyxis (srun --container-image, as on NVIDIA's SuperPODs), or CONTAINER=none
 ## to run on the hosts' own Python.

@@ -271,3 +271,19 @@ def test_the_checks_across_nodes_keep_the_systems_images_per_gpu(tmp_path, syste
     assert f"TEST.IMS_PER_BATCH {2 * per_gpu['TEST.IMS_PER_BATCH']} " in trained + " "
     assert (tmp_path / "calls").read_text().split() == ["node", "across"]
 
+
+def test_the_site_template_asks_for_the_configs_gpus(tmp_path):
+    """A site.sh copied from slurm/site.example.sh asked for 8 GPUs per node whatever the config's DGXNGPU (its
+    GPU_REQUEST default overrode slurm/submit.sh's): a 4-GPU node's job was refused by Slurm."""
+    import subprocess
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sbatch").write_text(f'#!/bin/bash\necho "$*" > "{tmp_path}/sbatch_args"\ncat > /dev/null\necho 1\n')
+    (bindir / "sbatch").chmod(0o755)
+    r = subprocess.run([str(ROOT / "slurm/submit.sh"), "slurm/maskrcnn_1node.sbatch"], capture_output=True, text=True,
+                       timeout=60, env=clean_env(SITE_CONFIG=ROOT / "slurm/site.example.sh", DGXSYSTEM="DGXH100",
+                                                 DGXNGPU=4, PATH=f"{bindir}:{os.environ['PATH']}"))
+    assert r.returncode == 0, r.stderr
+    assert "--gpus-per-node=4" in (tmp_path / "sbatch_args").read_text().split()
+
