@@ -31,23 +31,9 @@ if [[ -f "${SITE_CONFIG}" ]]; then
   source "${SITE_CONFIG}"
 fi
 export DGXSYSTEM="${DGXSYSTEM:-DGXH100_4x8x4}"
-if [[ -z "${DGXRUNMINUTES:-}" && -f "${GPU_CHECK_PROJECTION:=${REPO}/results/gpu-check/projection.json}" ]]; then
-  # make gpu-check's projected time to train for this many nodes, when one was measured here
-  DGXRUNMINUTES="$(python3 - "${GPU_CHECK_PROJECTION}" "${SLURM_JOB_NUM_NODES:-1}" << 'EOF' || true
-import json, math, sys
-nodes = json.load(open(sys.argv[1])).get("nodes", {})
-entry = nodes.get(sys.argv[2])
-if entry and entry.get("minutes"):
-    print(math.ceil(float(entry["minutes"])))
-EOF
-  )"
-  if [[ -n "${DGXRUNMINUTES}" ]]; then
-    export DGXRUNMINUTES
-    echo "run_experiments: DGXRUNMINUTES=${DGXRUNMINUTES} from make gpu-check's projection (${GPU_CHECK_PROJECTION})"
-  else
-    unset DGXRUNMINUTES
-  fi
-fi
+# shellcheck source=slurm/projection.sh
+source "${REPO}/slurm/projection.sh"
+gpu_check_projection "${SLURM_JOB_NUM_NODES:-1}" run_experiments  # unless submit.sh, the site or the environment set it
 [[ -f "config_${DGXSYSTEM}.sh" ]] ||
   fail "${EXIT_BAD_INPUT}" "no config_${DGXSYSTEM}.sh in ${REPO} (DGXSYSTEM=${DGXSYSTEM}; the configs are config_*.sh)"
 if [[ "${SKIP_CONFIG:-0}" != 1 ]]; then
@@ -173,6 +159,14 @@ if [[ "${GPU_CHECK:-0}" == 1 ]]; then  # slurm/gpu_check.sbatch: the node's stag
     --out "$([[ "${CONTAINER_RUNTIME}" == none ]] && echo "${LOGDIR}" || echo /results)/gpu-check" ||
     gpu_check_rc=$?
   echo "run_experiments: make gpu-check exit code ${gpu_check_rc} (report under ${LOGDIR}/gpu-check)"
+  # its projected times to train, where the next jobs look for them (slurm/projection.sh), replaced whole
+  projection_dir="${RESULTS_ROOT:-${REPO}/results}/gpu-check"
+  if [[ -f "${LOGDIR}/gpu-check/projection.json" && "${LOGDIR}/gpu-check" != "${projection_dir}" ]]; then
+    mkdir -p "${projection_dir}"
+    cp "${LOGDIR}/gpu-check/projection.json" "${projection_dir}/.projection.json.tmp"
+    mv "${projection_dir}/.projection.json.tmp" "${projection_dir}/projection.json"
+    echo "run_experiments: the next jobs take DGXRUNMINUTES from ${projection_dir}/projection.json"
+  fi
   # A check that failed or ran out of time still wrote the report (summary.json): the checks across nodes run
   # anyway, they are what this allocation is for; the job's exit code keeps the failure. No report: gpu-check
   # itself failed (no GPU, a bad argument), the line above says why.

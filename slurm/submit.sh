@@ -20,6 +20,12 @@ if [[ $# -gt 0 && "$1" != -* ]]; then script="$1"; shift; fi
 default_system="$(sed -n 's/^export DGXSYSTEM="\${DGXSYSTEM:-\(.*\)}"$/\1/p' "${script}")"
 export DGXSYSTEM="${DGXSYSTEM:-${default_system:-DGXH100_4x8x4}}"
 [[ -f "config_${DGXSYSTEM}.sh" ]] || { echo "error: no config_${DGXSYSTEM}.sh (DGXSYSTEM)" >&2; exit 1; }
+# make gpu-check's projection for the config's nodes, before the config's own DGXRUNMINUTES (on paper): the job's
+# time limit and its trials' come from it, and the job inherits the value
+# shellcheck source=slurm/projection.sh
+source "${REPO}/slurm/projection.sh"
+gpu_check_projection "$(DGXRUNMINUTES=1 bash -c 'source "./config_${DGXSYSTEM}.sh" > /dev/null; echo "${DGXNNODES}"')" \
+  submit >&2
 # shellcheck source=/dev/null
 source "./config_${DGXSYSTEM}.sh"
 walltime="${WALLTIME}"

@@ -287,3 +287,35 @@ def test_the_site_template_asks_for_the_configs_gpus(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "--gpus-per-node=4" in (tmp_path / "sbatch_args").read_text().split()
 
+
+def test_the_projection_reaches_the_job_through_submit(tmp_path):
+    """slurm/submit.sh sources the config, whose DGXRUNMINUTES (on paper) the job inherits: the job then never read
+    make gpu-check's projection, and the job's time limit was the config's. submit.sh takes the projection for the
+    config's nodes first; a gpu-check job leaves a copy of its projection where the next jobs look."""
+    import subprocess
+
+    projection = tmp_path / "results" / "gpu-check" / "projection.json"
+    projection.parent.mkdir(parents=True)
+    projection.write_text(json.dumps({"nodes": {"1": {"minutes": 4.2}, "4": {"minutes": 2.0}}}))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sbatch").write_text(f'#!/bin/bash\necho "$* DGXRUNMINUTES=$DGXRUNMINUTES" > "{tmp_path}/sbatch"\n'
+                                   'cat > /dev/null\necho 1\n')
+    (bindir / "sbatch").chmod(0o755)
+    r = subprocess.run([str(ROOT / "slurm/submit.sh"), "slurm/maskrcnn_1node.sbatch"], capture_output=True, text=True,
+                       timeout=60, env=clean_env(SITE_CONFIG=tmp_path / "no-site.sh", DGXSYSTEM="DGXH100",
+                                                 RESULTS_ROOT=tmp_path / "results",
+                                                 PATH=f"{bindir}:{os.environ['PATH']}"))
+    assert r.returncode == 0, r.stderr
+    assert f"submit: DGXRUNMINUTES=5 from make gpu-check's projection ({projection})" in r.stderr
+    # (5 + 10 init) x 1.25 = 18 min a trial, 5 trials + 15 min
+    assert (tmp_path / "sbatch").read_text().split()[3:] == ["--time=01:45:00", "--gpus-per-node=8", "DGXRUNMINUTES=5"]
+
+    # a gpu-check job's projection replaces it
+    python = _fake_gpu_check_python(tmp_path, 0, True)
+    python.write_text(python.read_text().replace('mkdir -p "$out"', 'mkdir -p "$out"; echo \'{"nodes": {"1": '
+                                                 '{"minutes": 9}}}\' > "$out/projection.json"', 1))
+    r = run_job(tmp_path, GPU_CHECK=1, NEXP=0, PYTHON=python, RESULTS_ROOT=tmp_path / "results")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(projection.read_text()) == {"nodes": {"1": {"minutes": 9}}}
+
