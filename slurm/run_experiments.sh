@@ -340,6 +340,13 @@ if [[ "${failures}" -eq 1 && "${status}" -eq 3 && "${NEXP}" -ge 5 ]]; then
 fi
 
 if [[ "${PILOT:-0}" == 1 ]]; then  # the measured times, as the DGXRUNMINUTES/DGXINITMINUTES to set
-  PYTHONPATH="${REPO}" python3 -m mlperf_review.pilot "${log}" || true
+  # with the trials' Python (the image's; the host's python3 may be older than the package: RHEL 7/8 have 3.6)
+  pilot_cmd=("${in_image[@]}" "${python}" -m mlperf_review.pilot)
+  if [[ "${CONTAINER_RUNTIME}" == none ]]; then
+    PYTHONPATH="${REPO}${PYTHONPATH:+:${PYTHONPATH}}" "${pilot_cmd[@]}" "${log}" || true
+  else  # LOGDIR is /results in there; under pyxis only srun enters the image
+    if [[ "${CONTAINER_RUNTIME}" == pyxis ]]; then srun_on 1; pilot_cmd=("${srun_cmd[@]}" "${pilot_cmd[@]}"); fi
+    "${pilot_cmd[@]}" "/results/$(basename "${log}")" || true
+  fi
 fi
 exit "${status}"

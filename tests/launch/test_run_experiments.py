@@ -191,6 +191,21 @@ def test_result_files_are_never_overwritten(tmp_path):
     assert (logs / "trial_1" / "mlperf_log.txt").is_file()
 
 
+def test_the_pilot_reads_its_log_with_the_runs_python_not_the_hosts(tmp_path):
+    """The pilot's advice ran on the batch host's system python3, which on RHEL/CentOS 7 and 8 is 3.6: the
+    package's parser does not import there (``from __future__ import annotations``), and the traceback replaced the
+    DGXRUNMINUTES line. It runs with the trials' Python (the image's, or PYTHON with CONTAINER=none)."""
+    old_python = tmp_path / "old-python"
+    old_python.mkdir()
+    (old_python / "python3").write_text('#!/bin/bash\necho "SyntaxError: future feature annotations is not defined"'
+                                        ' >&2\nexit 1\n')
+    (old_python / "python3").chmod(0o755)
+    r = run_job(tmp_path, [old_python], PILOT=1, NEXP=5)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"pilot: time to train [\d.]+ min, init [\d.]+ min: set DGXRUNMINUTES=\d+", r.stdout), r.stdout
+    assert "SyntaxError" not in r.stderr
+
+
 def test_pilot_measures_the_time_budget(tmp_path):
     r = run_job(tmp_path, PILOT=1, NEXP=5)
     assert r.returncode == 0, r.stderr
