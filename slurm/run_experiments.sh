@@ -98,6 +98,8 @@ if [[ "${CONTAINER_RUNTIME}" != none ]]; then
   done
   CONTAINER_BINDS="$(IFS=,; echo "${binds[*]}")"
   export CONTAINER_BINDS
+elif [[ -n "${WEIGHTS_DIR:-}" && -z "${WEIGHTS+set}" ]]; then
+  export WEIGHTS="${WEIGHTS_DIR}/R-50.pkl"  # on the hosts: the site's weights folder, as the image binds it
 fi
 
 mapfile -t hosts < <(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname)}" 2> /dev/null || hostname)

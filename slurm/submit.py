@@ -241,7 +241,8 @@ def main(argv=None):
     p.add_argument("--image", default=str(ROOT / "singularity" / "maskrcnn.sif"),
                    help="Singularity image, or 'none' to run on the hosts")
     p.add_argument("--data", default=None, help="host dataset dir (bound to /data; default /data)")
-    p.add_argument("--weights-dir", default="/coco/models", help="host dir with R-50.pkl, bound to /coco/models")
+    p.add_argument("--weights-dir", default=None, help="host dir with R-50.pkl, bound to /coco/models (default "
+                   "/coco/models); without an image, the trainer's MODEL.WEIGHT is its R-50.pkl")
     p.add_argument("--nexp", type=int, default=1, help="number of runs (MLPerf needs 5)")
     p.add_argument("--results", default=None, help="results folder (default results/submit-<time>)")
     p.add_argument("--train-script", default=None, help="TRAIN_SCRIPT override (tests)")
@@ -279,8 +280,13 @@ def main(argv=None):
     folder = results / "submitit"
     if args.cluster != "slurm" and args.nodes != 1:
         raise SystemExit(f"submit: --cluster {args.cluster} runs one node only (got --nodes {args.nodes})")
-    probe = NodeTask(0, results, args.image, {}, args.data, args.weights_dir, False, "true")
-    host_env = dict(cfg_env, DATADIR=args.data) if args.image in ("", "none") and args.data else cfg_env
+    weights_dir = args.weights_dir or "/coco/models"
+    probe = NodeTask(0, results, args.image, {}, args.data, weights_dir, False, "true")
+    on_hosts = {}  # without an image: the site's data and weights folders are the trainer's paths
+    if args.image in ("", "none"):
+        on_hosts.update({"DATADIR": args.data} if args.data else {})
+        on_hosts.update({"WEIGHTS": os.path.join(args.weights_dir, "R-50.pkl")} if args.weights_dir else {})
+    host_env = dict(cfg_env, **on_hosts)
     rc = preflight(args.system, args.nodes, args.gpus_per_node, host_env, args.python, probe, args.allow_non_rcp)
     if rc:
         print(f"submit: the preflight failed with exit code {rc} (the line above says why); nothing submitted",
@@ -290,8 +296,7 @@ def main(argv=None):
     run_env = dict(extra_env, DGXSYSTEM=args.system, PYTHON=args.python, PREFLIGHT_DONE="1")
     if args.allow_non_rcp:
         run_env["ALLOW_NON_RCP"] = "1"
-    if args.image in ("", "none") and args.data:
-        run_env["DATADIR"] = args.data
+    run_env.update(on_hosts)
     if args.train_script:
         run_env["TRAIN_SCRIPT"] = args.train_script
     ex = make_executor(args, folder, cfg)
@@ -303,7 +308,7 @@ def main(argv=None):
     for i in indices:
         if args.cluster == "slurm" and jobs and not args.parallel:
             ex.update_parameters(dependency=f"afterany:{jobs[-1].job_id}")
-        task = NodeTask(i, results, args.image, run_env, args.data, args.weights_dir, args.clear_caches,
+        task = NodeTask(i, results, args.image, run_env, args.data, weights_dir, args.clear_caches,
                         args.drop_caches_cmd)
         job = ex.submit(task)
         jobs.append(job)

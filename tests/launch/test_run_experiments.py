@@ -334,3 +334,16 @@ def test_the_projection_reaches_the_job_through_submit(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(projection.read_text()) == {"nodes": {"1": {"minutes": 9}}}
 
+
+def test_weights_dir_is_read_on_the_hosts_too(tmp_path):
+    """CONTAINER=none: DATADIR reached the trainer, WEIGHTS_DIR did not (the weights stayed /coco/models/R-50.pkl,
+    the image's bind target): a site with its weights elsewhere got exit 12."""
+    weights_dir = tmp_path / "models"
+    weights_dir.mkdir()
+    (weights_dir / "R-50.pkl").write_bytes(b"")
+    r = run_job(tmp_path, PREFLIGHT_ONLY=1, WEIGHTS_DIR=weights_dir, DGXSYSTEM="DGXH100",
+                EXTRA_CONFIG="SOLVER.IMS_PER_BATCH 4 TEST.IMS_PER_BATCH 1 MODEL.DEVICE cpu", ALLOW_NON_RCP=1,
+                NPROC_PER_NODE=1)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "data and weights found" in r.stdout
+

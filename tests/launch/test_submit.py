@@ -60,6 +60,20 @@ def test_local_submit_collects_compliant_log(tmp_path):
 
 
 @pytest.mark.slow
+def test_without_an_image_the_weights_dir_is_the_trainers(tmp_path):
+    """--image none: --data reached the trainer, --weights-dir did not (MODEL.WEIGHT stayed /coco/models/R-50.pkl,
+    the image's bind target): a site with its weights elsewhere got exit 12 from the preflight."""
+    weights = tmp_path / "models"
+    weights.mkdir()
+    (weights / "R-50.pkl").write_bytes(b"")
+    r = run_submit(tmp_path, "--nexp", "1", "--system", "DGXH100", "--gpus-per-node", "1", "--allow-non-rcp",
+                   "--weights-dir", str(weights), "--env",
+                   "EXTRA_CONFIG=SOLVER.IMS_PER_BATCH 4 TEST.IMS_PER_BATCH 1 MODEL.DEVICE cpu")
+    assert "does not exist" not in r.stdout + r.stderr
+    assert "data and weights found" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.slow
 def test_local_submit_reports_failure(tmp_path):
     r = run_submit(tmp_path, "--env", "FAKE_TRAIN_EXIT=7")  # a crash (3, "not converged", is every rank's together)
     assert r.returncode == 1, r.stdout + r.stderr
