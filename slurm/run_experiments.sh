@@ -267,7 +267,7 @@ next_index() {  # the first k >= $1 with no result_<k>.txt: a result file is nev
 }
 # The trials that fit in the time the job has left (its --time may be another system's: the batch scripts' own
 # is one default): a trial Slurm kills at the job's end is an aborted run, so it is not started. The results
-# continue at the next free index when the job is submitted again.
+# continue at the next free index when the job is submitted again with this LOGDIR (the default is per job).
 minutes_left() {  # the job's time left in whole minutes (squeue %L: [days-]hours:minutes:seconds), empty if unknown
   local left
   left="$(timeout 20 squeue -h -j "${SLURM_JOB_ID:-}" -o %L 2> /dev/null | head -n 1)" || return 0
@@ -284,8 +284,8 @@ if [[ -n "${SLURM_JOB_ID:-}" && -n "${TRIAL_MINUTES:-}" ]]; then
       fail "${EXIT_BAD_INPUT}" "the job has ${left} min left, less than one trial of ${TRIAL_MINUTES} min (TRIAL_MINUTES, config_${DGXSYSTEM}.sh): submit with --time=${WALLTIME:-$(( NEXP * TRIAL_MINUTES + 15 ))} (WALLTIME) or through slurm/submit.sh, which takes it from the config"
     elif [[ "${fit}" -lt "${NEXP}" ]]; then
       echo "run_experiments: WARNING: the job has ${left} min left after $(( (SECONDS + 59) / 60 )) min of checks:" \
-           "${fit} of the ${NEXP} trials of ${TRIAL_MINUTES} min fit; running ${fit} (submit again for the rest:" \
-           "the results continue at the next free index)" >&2
+           "${fit} of the ${NEXP} trials of ${TRIAL_MINUTES} min fit; running ${fit} (submit again with" \
+           "LOGDIR=${LOGDIR} NEXP=$(( NEXP - fit )) for the rest: they continue at the next free index there)" >&2
       NEXP="${fit}"
     fi
   fi

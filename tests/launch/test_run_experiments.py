@@ -144,6 +144,9 @@ def test_only_the_trials_that_fit_in_the_job_start(tmp_path):
     assert re.search(r"the job has 90 min left after \d+ min of checks: 3 of the 5 trials of 25 min fit; running 3",
                      r.stderr), r.stderr
     assert sorted(p.name for p in (tmp_path / "logs").glob("result_*")) == [f"result_{i}.txt" for i in range(3)]
+    # the rest go to the same folder only with its LOGDIR (the default folder is the job's own): the warning said
+    # "submit again" alone, and the 2 missing runs landed in another folder, a set of 3 + 2 no checker takes
+    assert f"submit again with LOGDIR={tmp_path / 'logs'} NEXP=2 for the rest" in r.stderr, r.stderr
 
 
 def test_a_job_shorter_than_one_trial_starts_none(tmp_path):
