@@ -265,6 +265,11 @@ next_index() {  # the first k >= $1 with no result_<k>.txt: a result file is nev
   while [[ -e "${LOGDIR}/result_${k}.txt" ]]; do k=$((k + 1)); done
   echo "${k}"
 }
+claim_index() {  # next_index, its result file created by this job (O_EXCL): two jobs on one LOGDIR never share one
+  local k="$1"
+  until (set -o noclobber; : > "${LOGDIR}/result_${k}.txt") 2> /dev/null; do k=$((k + 1)); done
+  echo "${k}"
+}
 # The trials that fit in the time the job has left (its --time may be another system's: the batch scripts' own
 # is one default): a trial Slurm kills at the job's end is an aborted run, so it is not started. The results
 # continue at the next free index when the job is submitted again with this LOGDIR (the default is per job).
@@ -303,7 +308,7 @@ for ((i = 0; i < NEXP; i++)); do
          "allowed); no further trial started" >&2
     break
   fi
-  index="$(next_index "${index}")"
+  index="$(claim_index "${index}")"
   export MASTER_PORT=$((port0 + i)) NOT_CONVERGED_EXIT_CODE=0
   export TRIAL_NAME="trial_${index}"
   log="${LOGDIR}/result_${index}.txt"

@@ -5,6 +5,7 @@ container stand-in: tests/cluster/test_slurm_cluster.py."""
 import json
 import os
 import re
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -179,6 +180,33 @@ def test_one_trial_of_five_not_converging_is_a_set_that_passes(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.findall(r"trial \d exit code (\d+)", r.stdout) == ["0", "0", "3", "0", "0"]
     assert "run_experiments: 1 of 5 trials did not converge (trial 3): MLPerf allows one; the job exits 0" in r.stdout
+
+
+def test_two_jobs_on_one_logdir_never_share_a_result_file(tmp_path):
+    """Two jobs submitted to one LOGDIR (the rest of a set, a rerun) at the same time: each looked for the first
+    free result_<k>.txt, then tee created it later, so both could take the same k and write into one file. A
+    ``tee`` that starts a second late widens that gap to make it certain."""
+    import threading
+
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    (slow / "tee").write_text(f'#!/bin/bash\nsleep 1\nexec {shutil.which("tee")} "$@"\n')
+    (slow / "tee").chmod(0o755)
+    results = {}
+
+    def job(name):
+        (tmp_path / name).mkdir()
+        results[name] = run_job(tmp_path / name, [slow], NEXP=1, LOGDIR=tmp_path / "logs", FAKE_TRAIN_EPOCHS=1)
+
+    threads = [threading.Thread(target=job, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.returncode for r in results.values()] == [0, 0], [r.stderr for r in results.values()]
+    logs = sorted((tmp_path / "logs").glob("result_*.txt"))
+    assert [p.name for p in logs] == ["result_0.txt", "result_1.txt"]
+    assert all(p.read_text().count("Beginning trial") == 1 for p in logs)
 
 
 def test_result_files_are_never_overwritten(tmp_path):
