@@ -293,7 +293,10 @@ def main(argv=None):
               file=sys.stderr)
         return rc
 
-    run_env = dict(extra_env, DGXSYSTEM=args.system, PYTHON=args.python, PREFLIGHT_DONE="1")
+    # NOT_CONVERGED_EXIT_CODE=0: not converged is every node's outcome together; exiting 3, the first node would
+    # have srun's --kill-on-bad-exit kill the others mid-exit (run_and_time.sh says it in the log instead)
+    run_env = dict(extra_env, DGXSYSTEM=args.system, PYTHON=args.python, PREFLIGHT_DONE="1",
+                   NOT_CONVERGED_EXIT_CODE="0")
     if args.allow_non_rcp:
         run_env["ALLOW_NON_RCP"] = "1"
     run_env.update(on_hosts)
@@ -330,6 +333,9 @@ def main(argv=None):
             failed += 1
         if node0.exists():
             shutil.copyfile(node0, results / f"result_{i}.txt")
+            if status == "ok" and "\nrun_and_time: not converged" in "\n" + node0.read_text(errors="replace"):
+                status = "not converged (SOLVER.MAX_ITER reached without the targets)"
+                failed += 1
         seconds = ""
         if node0.exists():
             for line in node0.read_text(errors="replace").splitlines():

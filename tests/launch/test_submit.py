@@ -2,6 +2,7 @@
 
 import pytest
 import runpy
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,18 @@ def test_without_an_image_the_weights_dir_is_the_trainers(tmp_path):
                    "EXTRA_CONFIG=SOLVER.IMS_PER_BATCH 4 TEST.IMS_PER_BATCH 1 MODEL.DEVICE cpu")
     assert "does not exist" not in r.stdout + r.stderr
     assert "data and weights found" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.slow
+def test_a_run_that_does_not_converge_ends_every_node_quietly(tmp_path):
+    """Not converged is every node's outcome: the nodes exit 0 for it (NOT_CONVERGED_EXIT_CODE, as the batch
+    scripts ask), so that srun's --kill-on-bad-exit does not kill the others mid-exit, and the run is reported
+    as not converged. submit.py left the nodes exiting 3."""
+    r = run_submit(tmp_path, "--nexp", "1", "--env", "DGXNGPU=1", "--env", "FAKE_TRAIN_EXIT=3")  # one rank: all
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert re.search(r"submit: run 0 job \S+: not converged \(SOLVER.MAX_ITER reached without the targets\)",
+                     r.stdout), r.stdout
+    assert "0/1 runs succeeded" in r.stdout
 
 
 @pytest.mark.slow
