@@ -103,8 +103,16 @@ class EvaluationHook(HookBase):
                 future = None
             if future is not None:
                 self.pending.append(future)
+                self.trainer.storage.put_scalars(**{PENDING: float(len(self.pending))})
         self.ml.eval_stop(epoch)
         self.eval_seconds.append(time.perf_counter() - t0)
+
+    def before_train(self):
+        s = self.trainer.storage
+        # resumed from an epoch end's checkpoint: written after that epoch's evaluation started, before its scores
+        # could arrive; the weights are that epoch's, so it is evaluated again here
+        if self.per_epoch and s.start_iter > 0 and s.is_epoch_end(s.start_iter):
+            self._evaluate(s.epoch_of(s.start_iter))
 
     def after_step(self):
         s = self.trainer.storage
@@ -227,7 +235,10 @@ class MLPerfStopHook(HookBase):
 
     def before_step(self):
         if self.trainer.iter == self.trainer.start_iter:
-            return  # nothing happened yet
+            s = self.trainer.storage
+            if s.start_iter > 0 and s.is_epoch_end(s.start_iter):  # resumed at an epoch end, evaluated again
+                self._act(self._decision.agree(self._state()))     # (EvaluationHook.before_train): pending
+            return  # nothing else happened yet
         state = self._state()
         code = self._decision.agree(state) if self._epoch_ended else self._decision.exchange(state)
         if self._act(code):

@@ -60,6 +60,40 @@ def test_resume_at_any_iteration_continues_the_run_exactly(tiny_data, tmp_path, 
         assert different == [], (start, different[:5])
 
 
+@pytest.mark.slow
+def test_a_run_resumed_at_an_epoch_end_evaluates_that_epoch(tiny_data, tmp_path):
+    """The checkpoint at an epoch's last iteration is written after that epoch's evaluation started, before its
+    scores could arrive (background scoring): a run resumed from it never scored that epoch, and trained on past
+    the epoch that may have met the targets. It evaluates the checkpoint's epoch first, and its weights stay
+    bitwise those of the uninterrupted run (evaluation draws no random numbers)."""
+    common = ("SOLVER.MAX_ITER", 8, "SOLVER.IMS_PER_BATCH", 4, "SAVE_CHECKPOINTS", True, "SOLVER.CHECKPOINT_PERIOD",
+              4, *NEVER)
+    full = tmp_path / "full"
+    full.mkdir()
+    r = run_train(tiny_data, str(full), *common, extra_args=("--sync-eval",))
+    assert r.returncode == 3, r.stderr[-3000:]
+    out = tmp_path / "resumed"
+    out.mkdir()
+    r = run_train(tiny_data, str(out), *common, "--resume", str(full / "model_0000004.pth"),
+                  extra_args=("--sync-eval",))
+    assert r.returncode == 3, r.stderr[-3000:]
+    events = mllog_events(r.stdout)
+    assert [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_start"] == [1, 2]
+    assert [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_accuracy"] == [1, 2]
+    reference, resumed = _final_weights(full), _final_weights(out)
+    assert [k for k in reference if not torch.equal(reference[k], resumed[k])] == []
+    # with a target epoch 1 meets, the resumed run stops on it, before epoch 2's end (the stop decision was only
+    # exchanged from the next epoch end on)
+    out = tmp_path / "resumed_low"
+    out.mkdir()
+    r = run_train(tiny_data, str(out), *common[:-4], "--resume", str(full / "model_0000004.pth"),
+                  "MLPERF.MIN_BBOX_MAP", "0.0", "MLPERF.MIN_SEGM_MAP", "0.0")
+    assert r.returncode == 0, r.stderr[-3000:]
+    events = mllog_events(r.stdout)
+    assert [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_start"] == [1]
+    assert [e["metadata"]["status"] for e in events if e["key"] == "run_stop"] == ["success"]
+
+
 # -- signals, a second run, leftovers ---------------------------------------------------------------------------
 import signal  # noqa: E402
 import subprocess  # noqa: E402
