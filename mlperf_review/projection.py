@@ -18,7 +18,7 @@ a reviewer trust the projection of this package's own figures.
 """
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 COCO_TRAIN_IMAGES = 117266  # COCO 2017 train images after the reference's filter: train_samples of an epoch
 
@@ -110,11 +110,18 @@ def project(node_rate: float, eval_gap_1_node: float, nodes_list: Sequence[int] 
     return out
 
 
-def assumptions(eval_gap_measured: Optional[bool] = None) -> List[str]:
+def assumptions(eval_gap_measured: Optional[bool] = None, batches: Optional[Dict[int, int]] = None) -> List[str]:
+    """``batches``: the global batch at some node counts (the configs'), NVIDIA's (96 on 1 node, 256 beyond)
+    elsewhere."""
+    own = ", ".join(f"{b} on {n} node(s)" for n, b in sorted((batches or {}).items()))
     lines = [f"scaling efficiency: 1.0 on 1 node, {NVIDIA_EFFICIENCY_8_NODES:.2f} on 8 (NVIDIA's DGX H100 logs), "
              "geometric in between and beyond",
              "evaluation gap: shrinks with the nodes as NVIDIA's (3.1 s on 1 node, 0.47 s on 8)",
-             "epochs: the RCP mean of the global batch (96 on 1 node, 256 beyond, as NVIDIA's runs)"]
+             "epochs: the RCP mean of the global batch " + (f"({own}, as this checkout's configs; NVIDIA's 96 on 1 "
+                                                             "node, 256 beyond elsewhere)" if own else
+                                                             "(96 on 1 node, 256 beyond, as NVIDIA's runs)"),
+             "the per-GPU rate measured at 12 images per GPU is taken at every node count (the per-GPU batch "
+             "shrinks with the nodes at a fixed global batch: not measured)"]
     if eval_gap_measured is False:
         lines.append("the 1-node evaluation gap is NVIDIA's 3.1 s, not measured here")
     return lines

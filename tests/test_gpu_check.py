@@ -205,6 +205,37 @@ def test_the_compiled_training_check_counts_cuda_graphs_recorded_on_the_clock():
     late = read("W1127 cudagraph_utils.py:207] skipping cudagraphs due to mutated inputs (1 instances)")
     assert late.status.startswith("FAILED (graphs compiled on the clock ran without CUDA graphs")
     assert dict(late.figures)["CUDA graphs skipped after the warm-up (torch's log)"] == "1"
+    # torch's re-record limit, in its own (singular) words
+    limit = read("W1127 cudagraph_trees.py:2327] skipping cudagraph due to function 0 exceeding max re-recording "
+                 "limit (=50) on cudagraph node None")
+    assert limit.status.startswith("FAILED (graphs compiled on the clock ran without CUDA graphs")
+
+
+def test_the_compiled_training_check_fails_when_cuda_graphs_do_not_replay():
+    """On CUDA with reduce-overhead the graphs must replay: a run that records graphs through its last iterations
+    (a new graph every step: nothing replays) or records none at all (inductor skipped them all in the warm-up,
+    with only a warning) passed, with the count as one figure."""
+    loss = ("... INFO: iter: {}  epoch: 0  loss: {:.4f}  loss_mask: 0.1  lr: 0.01  images/s: 50.0  "
+            "loss scale: 16384")
+    record = "V1127 torch/_inductor/cudagraph_trees.py:2335] [__cudagraphs] [0/0] Recording function=0"
+    start = ["... INFO: world size 1, device cuda:0, seed 1", record, record,
+             "... INFO: compiled the training step for 1 image size(s) 128x128 in 41.2 s (mode reduce-overhead)"]
+
+    def read(lines):
+        check = gpu_check.Check("compiled_training", "t", [], 1, status="passed", output="\n".join(lines))
+        gpu_check.read_compiled_training(check)
+        return check
+
+    replays = read(start + [record, loss.format(20, 2.5), loss.format(60, 2.0), loss.format(100, 1.5)])
+    assert replays.status == "passed"
+    every_step = [line for i in range(20, 101, 20) for line in (record, record, loss.format(i, 2.5 - i / 100))]
+    assert read(start + every_step).status == ("FAILED (CUDA graphs were still recorded in the second half of the "
+                                               "run: they do not replay)")
+    none = [start[0], start[3], "... WARNING: CUDA graphs: inductor left 2 compiled graph(s) without them",
+            loss.format(20, 2.5), loss.format(100, 1.5)]
+    assert read(none).status == "FAILED (no CUDA graph was recorded: the step ran without CUDA graphs)"
+    on_the_cpu = [line.replace("cuda:0", "cpu") for line in none if "WARNING" not in line]
+    assert read(on_the_cpu).status == "passed"  # the CPU run (eager backend) has no CUDA graphs to record
 
 
 @pytest.mark.slow
@@ -350,6 +381,63 @@ def test_a_measured_evaluation_replaces_nvidias_gap(tmp_path):
     assert json.loads((tmp_path / "projection.json").read_text())["nodes"]["1"]["eval_gap_s"] == 5.0
 
 
+def test_a_check_that_printed_nothing_is_not_a_pass():
+    """A check whose program exited 0 and printed nothing passed with no figure: the readers' own guards ("no
+    count printed", "no summary line") never ran."""
+    for name in ("host_syncs", "evaluation", "input", "scoring"):
+        c = gpu_check.Check(name, "t", [], 1, status="passed", output="")
+        gpu_check._read(c)
+        assert c.status == "FAILED (it printed nothing: no figure to report)", name
+
+
+def test_the_report_survives_a_projection_that_fails_and_leaves_no_stale_projection(tmp_path, monkeypatch):
+    """The projection needs mlperf-logging (the RCP table): when it failed, report() raised before report.md and
+    summary.json were written, and the remaining checks never ran. A projection.json of an earlier run stayed
+    beside a report that says the step was not measured, and slurm/projection.sh read its minutes."""
+    from mlperf_review import projection as paper
+
+    step = gpu_check.Check("model_step", "t", [], 1, status="passed")
+    step.figures = [("training step img/s, eager", "150.0")]
+
+    def no_rcp_table(*args, **kwargs):
+        raise ImportError("No module named 'mlperf_logging'")
+
+    monkeypatch.setattr(paper, "rcp_epochs", no_rcp_table)
+    import argparse
+    import datetime
+
+    args = argparse.Namespace(torch_version="2.11.0", device="cuda")
+
+    def report(checks):
+        return gpu_check.report(checks, tmp_path, args, "NVIDIA H100", datetime.datetime(2026, 11, 27),
+                                stack_lines=["a stack"])
+
+    text = report([step])
+    assert "projection unavailable (ImportError: No module named 'mlperf_logging')" in text
+    assert (tmp_path / "report.md").exists() and (tmp_path / "summary.json").exists()
+    assert not (tmp_path / "projection.json").exists()
+    monkeypatch.undo()
+    report([step])
+    assert (tmp_path / "projection.json").exists()
+    report([gpu_check.Check("host_syncs", "t", [], 1, status="passed")])  # no step measured
+    assert not (tmp_path / "projection.json").exists()
+
+
+def test_the_projection_takes_the_global_batch_of_the_config_for_that_many_nodes(tmp_path):
+    """The 4-node entry of projection.json sets the time limits of config_DGXH100_4x8x4.sh's trials (GBS 128): it
+    was projected at NVIDIA's 256 (17.1 RCP epochs instead of 14.0)."""
+    import json
+
+    step = gpu_check.Check("model_step", "t", [], 1, status="passed")
+    step.figures = [("training step img/s, eager", "150.0")]
+    gpu_check.projection(step, tmp_path)
+    nodes = json.loads((tmp_path / "projection.json").read_text())["nodes"]
+    for n, config in ((1, "config_DGXH100.sh"), (4, "config_DGXH100_4x8x4.sh")):
+        text = (Path(REPO) / config).read_text()
+        assert f"export DGXNNODES=\"${{DGXNNODES:-{n}}}\"" in text
+        assert nodes[str(n)]["global_batch"] == int(re.search(r"SOLVER.IMS_PER_BATCH (\d+)", text).group(1))
+
+
 def test_a_compile_failure_keeps_the_other_models_figures():
     """bench/model_step.py --json lines as a GPU run prints them, the compiled model failing: the eager and
     torchvision rows and every memory row survive, the failure is a figure with its reason."""
@@ -367,6 +455,8 @@ def test_a_compile_failure_keeps_the_other_models_figures():
     assert figures["compiled (reduce-overhead)"] == "FAILED (InductorError: boom)"
     assert figures["peak GPU memory alone, eager, batch 8"] == "30.25 GiB"
     assert figures["peak GPU memory alone, eager, batch 12"] == "41.50 GiB"
+    # a step asked for that failed fails the check (it passed with the failure as one figure among the others)
+    assert c.status == "FAILED (the step of compiled (reduce-overhead) failed: see its figure)"
 
 
 def test_a_model_timed_before_compiling_shows_both_figures():

@@ -254,6 +254,8 @@ def read_model_step(c):
             c.figures.append((f"training step img/s, {model}",
                               f"{batch / statistics.median(seconds):.3f} (median of the {len(seconds)} rounds "
                               f"printed before the cap{'' if model in rounds else ', before compiling'})"))
+    if failed and c.status == "passed":  # a step asked for that failed: the others' figures stay
+        c.status = f"FAILED (the step of {', '.join(sorted(failed))} failed: see its figure)"
 
 
 def read_host_syncs(c):
@@ -339,7 +341,9 @@ def read_compiled_training(c):
     if m:
         c.figures.append(("graphs left without CUDA graphs (inductor)", m.group(1)))
     warmed = WARMED_UP.search(c.output)
-    late_skips = len(re.findall(r"skipping cudagraphs", c.output[warmed.end():])) if warmed else 0
+    # torch's words: "skipping cudagraphs due to ..." (a graph left without them), "skipping cudagraph due to
+    # function ... exceeding max re-recording limit"
+    late_skips = len(re.findall(r"skipping cudagraphs? due to", c.output[warmed.end():])) if warmed else 0
     if late_skips:  # TORCH_LOGS=cudagraphs: a graph compiled on the clock and left without CUDA graphs
         c.figures.append(("CUDA graphs skipped after the warm-up (torch's log)", str(late_skips)))
         if c.status == "passed":
@@ -349,6 +353,15 @@ def read_compiled_training(c):
         after = len(RECORDING.findall(c.output, warmed.end()))
         c.figures.append(("CUDA graphs recorded", f"{before} in the warm-up, {after} after it (on the clock: "
                                                   "batch shapes the warm-up did not record)"))
+    on_cuda = re.search(r"device cuda", c.output) and warmed and "reduce-overhead" in c.output[warmed.start():
+                                                                                                c.output.find("\n", warmed.start())]
+    if on_cuda and c.status == "passed":  # the graphs must replay: recorded once, not through the run, not never
+        progress = [(int(m.group(1)), m.start()) for m in re.finditer(r"iter: (\d+) ", c.output)]
+        half = next((at for it, at in progress if it > progress[-1][0] // 2), None) if progress else None
+        if not RECORDING.search(c.output):
+            c.status = "FAILED (no CUDA graph was recorded: the step ran without CUDA graphs)"
+        elif half is not None and RECORDING.search(c.output, half):
+            c.status = "FAILED (CUDA graphs were still recorded in the second half of the run: they do not replay)"
 
 
 ONE_NODE_EVAL_IMAGES = 5000 // 8  # COCO val over one node's 8 GPUs: each GPU's share of an epoch's evaluation
@@ -489,6 +502,19 @@ def append_across_nodes(out_dir, checks):
 
 
 # ---------------------------------------------------------------------------------------------------- projection
+def config_batches(system="DGXH100"):
+    """``{nodes: global batch}`` of this checkout's ``config_<system>*.sh`` (DGXNNODES and the SOLVER.IMS_PER_BATCH
+    of their EXTRA_CONFIG defaults): the recipes whose trials take their time limits from the projection."""
+    batches = {}
+    for path in sorted(ROOT.glob(f"config_{system}*.sh")):
+        text = path.read_text()
+        nodes = re.search(r'DGXNNODES="\$\{DGXNNODES:-(\d+)\}"', text)
+        batch = re.search(r"SOLVER\.IMS_PER_BATCH (\d+)", text)
+        if nodes and batch:
+            batches.setdefault(int(nodes.group(1)), int(batch.group(1)))
+    return batches
+
+
 def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None, scoring=None):
     """Lines of the projected time to train at 1, 4, 8 and 32 nodes (:mod:`mlperf_review.projection`: every term
     shown, the assumptions stated), from the measured per-GPU rate of the step a run takes: the eager one (``COMPILE``
@@ -511,7 +537,9 @@ def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None, scori
         which = "the eager step, which a run takes, was not measured: the slowest form measured"
     node_rate = gpus_per_node * per_gpu
     gap = measured_eval_gap(evaluation)
-    rows = paper.project(node_rate, paper.NVIDIA_ANCHORS[0].eval_gap_s if gap is None else gap)
+    batches = config_batches()
+    rows = paper.project(node_rate, paper.NVIDIA_ANCHORS[0].eval_gap_s if gap is None else gap,
+                         batch_of=lambda n: batches.get(n, 96 if n == 1 else 256))
     short = lambda name: name.replace("training step img/s, ", "")  # noqa: E731
     lines = [f"per GPU: {per_gpu:.1f} img/s ({short(best_name)}, {which}; measured above, one GPU); one node: "
              f"{gpus_per_node} x {per_gpu:.1f} = {node_rate:.0f} img/s (assumed: no loss within a node, not measured "
@@ -534,12 +562,12 @@ def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None, scori
                      "path: it adds at most that once, the wait for the target epoch's scores (in the figures below "
                      "as in NVIDIA's, inside the evaluation gap's assumption)")
     lines += [row.line() for row in rows]
-    lines += [f"assumption: {a}" for a in paper.assumptions(eval_gap_measured=gap is not None)]
+    lines += [f"assumption: {a}" for a in paper.assumptions(eval_gap_measured=gap is not None, batches=batches)]
     checks = [paper.reproduce(anchor) for anchor in paper.NVIDIA_ANCHORS]
     lines += [f"the same arithmetic on {anchor.name} ({anchor.source}): {p.time_to_train_s:,.0f} s, published "
               f"{anchor.time_to_train_s:,.0f} s" for anchor, p in zip(paper.NVIDIA_ANCHORS, checks)]
     if out_dir is not None:
-        (Path(out_dir) / "projection.json").write_text(json.dumps(
+        write_text(Path(out_dir) / "projection.json", what="gpu-check projection", text=json.dumps(
             {"per_gpu_img_s": per_gpu, "form": best_name,
              "nodes": {str(r.nodes): {"minutes": round(r.time_to_train_s / 60, 2), "global_batch": r.global_batch,
                                       "epochs": r.epochs, "img_s": round(r.throughput, 1),
@@ -709,8 +737,14 @@ def report(checks, out_dir, args, device_name, started, stack_lines=None):
     model = next((c for c in checks if c.name == "model_step"), None)
     evaluation = next((c for c in checks if c.name == "evaluation"), None)
     scoring = next((c for c in checks if c.name == "scoring"), None)
-    lines += [f"- {line}" for line in (projection(model, out_dir, evaluation=evaluation, scoring=scoring) if model else
-                                       ["the training step was not measured"])]
+    (out_dir / "projection.json").unlink(missing_ok=True)  # rewritten below from this run's figures, or gone
+    try:
+        projected = (projection(model, out_dir, evaluation=evaluation, scoring=scoring) if model else
+                     ["the training step was not measured"])
+    except Exception as e:  # noqa: BLE001 - the report of the checks must not be lost to its projection
+        (out_dir / "projection.json").unlink(missing_ok=True)
+        projected = [f"projection unavailable ({type(e).__name__}: {e})"]
+    lines += [f"- {line}" for line in projected]
     text = "\n".join(lines) + "\n"
     write_text(out_dir / "report.md", text, what="gpu-check report")
     summary = {c.name: {"status": c.status, "seconds": round(c.seconds, 1), "figures": c.figures} for c in checks}
@@ -808,6 +842,8 @@ def _read(c):
     """The check's figures from its output; a reader that fails on an output it did not expect fails the check,
     not gpu-check (the report of the others is still written)."""
     if not c.output:
+        if c.status == "passed":  # exit 0 and not a line: the readers' own guards never ran
+            c.status = "FAILED (it printed nothing: no figure to report)"
         return
     try:
         READERS[c.name](c)
