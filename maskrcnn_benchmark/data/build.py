@@ -136,7 +136,8 @@ def make_data_loader(cfg, is_train=True, is_distributed=False, start_iter=0, num
     """One DataLoader per dataset for test, a single (concatenated) one for training.
 
     Training: images per GPU = SOLVER.IMS_PER_BATCH / world size, aspect-ratio grouping, an iteration-based
-    sampler over ``max_iter`` (default SOLVER.MAX_ITER). Test: TEST.IMS_PER_BATCH / world size, in order.
+    sampler over ``max_iter`` (default SOLVER.MAX_ITER). Test: TEST.IMS_PER_BATCH / world size, in order, grouped
+    by aspect ratio too (the reference's: a batch of one orientation is padded less).
     The shard is ``rank`` of ``num_replicas``; when they are not given, the reference's ``is_distributed`` says
     whether to take them from the initialized process group (else one process). ``static`` (training): batches
     of fixed shapes for a compiled step (:func:`static_sizes`, DATALOADER.MAX_ANNOTATIONS_PER_IMAGE).
@@ -157,7 +158,7 @@ def make_data_loader(cfg, is_train=True, is_distributed=False, start_iter=0, num
     loaders = []
     for dataset in datasets:
         sampler = DistributedSampler(len(dataset), num_replicas, rank, shuffle=is_train, seed=seed)
-        if is_train and cfg.DATALOADER.ASPECT_RATIO_GROUPING:
+        if cfg.DATALOADER.ASPECT_RATIO_GROUPING:  # the test set's batches too, as the reference's
             batch_sampler = GroupedBatchSampler(sampler, _aspect_group_ids(dataset), per_gpu, drop_uneven=False)
         else:
             batch_sampler = torch.utils.data.BatchSampler(sampler, per_gpu, drop_last=False)

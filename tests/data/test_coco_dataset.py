@@ -211,6 +211,24 @@ def test_filter_report_warns_when_a_large_share_is_dropped(tmp_path, caplog):
     assert any(r.levelno == logging.WARNING and "large share" in r.getMessage() for r in caplog.records)
 
 
+def test_evaluation_batches_group_orientations_as_the_reference(tmp_path):
+    """maskrcnn-benchmark groups the test set's batches by aspect ratio too (ASPECT_RATIO_GROUPING): a quarter of
+    COCO val is portrait, and a batch mixing orientations pads both to a square (about 36 % more pixels). The test
+    loader batched in order."""
+    images = [_img(i, *((40, 30) if i % 2 else (30, 40))) for i in range(1, 7)]
+    ann, root = _write(tmp_path, images, [_ann(i, i, 5, [2, 2, 9, 9]) for i in range(1, 7)])
+    cfg = small_cfg("TEST.IMS_PER_BATCH", 2, "DATALOADER.NUM_WORKERS", 0)
+    ds = COCODataset(ann, root, False, transforms=build_transforms(cfg, False))
+    loader = make_data_loader(cfg, is_train=False, datasets=[ds], num_replicas=1, rank=0)[0]
+    batches = list(loader.batch_sampler)
+    portrait = [ds.get_img_info(i)["height"] > ds.get_img_info(i)["width"] for i in range(len(ds))]
+    assert sorted(i for b in batches for i in b) == list(range(6))  # every image once
+    assert all(len({portrait[i] for i in b}) == 1 for b in batches), batches
+    cfg.merge_from_list(["DATALOADER.ASPECT_RATIO_GROUPING", False])
+    assert list(make_data_loader(cfg, is_train=False, datasets=[ds], num_replicas=1, rank=0)[0].batch_sampler) == \
+        [[0, 1], [2, 3], [4, 5]]
+
+
 @pytest.mark.slow  # starts a loader worker process
 def test_evaluation_loader_keeps_its_worker_between_evaluations(synthetic_dir):
     """Every epoch's evaluation iterates the test loader again: its worker process stays (forking one for each
