@@ -214,6 +214,8 @@ def main(argv=None):
     unknown = [x for x in parts if x not in PARTS]
     if unknown:
         p.error(f"unknown parts {unknown}; choose from {sorted(PARTS)}")
+    # the annotations first: they say which images a folder copied from elsewhere must hold (else its zip is fetched)
+    parts.sort(key=lambda name: name != "annotations")
     ok = all([fetch_part(name, args, sums) for name in parts])
     if args.weights_dir:
         os.makedirs(args.weights_dir, exist_ok=True)

@@ -152,3 +152,30 @@ def test_a_copied_coco_is_not_downloaded_again(tmp_path, capsys):
     assert download_coco.main(["--out", str(data), "--base-url", f"file://{tmp_path}/no-mirror", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert out.count("already there, complete (no zip needed)") == 3 and "downloading" not in out
+
+
+def test_copied_images_without_annotations_fetch_only_the_annotations(tmp_path, capsys):
+    """train2017/ and val2017/ copied from elsewhere, the annotations not yet: the image folders were judged
+    before the annotations were fetched (the default order is train, val, annotations), found unknowable, and
+    about 19 GB of image zips downloaded again (on a mirror holding only the annotations: a failure)."""
+    from maskrcnn_benchmark.cli import download_coco
+
+    listed = {"images": [{"id": 1, "file_name": "a.jpg"}], "annotations": []}
+    mirror = tmp_path / "mirror"
+    (mirror / "annotations").mkdir(parents=True)
+    zpath = mirror / "annotations" / "annotations_trainval2017.zip"
+    with zipfile.ZipFile(zpath, "w") as z:
+        for split in ("train", "val"):
+            z.writestr(f"annotations/instances_{split}2017.json", json.dumps(listed))
+    sums = tmp_path / "md5sums.txt"
+    sums.write_text(f"{hashlib.md5(zpath.read_bytes()).hexdigest()}  annotations_trainval2017.zip\n")
+    data = tmp_path / "coco"
+    for folder in ("train2017", "val2017"):
+        (data / folder).mkdir(parents=True)
+        (data / folder / "a.jpg").write_bytes(b"jpg")
+    assert download_coco.main(["--out", str(data), "--base-url", mirror.as_uri(), "--checksums", str(sums),
+                               "--quiet"]) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert out.count("downloading") == 1 and "annotations_trainval2017.zip" in out
+    assert out.count("already there, complete (no zip needed)") == 2
+
