@@ -269,12 +269,13 @@ class COCODataset(torch.utils.data.Dataset):
             if isinstance(seg, list):
                 parts = []
                 for p in seg:
+                    if isinstance(p, (list, tuple)) and len(p) < 6:
+                        continue  # fewer than 3 points, whatever the parity: dropped, as the reference drops it
                     if not isinstance(p, (list, tuple)) or len(p) % 2 or \
                             not all(isinstance(v, (int, float)) for v in p):
                         raise DatasetError(f"annotation {a.get('id')} of image '{self.ann_file}' has an "
                                            "invalid polygon (needs an even number of numeric coordinates)")
-                    if len(p) >= 6:
-                        parts.append(p)
+                    parts.append(p)
                 if not parts and not self._warned_degenerate:
                     logger.warning("%s: annotation %s has only degenerate polygons (< 3 points); its mask is "
                                    "empty", self.ann_file, a.get("id"))
