@@ -1,6 +1,6 @@
 #!/bin/bash
-# The one file a site edits: copy it to site.sh in the checkout (or point SITE_CONFIG at it). slurm/submit.sh,
-# slurm/run_experiments.sh (the batch scripts' body) and make gpu-check read it; every value can still be
+# The one file a site edits: copy it to site.sh in the checkout (or point SITE_CONFIG at it). slurm/submit.sh and
+# slurm/run_experiments.sh (the batch scripts' body, slurm/gpu_check.sbatch's too) read it; every value can still be
 # overridden from the environment. Empty values keep the defaults in the comments.
 
 ## Who submits (one variable names the submitter everywhere: the MLPerf logs, the RESULT lines, the submission

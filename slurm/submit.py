@@ -133,12 +133,15 @@ class NodeTask:
                 env["MLPERF_CACHE_CLEARED"] = "1"  # the trainer logs cache_clear true, once
             p = subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True, bufsize=1)
+            not_converged = False
             for line in p.stdout:
                 emit(line)
+                not_converged = not_converged or line.startswith("run_and_time: not converged")
             rc = p.wait()
         if rc != 0:
             raise RuntimeError(f"run {self.run_index}: node {node} training exited with code {rc}")
-        return {"node": node, "rc": rc, "host": hosts[node] if node < len(hosts) else "?"}
+        return {"node": node, "rc": rc, "host": hosts[node] if node < len(hosts) else "?",
+                "not_converged": not_converged}
 
 
 def preflight(system, nodes, gpus_per_node, env, python, task, allow_non_rcp=False):
@@ -195,8 +198,13 @@ def squeue_has(job_id):
 
 
 def _failed(job):
+    """A run that raised, or did not converge (its nodes exit 0 for that, NOT_CONVERGED_EXIT_CODE: a failed run
+    for MLPerf's count all the same)."""
     try:
-        return job.done() and job.exception() is not None
+        if not job.done():
+            return False
+        return job.exception() is not None or any(r.get("not_converged") for r in job.results()
+                                                   if isinstance(r, dict))
     except Exception:  # noqa: BLE001 - a job whose result cannot be read failed
         return True
 

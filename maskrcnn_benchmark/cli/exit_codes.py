@@ -1,12 +1,14 @@
 """Exit codes of the package's programs and the one line each failure prints: the one table.
 
-Every program of :mod:`maskrcnn_benchmark.cli` ends through :func:`run_program`: on a failure it prints exactly one
+Every program of :mod:`maskrcnn_benchmark.cli` that runs, checks or evaluates a model ends through
+:func:`run_program` (download_coco and make_synthetic_coco print their own lines): on a failure it prints exactly one
 ``error: ...`` line to stderr and returns the code of this table. The traceback of an unexpected error goes to the
 run's log file, never to the terminal, and the line says where it is. docs/cluster.md shows this table
 (``python -m maskrcnn_benchmark.cli.exit_codes`` prints it; a test keeps the two equal).
 
 The launch layer knows two of these codes without importing the package: bind_launch treats ``NOT_CONVERGED``
-as an outcome, not a crash, and the Slurm scripts pass every code through.
+as an outcome, not a crash; run_and_time.sh turns it into ``NOT_CONVERGED_EXIT_CODE`` (the Slurm job asks for 0 and
+reads the outcome from its log line) and passes every other code through.
 """
 import logging
 import os
@@ -51,7 +53,8 @@ STOPPED = ExitCode(128, "stopped (128 + signal)", "SIGTERM (Slurm time limit, sc
                    "SIGINT or SIGHUP; run_stop logged as aborted", "rerun; --resume from the last checkpoint")
 
 # Found before the run starts (engine/preflight.py, tools/check_recipe.py), by tools/preflight.py on the batch host
-# before any srun and again by every node before init_start.
+# before any srun; the trainer checks the batch, the GPUs, the data and the weights again before init_start (not
+# the recipe).
 RECIPE_REFUSED = ExitCode(10, "recipe refused", "the hyperparameters break an MLPerf rule (compliance checker, RCP, "
                           "image sizes); one line per rule", "fix the recipe, or ALLOW_NON_RCP=1 for a research run")
 DATASET_MISSING = ExitCode(11, "dataset missing", "an annotation file or image folder of DATASETS.TRAIN/TEST does "

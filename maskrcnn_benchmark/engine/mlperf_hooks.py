@@ -181,6 +181,7 @@ class MLPerfStopHook(HookBase):
         self._open_epoch = None
         self._epoch_ended = False
         self._decision = None
+        self.stopped_at = None         # time.time() when run_stop was logged
 
     def _state(self):
         """Rank 0's state for the decision (0 on the other ranks)."""
@@ -258,3 +259,4 @@ class MLPerfStopHook(HookBase):
         finally:
             self._stop_epoch()
             self.ml.run_stop(self.target_met and t.error is None)
+            self.stopped_at = time.time()  # the end of the timed region (the final checkpoint comes after it)

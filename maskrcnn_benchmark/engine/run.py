@@ -65,7 +65,7 @@ class RunOutcome:
     scores: List[EpochScores] = field(default_factory=list)
     images: int = 0
     train_seconds: float = 0.0         # training iterations, without the blocking evaluation
-    run_seconds: float = 0.0           # run_start to the end of training: the time to train
+    run_seconds: float = 0.0           # run_start to run_stop: the time to train
     eval_seconds: List[float] = field(default_factory=list)     # blocking, eval_start to eval_stop, per epoch
     scoring_seconds: List[float] = field(default_factory=list)  # COCO scoring per epoch
     background_scoring: bool = True
@@ -236,8 +236,9 @@ class MLPerfRun:
             raise
         finally:
             background.shutdown()
-        return self.outcome(trainer, protocol, evaluation, background.asynchronous, train_seconds=time.time() - t0,
-                            run_seconds=time.time() - run_start)
+        end = protocol.stopped_at or time.time()  # run_stop: the final checkpoint and the scorer's shutdown after it
+        return self.outcome(trainer, protocol, evaluation, background.asynchronous, train_seconds=end - t0,
+                            run_seconds=end - run_start)
 
     def outcome(self, trainer, protocol, evaluation, background_scoring, train_seconds=0.0, run_seconds=0.0):
         """The run's outcome, read from its hooks and the loop's store."""

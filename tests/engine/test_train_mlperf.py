@@ -74,6 +74,33 @@ def test_max_iter_inside_an_epoch_is_not_scored(tiny_data, tmp_path):
 
 
 @pytest.mark.slow
+def test_the_printed_time_to_train_is_the_logs(tiny_data, tmp_path, monkeypatch):
+    """The final checkpoint is written after run_stop, outside the timed region: the time to train the run prints
+    stopped after it (and after the scorer's shutdown), so it was the log's plus the write. Here the write takes
+    3 s more."""
+    import re
+    import time
+
+    from maskrcnn_benchmark.utils.checkpoint import DetectronCheckpointer
+
+    save = DetectronCheckpointer.save
+
+    def slow_final(self, name, **kwargs):
+        if name == "model_final":
+            time.sleep(3)
+        return save(self, name, **kwargs)
+
+    monkeypatch.setattr(DetectronCheckpointer, "save", slow_final)
+    r = run_in_process(tiny_data, str(tmp_path), "SOLVER.MAX_ITER", 40, "SOLVER.IMS_PER_BATCH", 4, *LOW_TARGET,
+                       "SAVE_CHECKPOINTS", True, "SOLVER.CHECKPOINT_PERIOD", 0)
+    assert r.returncode == 0, r.stdout[-3000:]
+    events = {e["key"]: e["time_ms"] for e in mllog_events(r.stdout) if e["key"] in ("run_start", "run_stop")}
+    logged = (events["run_stop"] - events["run_start"]) / 1000
+    printed = float(re.search(r"time to train: ([\d.]+) s", r.stdout).group(1))
+    assert abs(printed - logged) < 0.2, (printed, logged)
+
+
+@pytest.mark.slow
 def test_nan_loss_aborts_with_clear_message(tiny_data, tmp_path):
     out = str(tmp_path)
     r = run_in_process(tiny_data, out, "SOLVER.MAX_ITER", 30, "SOLVER.BASE_LR", "1e12", "SOLVER.WARMUP_ITERS", 0,

@@ -113,3 +113,38 @@ def test_a_run_that_cannot_drop_the_caches_does_not_train(tmp_path):
 def test_multinode_needs_slurm(tmp_path):
     r = run_submit(tmp_path, "--nodes", "2")
     assert r.returncode != 0 and "runs one node only" in r.stderr
+
+
+class _Job:
+    def __init__(self, job_id, result=None, error=None, done=True):
+        self.job_id, self._result, self._error, self._done, self.cancelled = job_id, result, error, done, False
+
+    def done(self):
+        self.polls = getattr(self, "polls", 0) + 1
+        return self._done or self.polls > 50  # a run not cancelled ends by itself (the test does not hang)
+
+    def exception(self):
+        return self._error
+
+    def results(self):
+        if self._error:
+            raise self._error
+        return [self._result]
+
+    def cancel(self, check=True):
+        self.cancelled = True
+        self._done = True
+
+
+def test_two_runs_that_did_not_converge_cancel_the_rest():
+    """The nodes exit 0 for a run that did not converge (NOT_CONVERGED_EXIT_CODE): wait_all counted only runs that
+    raised, so two non-converged runs of five no longer cancelled the runs not yet done."""
+    jobs = [_Job("1", {"node": 0, "rc": 0, "not_converged": True}),
+            _Job("2", {"node": 0, "rc": 0, "not_converged": True}), _Job("3", done=False)]
+    submit.wait_all(jobs, "local", poll=0.01)
+    assert jobs[2].cancelled
+    jobs = [_Job("1", {"node": 0, "rc": 0, "not_converged": True}), _Job("2", {"node": 0, "rc": 0}),
+            _Job("3", {"node": 0, "rc": 0})]
+    submit.wait_all(jobs, "local", poll=0.01)  # one of five may fail: nothing to cancel, all done
+    assert not any(j.cancelled for j in jobs)
+
