@@ -304,7 +304,8 @@ def read_training(c):
     falls = last[1] < first[1]
     c.figures.append(("loss", f"{first[1]:.3f} at iteration {first[0]} -> {last[1]:.3f} at {last[0]}"
                                f" ({'falls' if falls else 'DOES NOT FALL'})"))
-    c.figures.append(("train img/s (last period)", f"{last[2]:.1f}"))
+    c.figures.append(("train img/s (last period; R-14-FPN, 128x128, batch 4: the synthetic config's, not R-50 at "
+                      "800x1333)", f"{last[2]:.1f}"))
     scales = [(i, s) for i, _, _, s in rows if s is not None]
     if scales:
         # The GradScaler starts at 2^16 and halves at each skipped step; it doubles only after 1000 clean steps,
