@@ -3,9 +3,11 @@
 #   CONTAINER=IMAGE CONTAINER_BINDS=src:dst[:ro],... slurm/in_container.sh ./run_and_time.sh
 # --cleanenv: nothing of the host's environment leaks in (PYTHONPATH, a ~/.local site, a host venv) except the
 # variables the job means to pass: Slurm's, the system config's (DGX*, EXTRA_*, ...), MLPerf's, NCCL's/UCX's, gloo's
-# (GLOO_SOCKET_IFNAME: the trainer's side group for its stop decisions is gloo, beside NCCL), torch.distributed's
-# (TORCH_NCCL_*, TORCH_DISTRIBUTED_*), the run's (MASTER_*, TRIAL_NAME, PREFLIGHT_*, ...) and CONTAINER_ENV_EXTRA
-# (names). Inside: PYTHONNOUSERSITE=1,
+# (GLOO_SOCKET_IFNAME: the trainer's side group for its stop decisions is gloo, beside NCCL), torch's (TORCH_*:
+# torch.distributed's, TORCH_LOGS, the site hook TORCH_DETECTRON_ENV_MODULE, the compile cache's key tag;
+# TORCHINDUCTOR_*, TRITON_*, PYTORCH_* such as PYTORCH_CUDA_ALLOC_CONF, CUDA_DEVICE_MAX_CONNECTIONS), the run's
+# (MASTER_*, TRIAL_NAME, PREFLIGHT_*, ...) and CONTAINER_ENV_EXTRA (names, by spaces or commas). Inside:
+# PYTHONNOUSERSITE=1,
 # DATADIR=/data, LOGDIR=/results, the working directory /workspace/object_detection (the checkout bound over the
 # image's copy). --nv exposes the GPUs.
 set -euo pipefail
@@ -17,12 +19,14 @@ names=(MASTER_ADDR MASTER_PORT TRIAL_NAME OUTPUT_DIR PREFLIGHT_ONLY PREFLIGHT_DO
        EXTRA_PARAMS EXTRA_CONFIG CONFIG_FILE DTYPE PATHS_CATALOG WEIGHTS TRAIN_SCRIPT NPROC_PER_NODE BIND_LAUNCH_ARGS
        SKIP_CONFIG ALLOW_NON_RCP PROFILE NCU_SKIP NCU_COUNT OMP_NUM_THREADS CUDA_VISIBLE_DEVICES
        TORCHINDUCTOR_CACHE_DIR DISTRIBUTED_TIMEOUT NOT_CONVERGED_EXIT_CODE)
-read -r -a extra_names <<< "${CONTAINER_ENV_EXTRA:-}"
+extra="${CONTAINER_ENV_EXTRA:-}"
+read -r -a extra_names <<< "${extra//,/ }"  # names, separated by spaces or commas
 pass=()
 while IFS= read -r -d '' item; do
   name="${item%%=*}"
   case "${name}" in
-    SLURM_* | DGX* | MLPERF_* | NCCL_* | UCX_* | GLOO_* | TORCH_NCCL_* | TORCH_DISTRIBUTED_* | MASKRCNN_*)
+    SLURM_* | DGX* | MLPERF_* | NCCL_* | UCX_* | GLOO_* | MASKRCNN_* | TORCH_* | TORCHINDUCTOR_* | TRITON_* | \
+    PYTORCH_* | CUDA_DEVICE_MAX_CONNECTIONS)
       pass+=("${item}") ;;
     *) for n in "${names[@]}" "${extra_names[@]}"; do
          if [[ "${name}" == "${n}" ]]; then pass+=("${item}"); break; fi

@@ -109,7 +109,8 @@ port0="${MASTER_PORT:-$((29500 + JOBID % 1000))}"
 read -r -a srun_extra <<< "${SRUN_ARGS:-}"
 # One task per node: --ntasks too, since the job's SLURM_NTASKS would otherwise spread its count over fewer nodes.
 srun_on() {  # the srun command line for one task on each of the first $1 nodes (sets the array srun_cmd)
-  srun_cmd=(srun "--nodes=$1" "--ntasks=$1" --ntasks-per-node=1 --kill-on-bad-exit=1 --cpu-bind=none
+  # --export=ALL: a job submitted with --export=NONE hands that to every srun in it (SLURM_EXPORT_ENV)
+  srun_cmd=(srun "--nodes=$1" "--ntasks=$1" --ntasks-per-node=1 --kill-on-bad-exit=1 --cpu-bind=none --export=ALL
             "${srun_extra[@]}" "${container_opts[@]}")
 }
 container_opts=()

@@ -442,6 +442,37 @@ def test_in_container_passes_the_distributed_settings_and_nothing_else(tmp_path)
     assert not any(a.startswith("HOST_ONLY_SETTING") for a in args)
 
 
+@pytest.mark.slow
+def test_in_container_passes_the_torch_settings_the_docs_name(tmp_path):
+    """--cleanenv dropped, with no word, the torch settings the project documents or reads: the site hook
+    (TORCH_DETECTRON_ENV_MODULE, utils/env.py), the compile cache's key tag (engine/compile.py), TORCH_LOGS
+    (docs/benchmarks.md), the CUDA allocator's and inductor's/triton's settings; they crossed under pyxis, so the
+    runtimes differed. CONTAINER_ENV_EXTRA given with commas (as CONTAINER_MOUNTS is) passed nothing."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "singularity").write_text("#!/bin/bash\nprintf '%s\\n' \"$@\"\n")
+    (bindir / "singularity").chmod(0o755)
+    settings = dict(TORCH_DETECTRON_ENV_MODULE="site_hook", TORCH_COMPILE_CACHE_KEY_TAG="v1", TORCH_LOGS="cudagraphs",
+                    PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", CUDA_DEVICE_MAX_CONNECTIONS="1",
+                    TORCHINDUCTOR_FX_GRAPH_CACHE="1", TRITON_CACHE_DIR="/tmp/triton", SITE_A="a", SITE_B="b")
+    env = clean_env(PATH=f"{bindir}:{os.environ['PATH']}", CONTAINER="/images/x.sif", CONTAINER_ENV_EXTRA="SITE_A,SITE_B",
+                    **settings)
+    r = subprocess.run([str(ROOT / "slurm/in_container.sh"), "python3", "-V"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    args = r.stdout.splitlines()
+    assert [f"{k}={v}" for k, v in settings.items() if f"{k}={v}" not in args] == []
+
+
+def test_every_srun_step_exports_the_jobs_environment(tmp_path):
+    """A job submitted with --export=NONE (or a site's SBATCH_EXPORT=NONE) hands SLURM_EXPORT_ENV=NONE to every srun
+    in it: the trials lost CONTAINER, TRIAL_NAME, MASTER_PORT, MLPERF_CACHE_CLEARED... (the preflight, on the batch
+    host without srun, passed). Every step asks for --export=ALL."""
+    text = (ROOT / "slurm/run_experiments.sh").read_text()
+    srun_on = text[text.index("srun_on() {"):text.index("}", text.index("srun_on() {"))]
+    assert "--export=ALL" in srun_on
+
+
 def test_a_bad_profile_schedule_is_one_line_naming_the_variable(tmp_path):
     """MASKRCNN_PROFILE_STEPS=abc ended the run with a ValueError traceback (exit 5)."""
     from maskrcnn_benchmark.utils import profiling
