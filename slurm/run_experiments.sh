@@ -120,8 +120,9 @@ in_image=()
 case "${CONTAINER_RUNTIME}" in
   none) ;;
   singularity | apptainer) in_image=("${REPO}/slurm/in_container.sh") ;;
-  pyxis)  # the job's environment goes in as it is: the host's DATADIR and LOGDIR are not paths in there
-    in_image=(env DATADIR=/data LOGDIR=/results)
+  pyxis)  # the job's environment goes in as it is: the host's DATADIR and LOGDIR are not paths in there, nor its
+    #       Python (a PYTHON or PYTHONPATH set for CONTAINER=none); no user site, as in_container.sh
+    in_image=(env -u PYTHON -u PYTHONPATH -u PYTHONHOME PYTHONNOUSERSITE=1 DATADIR=/data LOGDIR=/results)
     container_opts=("--container-image=${CONTAINER}" "--container-mounts=${CONTAINER_BINDS}"
                     --container-workdir=/workspace/object_detection --no-container-mount-home) ;;
 esac

@@ -340,7 +340,9 @@ def test_pyxis_command_line(cluster, synthetic_data, image, tmp_path):
     (--container-image, --container-mounts, --container-workdir); an srun standing in for pyxis records the command
     line and runs it in the stand-in image as the plugin would: the job's environment passed in, the image's own
     (a Docker image's ENV) over it but no %environment (enroot images have none), no /tmp, home or working folder
-    from the host (pyxis binds only --container-mounts)."""
+    from the host (pyxis binds only --container-mounts). The host's Python settings stay out: a PYTHON or
+    PYTHONPATH set for CONTAINER=none runs (pyxis passes the whole environment in) named the host's interpreter
+    inside the image, exit 127."""
     shim_dir = Path(cluster.workdir) / "pyxis-bin"
     shim_dir.mkdir(exist_ok=True)
     record = Path(cluster.workdir) / "jobs" / "pyxis" / "srun_calls"
@@ -372,8 +374,8 @@ os.execv("/usr/bin/srun", ["srun", *opts, *cmd])
     out = Path(cluster.workdir) / "jobs" / "pyxis"
     env = job_env(NEXP=1, DGXNGPU=1, TRAIN_SCRIPT=FAKE, LOGDIR=out / "results", DATADIR=synthetic_data,
                   CONTAINER=image, CONTAINER_RUNTIME="pyxis", FAKE_TRAIN_EPOCHS=2,
-                  PATH=f"{shim_dir}:{os.environ['PATH']}")
-    env.pop("PYTHON")
+                  PATH=f"{shim_dir}:{os.environ['PATH']}", PYTHONPATH="/opt/host-site")
+    env["PYTHON"] = "/opt/host-venv/bin/python"  # the host's, for CONTAINER=none runs: not a path in the image
     jobid = submit(cluster, "slurm/maskrcnn_4node.sbatch", out, env)
     info = wait_job(cluster, jobid, timeout=300)
     output = job_output(out, jobid)
