@@ -122,15 +122,18 @@ def _where(exc):
     return f"{name}:{f.lineno} ({f.name})"
 
 
-def _raised_while_handling(exc, kind):
-    """Whether ``exc`` was raised while an exception of ``kind`` was being handled (its context chain)."""
+def _chain(exc):
+    """``exc``, then the exception it was raised while handling, and so on (its context chain)."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
+        yield exc
         exc = exc.__context__
-        if isinstance(exc, kind):
-            return True
-    return False
+
+
+def _raised_while_handling(exc, kind):
+    """Whether ``exc`` was raised while an exception of ``kind`` was being handled (its context chain)."""
+    return any(isinstance(e, kind) for e in list(_chain(exc))[1:])
 
 
 # torch's error when its SIGCHLD handler finds a loader worker ended by a signal (strsignal's name of the signal)
@@ -141,13 +144,10 @@ def _stop_signal_that_ended_a_loader_worker(exc):
     """The stop signal (SIGTERM, SIGINT, SIGHUP) that killed a data loader worker, as torch reports it in the
     chain of ``exc`` (the loader raises "exited unexpectedly" from it), or None."""
     names = {signal.strsignal(s): s for s in signals.STOP_SIGNALS}
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        match = _WORKER_KILLED.search(str(exc))
+    for e in _chain(exc):
+        match = _WORKER_KILLED.search(str(e))
         if match and match.group(1) in names:
             return names[match.group(1)]
-        exc = exc.__cause__ or exc.__context__
     return None
 
 

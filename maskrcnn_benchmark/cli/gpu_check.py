@@ -354,9 +354,8 @@ def read_compiled_training(c):
         after = len(RECORDING.findall(c.output, warmed.end()))
         c.figures.append(("CUDA graphs recorded", f"{before} in the warm-up, {after} after it (on the clock: "
                                                   "batch shapes the warm-up did not record)"))
-    on_cuda = re.search(r"device cuda", c.output) and warmed and "reduce-overhead" in c.output[warmed.start():
-                                                                                                c.output.find("\n", warmed.start())]
-    if on_cuda and c.status == "passed":  # the graphs must replay: recorded once, not through the run, not never
+    graphed = warmed and "reduce-overhead" in c.output[warmed.start():].split("\n", 1)[0]  # the warm-up's line
+    if graphed and "device cuda" in c.output and c.status == "passed":  # the graphs must replay: recorded once, not through the run, not never
         progress = [(int(m.group(1)), m.start()) for m in re.finditer(r"iter: (\d+) ", c.output)]
         half = next((at for it, at in progress if it > progress[-1][0] // 2), None) if progress else None
         if not RECORDING.search(c.output):
@@ -743,7 +742,6 @@ def report(checks, out_dir, args, device_name, started, stack_lines=None):
         projected = (projection(model, out_dir, evaluation=evaluation, scoring=scoring) if model else
                      ["the training step was not measured"])
     except Exception as e:  # noqa: BLE001 - the report of the checks must not be lost to its projection
-        (out_dir / "projection.json").unlink(missing_ok=True)
         projected = [f"projection unavailable ({type(e).__name__}: {e})"]
     lines += [f"- {line}" for line in projected]
     text = "\n".join(lines) + "\n"

@@ -44,6 +44,11 @@ class EventStorage:
         it = self.iter if iteration is None else iteration
         return it % self.iters_per_epoch == 0
 
+    @property
+    def resumed_at_epoch_end(self):
+        """Whether the run started from an epoch end's checkpoint (its epoch evaluated again, engine/mlperf_hooks)."""
+        return self.start_iter > 0 and self.is_epoch_end(self.start_iter)
+
     # -- scalars -------------------------------------------------------------------------------------------------
     def put_scalars(self, **values):
         """Tensors (the step's losses): the latest value. Numbers: the latest value and its history."""

@@ -111,7 +111,7 @@ class EvaluationHook(HookBase):
         s = self.trainer.storage
         # resumed from an epoch end's checkpoint: written after that epoch's evaluation started, before its scores
         # could arrive; the weights are that epoch's, so it is evaluated again here
-        if self.per_epoch and s.start_iter > 0 and s.is_epoch_end(s.start_iter):
+        if self.per_epoch and s.resumed_at_epoch_end:
             self._evaluate(s.epoch_of(s.start_iter))
 
     def after_step(self):
@@ -236,9 +236,8 @@ class MLPerfStopHook(HookBase):
 
     def before_step(self):
         if self.trainer.iter == self.trainer.start_iter:
-            s = self.trainer.storage
-            if s.start_iter > 0 and s.is_epoch_end(s.start_iter):  # resumed at an epoch end, evaluated again
-                self._act(self._decision.agree(self._state()))     # (EvaluationHook.before_train): pending
+            if self.trainer.storage.resumed_at_epoch_end:  # its epoch evaluated again (EvaluationHook.before_train)
+                self._act(self._decision.agree(self._state()))
             return  # nothing else happened yet
         state = self._state()
         code = self._decision.agree(state) if self._epoch_ended else self._decision.exchange(state)

@@ -16,7 +16,8 @@ import signal
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 _RECEIVED = []  # the stop signal this process's handler took, if any
-_HELD = {"pid": None}  # the process whose stop signals are only recorded from now on (:func:`hold`)
+_HELD = {"pid": None, "installed": None}  # the process whose stop signals are only recorded from now on (:func:`hold`),
+#                                          and the one stop_on_signals installed its handler in
 
 
 def received():
@@ -46,6 +47,8 @@ def hold():
     (:func:`maskrcnn_benchmark.cli.exit_codes.run_program`): Slurm signals every process of the job at once and
     bind_launch forwards a second copy, so the signal can come while the program reports a failure the same stop
     caused (a loader worker it killed), and a Stopped raised there would escape the report with its traceback."""
+    if _HELD["installed"] != os.getpid():  # no handler of ours here (a test calling run_program): nothing to hold
+        return
     _HELD["pid"] = os.getpid()
     signal.setitimer(signal.ITIMER_REAL, 0)  # a deferred stop (the handler's alarm)
 
@@ -109,6 +112,6 @@ def stop_on_signals():
         hold()  # a stop deferred by an earlier copy of the signal (the alarm above) is this one
         raise Stopped(_RECEIVED[0])
 
-    _HELD["pid"] = None
+    _HELD.update(pid=None, installed=main_pid)
     for s in STOP_SIGNALS:
         signal.signal(s, handler)
