@@ -110,19 +110,25 @@ read -r -a srun_extra <<< "${SRUN_ARGS:-}"
 # One task per node: --ntasks too, since the job's SLURM_NTASKS would otherwise spread its count over fewer nodes.
 srun_on() {  # the srun command line for one task on each of the first $1 nodes (sets the array srun_cmd)
   # --export=ALL: a job submitted with --export=NONE hands that to every srun in it (SLURM_EXPORT_ENV)
-  srun_cmd=(srun "--nodes=$1" "--ntasks=$1" --ntasks-per-node=1 --kill-on-bad-exit=1 --cpu-bind=none --export=ALL
+  local host_env=()
+  if [[ "${#container_opts[@]}" -gt 0 ]]; then host_env=("${pyxis_host_env[@]}"); fi
+  srun_cmd=("${host_env[@]}" srun "--nodes=$1" "--ntasks=$1" --ntasks-per-node=1 --kill-on-bad-exit=1 --cpu-bind=none --export=ALL
             "${srun_extra[@]}" "${container_opts[@]}")
 }
 container_opts=()
+pyxis_host_env=()
 
 # How one task runs a command (on the batch host, or on every node under srun).
 in_image=()
 case "${CONTAINER_RUNTIME}" in
   none) ;;
   singularity | apptainer) in_image=("${REPO}/slurm/in_container.sh") ;;
-  pyxis)  # the job's environment goes in as it is: the host's DATADIR and LOGDIR are not paths in there, nor its
-    #       Python (a PYTHON or PYTHONPATH set for CONTAINER=none); no user site, as in_container.sh
-    in_image=(env -u PYTHON -u PYTHONPATH -u PYTHONHOME PYTHONNOUSERSITE=1 DATADIR=/data LOGDIR=/results)
+  pyxis)  # the job's environment goes in as it is, the image's own (its Docker ENV) over it: the host's DATADIR
+    #       and LOGDIR are not paths in there, nor its Python (a PYTHON or PYTHONPATH set for CONTAINER=none runs),
+    #       which srun leaves behind (unset inside, the image's own PYTHONPATH would go too); no user site, as
+    #       in_container.sh
+    pyxis_host_env=(env -u PYTHON -u PYTHONPATH -u PYTHONHOME)
+    in_image=(env PYTHONNOUSERSITE=1 DATADIR=/data LOGDIR=/results)
     container_opts=("--container-image=${CONTAINER}" "--container-mounts=${CONTAINER_BINDS}"
                     --container-workdir=/workspace/object_detection --no-container-mount-home) ;;
 esac

@@ -342,7 +342,9 @@ def test_pyxis_command_line(cluster, synthetic_data, image, tmp_path):
     (a Docker image's ENV) over it but no %environment (enroot images have none), no /tmp, home or working folder
     from the host (pyxis binds only --container-mounts). The host's Python settings stay out: a PYTHON or
     PYTHONPATH set for CONTAINER=none runs (pyxis passes the whole environment in) named the host's interpreter
-    inside the image, exit 127."""
+    inside the image, exit 127. Only the host's: the image's own PYTHONPATH (the stand-in's, for its editable
+    install) reaches the run; unset inside the image, it was gone and tools/preflight.py could not import the
+    package."""
     shim_dir = Path(cluster.workdir) / "pyxis-bin"
     shim_dir.mkdir(exist_ok=True)
     record = Path(cluster.workdir) / "jobs" / "pyxis" / "srun_calls"
