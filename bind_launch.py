@@ -411,9 +411,15 @@ def plan_bindings(
     ncores_per_socket: int,
     hyperthreads: bool = True,
     membind: bool = True,
+    numa_cpus: Optional[Dict[int, List[int]]] = None,
 ) -> List[Binding]:
     """NVIDIA's core/socket/memory plan (used when the socket and core counts are given), generalised to uneven
     shapes.
+
+    Memory: NVIDIA's plan binds it to the socket's number, which names the socket's NUMA node only with one node
+    per socket. Given the machine's nodes (``numa_cpus``, sysfs), each rank's memory is the node holding most of
+    its cores (AMD NPS2/NPS4, Intel sub-NUMA clustering: a node of the rank's own socket); without, the socket's
+    number.
 
     With P processes and S sockets, ``P/S`` processes share a socket (rounded up) and each gets
     ``cores_per_socket // (P/S)`` consecutive physical cores; hyperthread siblings are the same numbers
@@ -437,8 +443,15 @@ def plan_bindings(
         cpus = list(phys)
         if hyperthreads:
             cpus += [c + total_cores for c in phys]
-        plan.append(Binding(i, sock, cpus, sock if membind else None, phys))
+        plan.append(Binding(i, sock, cpus, _node_of(phys, numa_cpus, sock) if membind else None, phys))
     return plan
+
+
+def _node_of(cpus: List[int], numa_cpus: Optional[Dict[int, List[int]]], default: int) -> int:
+    """The NUMA node holding most of ``cpus`` (``default`` where none of them is known)."""
+    counts = {n: len(set(cpus) & set(members)) for n, members in (numa_cpus or {}).items()}
+    best = max(counts, key=lambda n: (counts[n], -n), default=None)
+    return best if best is not None and counts[best] > 0 else default
 
 
 # --------------------------------------------------------------------------------------------- slurm
@@ -835,7 +848,8 @@ class Launcher:
 def make_plan(args: argparse.Namespace) -> List[Binding]:
     if args.explicit_shape:
         return plan_bindings(args.nproc_per_node, args.nsockets_per_node, args.ncores_per_socket,
-                             hyperthreads=not args.no_hyperthreads, membind=not args.no_membind)
+                             hyperthreads=not args.no_hyperthreads, membind=not args.no_membind,
+                             numa_cpus=args.topology.numa_cpus)
     return plan_from_topology(args.nproc_per_node, args.topology, hyperthreads=not args.no_hyperthreads,
                               membind=not args.no_membind)
 

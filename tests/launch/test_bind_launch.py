@@ -627,3 +627,26 @@ def test_a_missing_numactl_is_reported_once_not_once_per_rank(monkeypatch, capsy
     plan = bl.plan_bindings(2, 1, 2)
     assert [bl.resolve_binding(b, "auto", membind=False)[0] for b in plan] == ["affinity", "affinity"]
     assert capsys.readouterr().err.count("numactl not found") == 1
+
+
+def test_nvidias_forced_plan_binds_memory_to_the_node_of_its_cores(tmp_path):
+    """DGXNSOCKET=2 DGXSOCKETCORES=64 (config_DGXA100.sh's way to force NVIDIA's arithmetic plan) on an NPS4
+    machine (8 NUMA nodes, 4 per socket): NVIDIA's plan binds memory to the socket's number, which names a NUMA
+    node only with one node per socket; there rank 4's cores 64-79 (node 4) had node 1's memory, on the other
+    socket. The memory is the node that holds the rank's cores."""
+    import argparse
+    _fake_sysfs(tmp_path, _dgx_cpus(2, 64, 2, nodes_per_socket=4))
+    topo = bl.detect_topology(str(tmp_path), env={})
+    args = argparse.Namespace(explicit_shape=True, nproc_per_node=8, nsockets_per_node=2, ncores_per_socket=64,
+                              no_hyperthreads=False, no_membind=False, topology=topo)
+    plan = bl.make_plan(args)
+    assert fmt(plan[4]) == ("64-79,192-207", 4)
+    assert [b.mem_node for b in plan] == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert [b.socket for b in plan] == [0, 0, 0, 0, 1, 1, 1, 1]
+    # one node per socket: the socket's number, as NVIDIA's
+    _fake_sysfs(tmp_path / "dgx1", _dgx_cpus(2, 20, 2))
+    args.topology, args.nsockets_per_node, args.ncores_per_socket = \
+        bl.detect_topology(str(tmp_path / "dgx1"), env={}), 2, 20
+    assert [b.mem_node for b in bl.make_plan(args)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    args.no_membind = True
+    assert {b.mem_node for b in bl.make_plan(args)} == {None}
