@@ -106,11 +106,12 @@ class MLPerfRun:
     # ================================================================================================ the run
     def run(self):
         cfg = self.cfg
-        lock, rotated, removed = claim_output_folder(cfg.OUTPUT_DIR) if self.rank == 0 else (None, [], [])
+        lock, rotated, removed = claim_output_folder(cfg.OUTPUT_DIR, fresh=not self.options.resume,
+                                                     reads=[cfg.MODEL.WEIGHT]) if self.rank == 0 else (None, [], [])
         try:
             setup_logger(cfg.OUTPUT_DIR, self.rank)
             if rotated:
-                logger.info("previous logs moved aside: %s", ", ".join(rotated))
+                logger.info("an earlier run's files moved aside: %s", ", ".join(rotated))
             if removed:
                 logger.warning("removed %d temporary file(s) left by an interrupted run: %s", len(removed),
                                ", ".join(removed))

@@ -8,11 +8,15 @@
   (Lustre mounted ``noflock``: ENOSYS) is named as such;
 * moves an existing ``mlperf_log.txt`` and ``log.txt`` aside (``mlperf_log.<time>.txt``): a run's MLPerf log
   only ever holds that run (a failed attempt's ``init_start`` must not precede the good run's);
+* a fresh run (not ``--resume``) moves an earlier run's checkpoints aside the same way (``model_final.pth``,
+  ``model_<iteration>.pth``, ``last_checkpoint``; not a file it reads: its ``MODEL.WEIGHT``), which it would
+  otherwise overwrite; a resumed run continues in them;
 * deletes the ``.tmp-*`` files a killed run left behind (half-written checkpoints, never complete ones).
 """
 import errno
 import fcntl
 import os
+import re
 import socket
 import time
 
@@ -21,14 +25,17 @@ from .fileio import remove_stale_temp_files
 
 LOCK_NAME = ".run.lock"
 ROTATED = ("mlperf_log.txt", "log.txt")
+CHECKPOINT = re.compile(r"^(model_(final|\d{7})\.pth|last_checkpoint)$")  # what CheckpointHook writes
 
 
 class RunFolderError(UserError, RuntimeError):
     """The output folder cannot be used by this run; the message names it."""
 
 
-def claim_output_folder(path):
-    """Returns the lock's open file (keep it for the lifetime of the run) and the names of rotated logs."""
+def claim_output_folder(path, fresh=True, reads=()):
+    """Returns the lock's open file (keep it for the lifetime of the run), the names of the files moved aside and
+    of the temporary files removed. ``fresh``: a new run (the earlier run's checkpoints are moved aside too, except
+    the files named in ``reads``)."""
     try:
         os.makedirs(path, exist_ok=True)
         fd = os.open(os.path.join(path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
@@ -54,7 +61,12 @@ def claim_output_folder(path):
         lock.truncate()
         lock.write(f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         lock.flush()
-        rotated = _rotate_logs(path)
+        names = list(ROTATED)
+        if fresh:
+            keep = {os.path.realpath(r) for r in reads if r}
+            names += sorted(n for n in os.listdir(path) if CHECKPOINT.match(n)
+                            and os.path.realpath(os.path.join(path, n)) not in keep)
+        rotated = _move_aside(path, names)
         return lock, rotated, remove_stale_temp_files(path)
     except OSError as e:  # a full disk, a read-only or quota-bound folder: named, the lock let go
         lock.close()
@@ -62,10 +74,10 @@ def claim_output_folder(path):
         raise RunFolderError(f"cannot use output folder '{path}': writing {where} failed: {e.strerror}") from None
 
 
-def _rotate_logs(path):
+def _move_aside(path, names):
     stamp = time.strftime("%Y%m%d-%H%M%S")
     rotated = []
-    for name in ROTATED:
+    for name in names:
         old = os.path.join(path, name)
         if os.path.exists(old):
             stem, ext = os.path.splitext(name)

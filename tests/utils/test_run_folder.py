@@ -56,3 +56,39 @@ def test_a_held_lock_names_the_holder(tmp_path):
     finally:
         lock.close()
     claim_output_folder(str(tmp_path))[0].close()  # released: the next run takes it
+
+
+def test_a_fresh_run_moves_an_earlier_runs_checkpoints_aside(tmp_path):
+    """A new run in a folder holding an earlier run's checkpoints overwrote model_final.pth, model_<iter>.pth and
+    last_checkpoint: they are moved aside as the logs are, bytes intact. A run that resumes continues that run: its
+    checkpoints stay, and so does a file the run reads (MODEL.WEIGHT in the folder)."""
+    import os
+
+    names = {"model_final.pth": b"final", "model_0000100.pth": b"it100", "last_checkpoint": b"model_final.pth",
+             "notes.pth": b"mine"}
+    for name, data in names.items():
+        (tmp_path / name).write_bytes(data)
+    lock, rotated, _ = claim_output_folder(str(tmp_path))
+    lock.close()
+    assert sorted(os.listdir(tmp_path)) == sorted([".run.lock", "notes.pth", *rotated])
+    assert len(rotated) == 3
+    for name, data in names.items():
+        if name != "notes.pth":
+            stem, ext = os.path.splitext(name)
+            [moved] = [r for r in rotated if r.startswith(stem + ".")]
+            assert moved.endswith(ext) and (tmp_path / moved).read_bytes() == data
+    # moved once: the next fresh run leaves the moved files as they are
+    lock, again, _ = claim_output_folder(str(tmp_path))
+    lock.close()
+    assert again == []
+    # resuming: the run's own checkpoints stay where --resume and last_checkpoint find them
+    (tmp_path / "model_final.pth").write_bytes(b"final2")
+    (tmp_path / "last_checkpoint").write_bytes(b"model_final.pth")
+    lock, kept, _ = claim_output_folder(str(tmp_path), fresh=False)
+    lock.close()
+    assert kept == [] and (tmp_path / "model_final.pth").read_bytes() == b"final2"
+    # a fresh run reading a checkpoint of the folder as its weights keeps that one
+    lock, moved, _ = claim_output_folder(str(tmp_path), reads=[str(tmp_path / "model_final.pth")])
+    lock.close()
+    assert (tmp_path / "model_final.pth").read_bytes() == b"final2" and [m.split(".")[0] for m in moved] == \
+        ["last_checkpoint"]
