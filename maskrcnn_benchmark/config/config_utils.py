@@ -47,8 +47,11 @@ def _check_key(cfg, full_key, source):
         node = node.get(part) if isinstance(node, CfgNode) else None
         if not isinstance(node, CfgNode):
             break
-    if isinstance(node, CfgNode) and parts[-1] in node and not isinstance(node[parts[-1]], CfgNode):
-        return
+    if isinstance(node, CfgNode) and parts[-1] in node:
+        if not isinstance(node[parts[-1]], CfgNode):
+            return
+        raise ConfigError(f"config key '{full_key}' in {source} is a section of keys, not a value: set its keys "
+                          f"({full_key}.{next(iter(node[parts[-1]]))}, ...)")
     close = difflib.get_close_matches(full_key, list(_all_keys(cfg)), n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise ConfigError(f"unknown config key '{full_key}' in {source}{hint}")
@@ -68,11 +71,13 @@ def _coerce(cfg, full_key, value, source):
     for part in full_key.split(".")[:-1]:
         node = node[part]
     original = node[full_key.split(".")[-1]]
-    if isinstance(value, str) and not isinstance(original, str):
+    if isinstance(value, str):  # as yacs: a Python literal is read as one ("'/results'" is /results)
         try:
-            value = literal_eval(value)
-        except (ValueError, SyntaxError):
-            pass
+            literal = literal_eval(value)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            literal = value
+        if not isinstance(original, str) or isinstance(literal, str):  # a string key keeps 1e-3 as written
+            value = literal
     if isinstance(original, (tuple, list)) and isinstance(value, (int, float)) and not isinstance(value, bool):
         value = (value,)
     if isinstance(original, (tuple, list)) and isinstance(value, (tuple, list)):
@@ -129,6 +134,17 @@ def merge_cfg_from_list(cfg, opts, source="command line"):
     return cfg
 
 
+def _yaml_problem(e):
+    """A YAML error on one line, with where it was found (PyYAML puts the position on later lines)."""
+    problem = getattr(e, "problem", None)
+    mark = getattr(e, "problem_mark", None)
+    if not problem:
+        return " ".join(str(e).split())
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    context = getattr(e, "context", None)
+    return f"{problem}{where}" + (f" ({context})" if context else "")
+
+
 def merge_cfg_from_file(cfg, path):
     """Merge a YAML file. Raises ConfigError naming the file for unreadable YAML or unknown keys."""
     try:
@@ -136,8 +152,11 @@ def merge_cfg_from_file(cfg, path):
             data = yaml.safe_load(f) or {}
     except OSError as e:
         raise ConfigError(f"cannot read config file '{path}': {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file '{path}' is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
+                          f"{e.start}): give a YAML file") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"config file '{path}' is not valid YAML: {e}") from None
+        raise ConfigError(f"config file '{path}' is not valid YAML: {_yaml_problem(e)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file '{path}' must hold a mapping of keys")
     for full_key, value in _flatten(data):

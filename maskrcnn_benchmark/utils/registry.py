@@ -1,8 +1,20 @@
+from .errors import ConfigError
+
+
+class UnknownName(ConfigError, KeyError):
+    """A config value that names a component no registry holds: bad input (one line, exit 1), and a KeyError
+    as a dict's missing key is."""
+
+    def __str__(self):
+        return str(self.args[0]) if self.args else ""
+
+
 class Registry(dict):
     """A name -> callable map used by the builders (``Registry.register("Name")`` as a decorator).
 
     Every built-in is registered when ``maskrcnn_benchmark.modeling`` is imported (one explicit place, not
-    scattered side effects); an unknown name raises a KeyError that lists the known ones.
+    scattered side effects); an unknown name raises :class:`UnknownName` (a ConfigError and a KeyError) that names
+    the config key and lists the known names.
     """
 
     def __init__(self, name="registry"):
@@ -26,4 +38,4 @@ class Registry(dict):
         self[module_name] = module
 
     def __missing__(self, key):
-        raise KeyError(f"unknown {self.name} '{key}'; known: {', '.join(sorted(self))}")
+        raise UnknownName(f"unknown {self.name} '{key}'; known: {', '.join(sorted(self))}")

@@ -87,3 +87,61 @@ def test_list_values_are_taken_as_the_defaults_items():
     cfg = load_config(R50_YAML, ["INPUT.PIXEL_MEAN", "[102, 115, 122]", "SOLVER.STEPS", "(3e4, 4e4)"])
     assert list(cfg.INPUT.PIXEL_MEAN) == [102.0, 115.0, 122.0] and all(type(x) is float for x in cfg.INPUT.PIXEL_MEAN)
     assert tuple(cfg.SOLVER.STEPS) == (30000, 40000) and all(type(x) is int for x in cfg.SOLVER.STEPS)
+
+
+def test_a_config_file_that_is_not_text_is_one_line_naming_it(tmp_path):
+    """Binary bytes in --config-file ended in a UnicodeDecodeError traceback (exit 5)."""
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(b"\xff\xfe\x00S\x00O\x00L" + bytes(range(128, 200)))
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    assert str(e.value).startswith(f"config file '{path}' is not UTF-8 text") and "\n" not in str(e.value)
+
+
+def test_invalid_yaml_names_the_line_and_column_on_one_line(tmp_path):
+    """The YAML error's position sits on its later lines, which the one error line cut off."""
+    path = tmp_path / "bad.yaml"
+    path.write_text("SOLVER:\n  STEPS: [1, 2\n  BASE_LR: 0.1\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    msg = str(e.value)
+    assert "\n" not in msg and f"config file '{path}' is not valid YAML" in msg
+    assert "line 3, column 10" in msg, msg  # PyYAML's mark: the ":" of BASE_LR, where the list was still open
+
+
+@pytest.mark.parametrize("text", ["TEST:\n", "MODEL: x\n"])
+def test_a_section_given_a_value_is_named_as_a_section(tmp_path, text):
+    """'TEST:' alone (or 'MODEL: x') was an 'unknown config key' though the key exists: it is a section."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    key = text.split(":")[0]
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    assert f"'{key}' in '{path}' is a section of keys, not a value" in str(e.value)
+    assert "unknown" not in str(e.value)
+
+
+def test_quoted_string_values_lose_their_quotes_as_with_yacs():
+    """yacs reads 'OUTPUT_DIR "'/results'"' as /results (literal_eval of the string); we kept the quotes and the run
+    wrote into a folder named "'"."""
+    cfg = load_config(R50_YAML, ["OUTPUT_DIR", "'/results'", "DTYPE", '"float16"', "MODEL.WEIGHT", "/w/R-50.pkl",
+                                 "PATHS_CATALOG", "1e-3"])
+    assert (cfg.OUTPUT_DIR, cfg.DTYPE, cfg.MODEL.WEIGHT, cfg.PATHS_CATALOG) == ("/results", "float16", "/w/R-50.pkl",
+                                                                               "1e-3")
+
+
+@pytest.mark.parametrize("key,value", [("MODEL.BACKBONE.CONV_BODY", "R-50-C4"),
+                                       ("MODEL.ROI_BOX_HEAD.FEATURE_EXTRACTOR", "ResNet50Conv5ROIFeatureExtractor"),
+                                       ("MODEL.META_ARCHITECTURE", "RetinaNet")])
+def test_a_model_part_this_package_lacks_is_a_config_error(key, value):
+    """A name no registry holds (NVIDIA's default C4 backbone among them) was a KeyError: exit 5, 'internal
+    error'. It is bad input: one line naming the key, the value and the names there are (exit 1)."""
+    from maskrcnn_benchmark.cli.exit_codes import BAD_INPUT, describe
+    from maskrcnn_benchmark.modeling.detector import build_detection_model
+
+    cfg = load_config(R50_YAML, [key, value])
+    with pytest.raises(ConfigError) as e:
+        build_detection_model(cfg)
+    msg = str(e.value)
+    assert f"({key}) '{value}'" in msg and "known:" in msg and "\n" not in msg and not msg.startswith("'")
+    assert describe(e.value) == (BAD_INPUT.code, msg)

@@ -12,6 +12,7 @@ from torch import nn
 from ...layers import FrozenBatchNorm2d
 from ..make_layers import make_gn
 from ..registry import RESNET_STEMS, RESNET_TRANS
+from ...utils.registry import UnknownName
 
 StageSpec = namedtuple("StageSpec", ["index", "block_count", "return_features"])
 
@@ -113,7 +114,7 @@ class ResNet(nn.Module):
         super().__init__()
         body = cfg.MODEL.BACKBONE.CONV_BODY
         if body not in STAGE_SPECS:
-            raise KeyError(f"unknown MODEL.BACKBONE.CONV_BODY '{body}'; known: {', '.join(sorted(STAGE_SPECS))}")
+            raise UnknownName(f"unknown MODEL.BACKBONE.CONV_BODY '{body}'; known: {', '.join(sorted(STAGE_SPECS))}")
         r = cfg.MODEL.RESNETS
         self.stem = RESNET_STEMS[r.STEM_FUNC](cfg)
         num_groups, width = r.NUM_GROUPS, r.WIDTH_PER_GROUP
