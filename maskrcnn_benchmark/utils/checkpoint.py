@@ -24,6 +24,19 @@ from .imports import resolve_weights
 from .model_serialization import load_state_dict
 
 
+def _show(value):
+    return f"({', '.join(map(str, value))})" if isinstance(value, (list, tuple)) else str(value)
+
+
+def _same_value(a, b):
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b) and \
+            all(_same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return float(a) == float(b)
+    return a == b
+
+
 class _KeepWriteErrors:
     """The file torch.save writes into, remembering the OSError of a failed write: torch's zip writer turns it
     into an unhelpful RuntimeError ("unexpected pos ..."), which a full disk should not read like."""
@@ -160,7 +173,9 @@ class Checkpointer:
     def resume(self, path):
         """Restore model, optimizer, LR schedule and gradient scaler from a checkpoint this trainer wrote;
         returns its extra entries (iteration, RNG and sampler state)."""
-        data = load_torch_checkpoint(path)
+        return self._resume_loaded(load_torch_checkpoint(path), path)
+
+    def _resume_loaded(self, data, path):
         if not isinstance(data, dict) or "model" not in data:
             raise WeightsError(f"'{path}' is not a training checkpoint (no 'model' entry)")
         self._load_model(data, path)
@@ -172,14 +187,58 @@ class Checkpointer:
         return data
 
 
+# What --resume restores from the checkpoint rather than from the config (the optimizer's and the LR schedule's
+# state): the run's recipe, recorded in its checkpoints and compared on resume. MAX_ITER may grow.
+RECIPE_KEYS = ("SOLVER.IMS_PER_BATCH", "SOLVER.BASE_LR", "SOLVER.BIAS_LR_FACTOR", "SOLVER.MOMENTUM",
+               "SOLVER.WEIGHT_DECAY", "SOLVER.WEIGHT_DECAY_BIAS", "SOLVER.GAMMA", "SOLVER.STEPS",
+               "SOLVER.WARMUP_FACTOR", "SOLVER.WARMUP_ITERS", "SOLVER.WARMUP_METHOD")
+
+
+def recipe_of(cfg):
+    """``{key: value}`` of :data:`RECIPE_KEYS` (lists for tuples: what a weights-only load reads back)."""
+    out = {}
+    for key in RECIPE_KEYS:
+        node = cfg
+        for part in key.split("."):
+            node = node[part]
+        out[key] = list(node) if isinstance(node, (tuple, list)) else node
+    return out
+
+
 class DetectronCheckpointer(Checkpointer):
     """``DetectronCheckpointer(cfg, model, ...)``: also reads Detectron ``.pkl`` weights (through the restricted
-    unpickler) and ``catalog://`` names."""
+    unpickler) and ``catalog://`` names. Its checkpoints record the run's recipe (:data:`RECIPE_KEYS`); resuming
+    one under another recipe is refused by key: the optimizer and the LR schedule would continue the saved
+    recipe while the MLPerf log states the config's."""
 
     def __init__(self, cfg, model, optimizer=None, scheduler=None, save_dir="", save_to_disk=None, logger=None,
                  scaler=None):
         super().__init__(model, optimizer, scheduler, save_dir, save_to_disk, logger, scaler)
         self.cfg = cfg
+
+    def save(self, name, **kwargs):
+        if self.cfg is not None:
+            kwargs.setdefault("recipe", recipe_of(self.cfg))
+        return super().save(name, **kwargs)
+
+    def resume(self, path):
+        data = load_torch_checkpoint(path)
+        saved = data.get("recipe") if isinstance(data, dict) else None
+        if self.cfg is not None and isinstance(data, dict) and "model" in data:
+            if saved is None:
+                self.logger.warning("checkpoint %s records no recipe (an earlier release's): resumed with its own "
+                                    "optimizer and LR schedule state, whatever this config's SOLVER values",
+                                    path)
+            else:
+                ours = recipe_of(self.cfg)
+                differ = [f"{k} {_show(ours[k])} (the checkpoint's run: {_show(saved[k])})"
+                          for k in RECIPE_KEYS if k in saved and not _same_value(ours[k], saved[k])]
+                if differ:
+                    raise WeightsError(f"checkpoint '{path}' was saved by a run with another recipe: "
+                                       f"{'; '.join(differ)}; --resume continues that run's optimizer and LR "
+                                       "schedule, so resume with its values, or start a new run from its weights "
+                                       f"(MODEL.WEIGHT {path})")
+        return self._resume_loaded(data, path)
 
     def _resolve(self, path):
         return resolve_weights(self.cfg, path)

@@ -165,3 +165,38 @@ def test_metric_logger_env_and_imports(tmp_path, monkeypatch):
     setup_environment()
     assert os.environ.get("SITE_ENV_RAN") == "1"
     assert import_file("x", str(env_file)).setup_environment
+
+
+def test_resuming_with_another_schedule_is_refused_by_key(tmp_path, caplog):
+    """--resume restores the optimizer and the LR schedule of the checkpoint: resumed with SOLVER.BASE_LR 0.16 and
+    STEPS (60, 80), the run kept the saved 0.02 and (100, 200) while its MLPerf log said 0.16. Resuming with
+    another recipe is one line naming each key that differs; the same recipe resumes; a checkpoint that records
+    none (an earlier release's) resumes with a warning."""
+    from maskrcnn_benchmark.config import load_config
+    from maskrcnn_benchmark.solver import make_lr_scheduler, make_optimizer
+
+    def parts(*opts):
+        cfg = load_config("", ["SOLVER.BASE_LR", "0.02", "SOLVER.STEPS", "(100, 200)", *opts])
+        model = nn.Linear(3, 2)
+        opt = make_optimizer(cfg, model)
+        return cfg, model, opt, make_lr_scheduler(cfg, opt)
+
+    cfg, model, opt, sched = parts()
+    path = DetectronCheckpointer(cfg, model, opt, sched, str(tmp_path), save_to_disk=True).save("m", iteration=5)
+    cfg2, model2, opt2, sched2 = parts("SOLVER.BASE_LR", "0.16", "SOLVER.STEPS", "(60, 80)")
+    with pytest.raises(WeightsError) as e:
+        DetectronCheckpointer(cfg2, model2, opt2, sched2).resume(path)
+    msg = str(e.value)
+    assert "\n" not in msg and "m.pth" in msg
+    assert "SOLVER.BASE_LR 0.16 (the checkpoint's run: 0.02)" in msg and "SOLVER.STEPS" in msg, msg
+    assert "SOLVER.MOMENTUM" not in msg
+    cfg3, model3, opt3, sched3 = parts("SOLVER.MAX_ITER", "300")  # a longer run of the same recipe resumes
+    assert DetectronCheckpointer(cfg3, model3, opt3, sched3).resume(path)["iteration"] == 5
+    assert sched3.milestones == [100, 200] and sched3.base_lrs == [0.02, 0.04]  # weights, biases (BIAS_LR_FACTOR 2)
+    data = torch.load(path, weights_only=True)
+    data.pop("recipe")
+    torch.save(data, tmp_path / "old.pth")
+    cfg4, model4, opt4, sched4 = parts("SOLVER.BASE_LR", "0.16")
+    with caplog.at_level(logging.WARNING):
+        DetectronCheckpointer(cfg4, model4, opt4, sched4).resume(str(tmp_path / "old.pth"))
+    assert "records no recipe" in caplog.text
