@@ -270,6 +270,32 @@ def stage(results: Sequence[Tuple[str, Path]], org: Optional[str], platform: Opt
         shutil.rmtree(root, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def one_system(org_dir: Path, system: str):
+    """A copy of one system of a submission folder (its results and description) in a folder of its own, for the
+    package checker and the result summarizer: on a folder of several systems their verdict is the whole folder's
+    and their score rows are every system's. The RCP check's ``scaling.json`` is copied back beside the results.
+    Removed on exit."""
+    root = Path(tempfile.mkdtemp(prefix="mlperf_review_"))
+    try:
+        org_copy = root / org_dir.name
+        src = org_dir / "results" / system
+        dest = org_copy / "results" / system
+        shutil.copytree(src, dest)
+        (org_copy / "systems").mkdir(parents=True)
+        shutil.copy2(org_dir / "systems" / f"{system}.json", org_copy / "systems" / f"{system}.json")
+        bench = dest / rules.BENCHMARK
+        pkg = Package(root=root, org_dir=org_copy, system=system, benchmark_dir=bench)
+        for f in bench.iterdir():
+            pkg.shown[str(f)] = f.name
+        yield pkg
+        scaling = bench / SCALING_FILE
+        if scaling.is_file():
+            shutil.copy2(scaling, src / rules.BENCHMARK / SCALING_FILE)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 # ------------------------------------------------------------------------------------------------ compliance
 @dataclass
 class ComplianceResult:
@@ -522,9 +548,17 @@ def run_result_summarizer(pkg: Package, ruleset: str) -> SummarizerResult:
         if not res.crash:
             res.crash = "no row for the staged system (system description rejected?)"
         return res
-    row = strong.to_dict("records")[0]
+    def of_system(table):  # the row of the package's system file (its details_url names it)
+        rows = table.to_dict("records") if table is not None and len(table) else []
+        return next((r for r in rows if str(r.get("details_url", "")).endswith(f"/systems/{pkg.system}.json")),
+                    None)
+
+    row = of_system(strong)
+    if row is None:
+        res.crash = f"no row for the system {pkg.system} (system description rejected?)"
+        return res
     res.score_min = _finite(row.get(rules.BENCHMARK))
-    drow = detailed.to_dict("records")[0] if detailed is not None and len(detailed) else {}
+    drow = of_system(detailed) or {}
     res.scaling_factor = _finite(drow.get(f"{rules.BENCHMARK}:rcp_scaling_factor"))
     res.rcp = str(drow.get(f"{rules.BENCHMARK}:RCP") or "")
     res.gbs = _finite(drow.get(f"{rules.BENCHMARK}:GBS"))

@@ -98,6 +98,7 @@ class Assembly:
     summarizer: official.SummarizerResult
     review_dir: Optional[Path] = None
     warnings: List[str] = field(default_factory=list)
+    other_systems: List[str] = field(default_factory=list)  # the folder's other systems (not judged here)
 
     @property
     def passed(self) -> bool:
@@ -228,19 +229,22 @@ def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] 
     if copy_code:
         copy_implementation(impl)
 
-    pkg = official.Package(root=out, org_dir=org_dir, system=system, benchmark_dir=bench)
-    package = official.run_package_checker(pkg, ruleset)
-    summarizer = official.run_result_summarizer(pkg, ruleset)
+    # this system's verdict and score: on the whole folder they were the folder's (another system's failure) and
+    # the summarizer's first row (another system's score)
+    with official.one_system(org_dir, system) as pkg:
+        package = official.run_package_checker(pkg, ruleset)
+        summarizer = official.run_result_summarizer(pkg, ruleset)
     to_fill = [k for k, v in desc.items() if v == TO_FILL]
+    others = sorted(p.name for p in (org_dir / "results").iterdir() if p.is_dir() and p.name != system)
     assembly = Assembly(org_dir=org_dir, system=system, results=staged, system_json=desc_path, implementation=impl,
-                        to_fill=to_fill, package=package, summarizer=summarizer)
+                        to_fill=to_fill, package=package, summarizer=summarizer, other_systems=others)
     if len(files) != 5:
         assembly.warnings.append(f"{len(files)} result files: a Mask R-CNN submission has exactly 5")
     if write_review:
         from .core import review_folder
         from .report import write_review_outputs
 
-        assembly.review_dir = out / "review"
+        assembly.review_dir = out / "review" / system
         review = review_folder(bench, ruleset=ruleset)
         write_review_outputs(review, assembly.review_dir)
     return assembly
@@ -261,7 +265,9 @@ def render(a: Assembly) -> str:
              f"  system:         {a.system_json}",
              f"  implementation: {a.implementation}"]
     verdict = "PASS" if a.passed else "FAIL"
-    lines.append(f"package checker ({a.package.ruleset}, on this folder): {verdict}")
+    where = f"on {a.system} alone; the folder also holds {', '.join(a.other_systems)}" if a.other_systems \
+        else "on this folder"
+    lines.append(f"package checker ({a.package.ruleset}, {where}): {verdict}")
     for e in a.package.errors[:10]:
         lines.append(f"  - {e.strip()}")
     if a.summarizer.crash:

@@ -48,7 +48,8 @@ def test_assembled_folder_is_what_the_package_checker_accepts(tmp_path, capsys):
     assert (impl / "run_and_time.sh").is_file() and (impl / "maskrcnn_benchmark" / "engine" / "run.py").is_file()
     assert "package checker (3.1.0, on this folder): PASS" in text and "result summarizer score:" in text
     assert "still 'TO FILL'" in text and "host_memory_capacity" in text
-    assert (out / "review" / "mlperf_review.md").is_file() and not list((org / "results").rglob("mlperf_review*"))
+    assert (out / "review" / "4xDGXH100" / "mlperf_review.md").is_file()
+    assert not list((org / "results").rglob("mlperf_review*"))
 
 
 @pytest.mark.slow
@@ -126,3 +127,26 @@ def test_a_result_file_that_cannot_be_copied_leaves_no_half_built_folder(tmp_pat
     assert main(["submission", str(results), "--out", str(blocker / "s"), "--no-implementation"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(blocker) in err[0], err
+
+
+@pytest.mark.slow  # three passes of the official checkers
+def test_a_second_system_in_one_folder_gets_its_own_verdict_and_score(tmp_path, capsys):
+    """Two systems assembled into one --out: the second one's verdict was the package checker's on the whole
+    folder (the first system's failure) and its score the summarizer's first row (the first system's). Each
+    system gets the official tools' answer for itself (differential: the summarizer's row for that system on
+    the whole folder), and its own review folder."""
+    from mlperf_logging.result_summarizer import result_summarizer
+
+    bad = five_runs(tmp_path / "bad")
+    for i in (1, 3):
+        write_log(bad / f"result_{i}.txt", epochs=14, ttt_min=30.0, seed=4100 + i, final_bbox=0.30,
+                  status="aborted", **RCP96)
+    good = five_runs(tmp_path / "good", epochs=(14, 14, 14, 15, 15))
+    out = tmp_path / "s"
+    a_bad = submission.assemble(bad, out, system="aaa_bad", copy_code=False)
+    a_good = submission.assemble(good, out, system="zzz_good", copy_code=False)
+    assert not a_bad.passed and a_good.passed, submission.render(a_good)
+    with_logs = result_summarizer.summarize_results(str(out / "TESTORG"), "training", "3.1.0")[0]
+    rows = {r["system"]: r["maskrcnn"] for r in with_logs.to_dict("records")}
+    assert a_good.summarizer.score_min == pytest.approx(rows["zzz_good"])
+    assert (a_good.review_dir / "mlperf_review.md").is_file() and a_good.review_dir != a_bad.review_dir
