@@ -624,6 +624,9 @@ def failed_checks(log_text: str, ruleset: str, division: str = "closed") -> List
     return [(key, logged.get(key), message) for key, message in checker.overwritable.items()]
 
 
+PRUNED = "pruned_rcps"  # the RCPs package_checker.check_training_package judges convergence with
+
+
 @dataclass
 class RCPTable:
     """The RCP checker's table for Mask R-CNN of one ruleset, searched with the checker's own lookups
@@ -640,20 +643,22 @@ class RCPTable:
     def batches(self) -> List[int]:
         return sorted(r["BS"] for r in self.records.values())
 
-    def at(self, batch) -> Optional[Tuple[str, Dict[str, Any]]]:
-        """``(name, record)`` of the RCP at exactly this global batch, or None."""
-        record = self.checker._find_rcp(batch, "full_rcps")
+    def at(self, batch, judged: bool = False) -> Optional[Tuple[str, Dict[str, Any]]]:
+        """``(name, record)`` of the RCP at exactly this global batch, or None. ``judged``: among the RCPs the
+        package checker judges convergence with (``pruned_rcps``: the fastest-converging ones, e.g. 8, 128 and
+        272 of training 3.1.0's 8..272); else among all (each holds the reference's recipe at its batch)."""
+        record = self.checker._find_rcp(batch, PRUNED if judged else "full_rcps")
         if record is None:
             return None
         return next(k for k, r in self.records.items() if r is record), record
 
     def around(self, batch) -> Tuple[Optional[Dict[str, Any]], Optional[Dict[str, Any]]]:
-        """The nearest RCPs below and above ``batch`` (what the checker interpolates between)."""
-        return self.checker._find_top_min_rcp(batch, "full_rcps"), self.checker._find_bottom_max_rcp(batch,
-                                                                                                       "full_rcps")
+        """The nearest judged RCPs below and above ``batch`` (what the package checker interpolates between)."""
+        return self.checker._find_top_min_rcp(batch, PRUNED), self.checker._find_bottom_max_rcp(batch, PRUNED)
 
     def smallest(self) -> Dict[str, Any]:
-        return self.checker._find_min_rcp("full_rcps")
+        """The smallest judged RCP (what the package checker compares a smaller batch with)."""
+        return self.checker._find_min_rcp(PRUNED)
 
 
 def rcp_table(ruleset: str) -> RCPTable:

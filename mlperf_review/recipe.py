@@ -96,18 +96,25 @@ def rcp_check(hparams: Dict[str, object], ruleset: str):
     table = official.rcp_table(ruleset)
     bs = hparams.get("global_batch_size")
     batches = table.batches()
-    found = table.at(bs)
+    found = table.at(bs)  # the reference's recipe at this batch
+    # how the package checker judges the runs' convergence: against the pruned RCPs (an RCP of the full table
+    # may be interpolated there)
+    judged = None if table.at(bs, judged=True) else table.around(bs)
+    judged_as = None if judged is None or None in judged else \
+        f"interpolated between {judged[0]['BS']} and {judged[1]['BS']}"
     if found is None:
-        low, high = table.around(bs)
+        low, high = judged
         if low is not None and high is not None:
-            return [], [f"global_batch_size {bs} has no RCP of its own (training {ruleset}: {batches}): the RCP "
-                        f"checker interpolates between {low['BS']} and {high['BS']}; no RCP recipe to compare with, "
-                        "it converges at your own risk"], f"interpolated between {low['BS']} and {high['BS']}"
+            return [], [f"global_batch_size {bs} has no RCP of its own (training {ruleset}: {batches}): the "
+                        f"package checker interpolates between the RCPs {low['BS']} and {high['BS']}; no RCP "
+                        "recipe to compare with, it converges at your own risk"], judged_as
         if low is None and high is not None:  # the checker compares with the smallest RCP (its own rule)
             smallest = table.smallest()
+            floor = smallest["RCP Mean"] / smallest["Max Speedup"]
             return [], [f"global_batch_size {bs} is below the smallest RCP of training {ruleset} "
-                        f"({smallest['BS']}): the RCP checker passes it only if the runs converge more slowly than "
-                        f"that RCP's {smallest['RCP Mean']:.2f} epochs"], f"below {smallest['BS']}"
+                        f"({smallest['BS']}): the package checker passes it only if the runs' olympic mean is at "
+                        f"least {floor:.2f} epochs (that RCP's mean {smallest['RCP Mean']:.2f} over its max "
+                        f"speedup {smallest['Max Speedup']:.3f})"], f"below {smallest['BS']}"
         return [f"global_batch_size {bs} is outside the RCPs of training {ruleset} ({batches[0]}..{batches[-1]}): "
                 "the RCP checker cannot interpolate it and reports a missing RCP (rcps_maskrcnn.json)"], [], None
     name, record = found
@@ -120,7 +127,8 @@ def rcp_check(hparams: Dict[str, object], ruleset: str):
     if diffs:
         warnings.append(f"the recipe differs from RCP {name} at global_batch_size {bs}: " + ", ".join(diffs)
                         + "; it converges at your own risk")
-    return [], warnings, name
+    # the recipe is this RCP's; the runs' convergence is judged by interpolation (the pruned RCPs)
+    return [], warnings, f"{name}; the package checker's judgement: {judged_as}" if judged_as else name
 
 
 def _same(want, got):

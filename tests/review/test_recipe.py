@@ -106,11 +106,14 @@ def test_refusals_match_the_official_compliance_checker(case, tmp_path):
 
 
 @needs_ref
-@pytest.mark.parametrize("batch, accepted", [(64, True), (100, True), (300, False), (4, True)])
+@pytest.mark.parametrize("batch, accepted", [(64, True), (96, True), (100, True), (128, True), (300, False),
+                                            (4, True), (20, True)])
 def test_global_batch_verdict_matches_the_rcp_checker(batch, accepted, tmp_path):
     """Differential: NVIDIA's five DGX A100 logs with global_batch_size changed, through mlperf-logging's RCP checker
-    (training 3.1.0): an RCP at the batch ("RCP found"), interpolated, missing above the largest RCP (refused), or
-    judged against the smallest RCP below it (a warning)."""
+    as the package checker runs it (training 3.1.0, the pruned RCPs: 8, 128, 272): an RCP at the batch ("RCP
+    found"), interpolated (64 and 96 among them: their RCPs hold the reference's recipe, and were named as what the
+    checker judges with), missing above the largest RCP (refused), or judged against the smallest RCP below it (a
+    warning with the checker's floor: that RCP's mean over its max speedup)."""
     from mlperf_logging.rcp_checker import rcp_checker
 
     for gz in sorted(REF.glob("result_*.txt.gz")):
@@ -119,7 +122,7 @@ def test_global_batch_verdict_matches_the_rcp_checker(batch, accepted, tmp_path)
         (tmp_path / gz.name[:-3]).write_text(_log_with(gzip.open(gz, "rt").read(), {"global_batch_size": batch,
                                                                                       "num_image_candidates": 1000}))
     official_ok, message, _ = rcp_checker.check_directory(str(tmp_path), "training", "3.1.0", False, False,
-                                                          rcp_pass="full_rcps")
+                                                          rcp_pass="pruned_rcps")
     from mlperf_review.rules import HPARAM_KEYS
 
     lines = "".join(line + "\n" for line in (tmp_path / "result_0.txt").read_text().splitlines()
@@ -127,12 +130,27 @@ def test_global_batch_verdict_matches_the_rcp_checker(batch, accepted, tmp_path)
     verdict = check_recipe(lines, ruleset="3.1.0")
     assert verdict.ok == accepted == (not message.startswith("Missing RCP")), (message, verdict.refusals)
     assert official_ok == accepted
+    checker = rcp_checker.RCP_Checker("training", "3.1.0", "maskrcnn", False)
+    full = checker._find_rcp(batch, "full_rcps")
+    # the logs keep NVIDIA's v0.7 recipe (batch 64's): at another RCP's batch it differs from that RCP's recipe
+    differs = [w for w in verdict.warnings if w.startswith("the recipe differs from RCP")]
+    assert bool(differs) == (full is not None and batch != 64), verdict.warnings
     if message == "RCP found":
-        assert verdict.rcp == f"maskrcnn_ref_{batch}" and not verdict.warnings
+        assert verdict.rcp == f"maskrcnn_ref_{batch}" and verdict.warnings == differs
     elif message == "RCP Interpolation":
-        assert verdict.rcp.startswith("interpolated") and verdict.warnings
+        low = checker._find_top_min_rcp(batch, "pruned_rcps")["BS"]
+        high = checker._find_bottom_max_rcp(batch, "pruned_rcps")["BS"]
+        if full is not None:  # an RCP's own batch: its recipe is compared, the checker's judgement named
+            assert verdict.rcp == f"maskrcnn_ref_{batch}; the package checker's judgement: interpolated between " \
+                f"{low} and {high}" and verdict.warnings == differs
+        else:
+            assert verdict.rcp == f"interpolated between {low} and {high}"
+            assert any("has no RCP of its own" in w and f"between the RCPs {low} and {high}" in w
+                       for w in verdict.warnings)
     elif accepted:
+        smallest = checker._find_min_rcp("pruned_rcps")
         assert "below the smallest RCP" in verdict.warnings[0]
+        assert f"at least {smallest['RCP Mean'] / smallest['Max Speedup']:.2f} epochs" in verdict.warnings[0]
 
 
 def test_allow_non_rcp_turns_refusals_into_warnings():
