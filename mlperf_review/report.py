@@ -308,6 +308,13 @@ def compare_metrics(review: Review) -> Dict[str, Any]:
     runs = review.runs
     conv = [r for r in runs if r.scored]
     epochs = sorted(r.epochs for r in conv if r.epochs is not None)
+    # the RCP checker's olympic mean: a run that did not converge counts as never converging (it is the one
+    # dropped as the slowest); two such runs and there is none
+    never = float("inf")
+    rcp_epochs = sorted(float(r.epochs) if r.run_stop_status == "success" and r.epochs is not None else never
+                        for r in runs)
+    middle = rcp_epochs[1:-1] if len(rcp_epochs) >= 3 else rcp_epochs
+    olympic = sum(middle) / len(middle) if middle and never not in middle else None
     hp = review.hparams_common()
     ttts = [r.ttt_min for r in conv]
     return {
@@ -323,7 +330,7 @@ def compare_metrics(review: Review) -> Dict[str, Any]:
         "ttt_min_median": statistics.median(ttts) if ttts else None,
         "ttt_min_slowest": max(ttts) if ttts else None,
         "epochs": epochs,
-        "epochs_olympic_mean": (sum(epochs[1:-1]) / (len(epochs) - 2)) if len(epochs) >= 3 else _mean(epochs),
+        "epochs_olympic_mean": olympic,
         "init_min_mean": _mean([r.init_min for r in runs]),
         "throughput_ips_mean": _mean([r.throughput_ips for r in runs]),
         "final_bbox_mean": _mean([r.final_bbox for r in conv]),

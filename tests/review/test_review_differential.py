@@ -272,3 +272,22 @@ def test_throughput_plot_is_monotonic_in_time(tmp_path):
     assert xs == sorted(xs) and len(xs) == 8 and 0 < xs[0] and xs[-1] < 40.0
     assert xs == pytest.approx([p[0] for p in run.tracked_throughput])
     assert ys[:2] == [302.0, 303.0]  # tracked_stats values, not the duplicate 'throughput' records
+
+
+def test_the_compare_tables_olympic_epochs_are_the_rcp_checkers_mean(tmp_path, caplog):
+    """The compare table's 'epochs (olympic mean)' averaged the compliant runs' epochs, an aborted run's among them:
+    14.33 where the RCP checker, which counts a run that did not converge as never converging (1e9 epochs, then
+    dropped as the slowest), says 14.67. Differential: the checker's own 'Submission mean epochs'."""
+    import logging
+
+    from mlperf_logging.rcp_checker import rcp_checker
+
+    for i, e in enumerate((13, 14, 15, 15, 14)):
+        write_log(tmp_path / f"result_{i}.txt", epochs=e, ttt_min=100.0 + i, seed=10 + i, status=(
+            "aborted" if i == 0 else "success"), final_bbox=0.30 if i == 0 else 0.379, **V1_GBS64)
+    with caplog.at_level(logging.INFO):
+        rcp_checker.check_directory(str(tmp_path), "training", "1.0.0", False, False, rcp_pass="pruned_rcps")
+    [official] = [float(r.getMessage().split(":")[1]) for r in caplog.records
+                  if r.getMessage().strip().startswith("Submission mean epochs")]
+    review = review_folder(tmp_path, ruleset="1.0.0")
+    assert report.compare_metrics(review)["epochs_olympic_mean"] == pytest.approx(official, abs=1e-4)
