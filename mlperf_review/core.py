@@ -305,6 +305,11 @@ def review_folder(folder, ruleset: Optional[str] = None, max_errors: int = 10) -
                 f"{r.name}={getattr(r, attr)}" for r in runs) + f"; the package is staged as {chosen[attr]}")
     if division is None:
         warnings.append("no submission_division logged: staged as a closed-division submission")
+    zipped = [Path(r.path).name for r in runs if str(r.path).endswith(".gz")]
+    if zipped:
+        warnings.append(f"gzip-compressed result files ({', '.join(zipped)}): reviewed decompressed; a submission "
+                        "folder holds them as result_<n>.txt (the package checker on this folder as it is finds "
+                        "no result file)")
     others = [r for r in runs if r.status == WRONG_BENCHMARK]
     if others:
         warnings.append("not maskrcnn logs (the official tools still count them as result files): " + ", ".join(

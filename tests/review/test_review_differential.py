@@ -291,3 +291,35 @@ def test_the_compare_tables_olympic_epochs_are_the_rcp_checkers_mean(tmp_path, c
                   if r.getMessage().strip().startswith("Submission mean epochs")]
     review = review_folder(tmp_path, ruleset="1.0.0")
     assert report.compare_metrics(review)["epochs_olympic_mean"] == pytest.approx(official, abs=1e-4)
+
+
+def test_gzipped_result_files_are_reviewed_with_a_warning_the_checker_would_find_none(tmp_path):
+    """result_<n>.txt.gz (as NVIDIA's published logs are stored) are reviewed decompressed, and the verdict said
+    'the package checker accepts the folder'; mlperf-logging's package checker on that folder as it is finds no
+    result file. The review says so (differential: the checker's own file count on the folder as it is)."""
+    import logging
+    import shutil
+
+    for i, e in enumerate((14, 14, 15, 15, 14)):
+        write_log(tmp_path / "r" / f"result_{i}.txt.gz", epochs=e, ttt_min=100.0 + i, seed=10 + i, **V1_GBS64)
+    review = review_folder(tmp_path / "r", ruleset="1.0.0")
+    gz = [w for w in review.warnings if "gzip" in w]
+    assert len(gz) == 1 and "result_0.txt.gz" in gz[0] and "result_<n>.txt" in gz[0], review.warnings
+    # the folder as it is, laid out for the package checker: it counts no result file
+    from mlperf_logging.package_checker import package_checker
+    from mlperf_review import official
+
+    org = tmp_path / "pkg" / "TESTORG"
+    bench = org / "results" / "sys" / "maskrcnn"
+    shutil.copytree(tmp_path / "r", bench)
+    (org / "systems").mkdir(parents=True)
+    (org / "systems" / "sys.json").write_text(json.dumps(official.system_description("TESTORG", "sys", "closed",
+                                                                                     "onprem")))
+    with official.captured() as cap:
+        try:  # it goes on to the RCP check with no runs, which raises (KeyError: no benchmark read)
+            package_checker.check_training_package(str(org), "training", "1.0.0", False, False, False, False,
+                                                   False, str(tmp_path / "pc.log"))
+        except KeyError:
+            pass
+    counts = [r.getMessage() for r in cap.records if r.levelno >= logging.ERROR]
+    assert any(m.startswith("Incorrect number of files") and m.endswith("found 0, expected 5") for m in counts), counts
