@@ -56,7 +56,8 @@ def build_submission_parser() -> argparse.ArgumentParser:
     p.add_argument("--system", default=None, help="system name (default: the logs' submission_platform)")
     p.add_argument("--system-json", default=None, metavar="FILE",
                    help="your values for the system description fields (JSON), over the template")
-    p.add_argument("--ruleset", choices=rules.SUPPORTED_RULESETS, default="3.1.0")
+    p.add_argument("--ruleset", choices=rules.SUPPORTED_RULESETS, default=None,
+                   help="MLPerf training ruleset to check against (default: the round the logs are dated in)")
     p.add_argument("--no-implementation", action="store_true", help="do not copy the code")
     return p
 

@@ -102,14 +102,16 @@ class Assembly:
 
     @property
     def passed(self) -> bool:
-        return self.package.passed is True
+        """The package checker accepts it and the result summarizer scores it (a folder without a score cannot
+        be published)."""
+        return self.package.passed is True and self.summarizer.score_min is not None
 
 
 def _known_from_platform(platform: str) -> Dict[str, str]:
     """What a platform name says: ``4xDGXH100`` -> 4 nodes; a DGX (NVIDIA's names) has 2 CPU sockets and 8 GPUs."""
     m = re.match(r"\s*(\d+)\s*x\s*(.*)", platform or "")
     known = {"number_of_nodes": m.group(1)} if m else {}
-    if (m.group(2) if m else platform or "").upper().startswith("DGX"):
+    if re.search(r"(^|[\s_-])DGX", (m.group(2) if m else platform or "").upper()):  # DGXH100, NVIDIA DGX A100
         known.update(host_processors_per_node="2", accelerators_per_node="8")
     return known
 
@@ -175,17 +177,24 @@ def _stage_results(files, bench):
 
 
 def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] = None,
-             system_json: Optional[str] = None, ruleset: str = "3.1.0", implementation: str = IMPLEMENTATION,
+             system_json: Optional[str] = None, ruleset: Optional[str] = None, implementation: str = IMPLEMENTATION,
              copy_code: bool = True, write_review: bool = True) -> Assembly:
     results_dir, out = Path(results_dir), Path(out)
     if not results_dir.is_dir():
         raise SubmissionError(f"results folder not found: {results_dir}")
-    if ruleset not in rules.SUPPORTED_RULESETS:
+    if ruleset is not None and ruleset not in rules.SUPPORTED_RULESETS:
         raise SubmissionError(f"ruleset {ruleset} is not a Mask R-CNN ruleset ({', '.join(rules.SUPPORTED_RULESETS)})")
     files, _ = find_result_files(results_dir)
     if not files:
         raise SubmissionError(f"no result_*.txt in {results_dir}")
     runs = [summarize(parse_log(p)) for p in files]
+    dated = sorted({r.ruleset for r in runs if r.n_events and r.ruleset})  # the rounds the logs are dated in
+    round_warning = None
+    if ruleset is None:  # as a plain review: the logs' round (the newest where they disagree or say nothing)
+        ruleset = dated[-1] if dated else official.NEWEST_RULESET
+    elif dated and dated != [ruleset]:
+        round_warning = (f"the runs are dated for training {', '.join(dated)}: checked under {ruleset} as asked "
+                         "(without --ruleset, the logs' round)")
     org = org or os.environ.get("MLPERF_SUBMISSION_ORG", "").strip()
     logged_orgs = {r.org for r in runs}
     if not org:
@@ -238,6 +247,8 @@ def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] 
     others = sorted(p.name for p in (org_dir / "results").iterdir() if p.is_dir() and p.name != system)
     assembly = Assembly(org_dir=org_dir, system=system, results=staged, system_json=desc_path, implementation=impl,
                         to_fill=to_fill, package=package, summarizer=summarizer, other_systems=others)
+    if round_warning:
+        assembly.warnings.append(round_warning)
     if len(files) != 5:
         assembly.warnings.append(f"{len(files)} result files: a Mask R-CNN submission has exactly 5")
     if write_review:
@@ -264,7 +275,7 @@ def render(a: Assembly) -> str:
              f"  results:        {a.results[0].parent} ({len(a.results)} runs)",
              f"  system:         {a.system_json}",
              f"  implementation: {a.implementation}"]
-    verdict = "PASS" if a.passed else "FAIL"
+    verdict = "PASS" if a.package.passed is True else "FAIL"
     where = f"on {a.system} alone; the folder also holds {', '.join(a.other_systems)}" if a.other_systems \
         else "on this folder"
     lines.append(f"package checker ({a.package.ruleset}, {where}): {verdict}")

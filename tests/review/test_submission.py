@@ -150,3 +150,36 @@ def test_a_second_system_in_one_folder_gets_its_own_verdict_and_score(tmp_path, 
     rows = {r["system"]: r["maskrcnn"] for r in with_logs.to_dict("records")}
     assert a_good.summarizer.score_min == pytest.approx(rows["zzz_good"])
     assert (a_good.review_dir / "mlperf_review.md").is_file() and a_good.review_dir != a_bad.review_dir
+
+
+def test_the_submission_is_checked_under_the_logs_round_unless_told(tmp_path, capsys):
+    """The builder checked every folder under 3.1.0 while a plain review takes the round the logs are dated in:
+    logs of 1.0.0 failed the 3.1.0 compliance rules with no word about the round. It takes the logs' round; a
+    --ruleset other than theirs is checked as asked, with a warning naming both."""
+    results = tmp_path / "results"
+    v1 = {**RCP96, "ruleset": "1.0.0", "gbs": 64, "lr": 0.08, "warmup_steps": 800, "warmup_factor": 1e-4,
+          "decay_steps": (18000, 24000), "num_image_candidates": 8000}
+    for i, e in enumerate((14, 15, 14, 14, 15)):
+        write_log(results / f"result_{i}.txt", epochs=e, ttt_min=20.0 + i, seed=4000 + i, **v1)
+    a = submission.assemble(results, tmp_path / "s1", copy_code=False, write_review=False)
+    assert a.package.ruleset == "1.0.0" and a.passed, submission.render(a)
+    assert not [w for w in a.warnings if "dated" in w]
+    b = submission.assemble(results, tmp_path / "s2", ruleset="3.1.0", copy_code=False, write_review=False)
+    assert b.package.ruleset == "3.1.0"
+    assert any("dated for training 1.0.0" in w and "3.1.0" in w for w in b.warnings), b.warnings
+    rc = main(["submission", str(results), "--out", str(tmp_path / "s3"), "--no-implementation"])
+    assert rc == 0 and "package checker (1.0.0" in capsys.readouterr().out
+
+
+def test_nvidias_platform_names_fill_the_counts_and_a_folder_without_a_score_is_not_ok(tmp_path, capsys):
+    """NVIDIA's own platform string ('1xNVIDIA DGX A100', as in its v0.7 logs) left the node's CPU and GPU counts
+    'TO FILL'; the result summarizer then had no score (it reads them as numbers) and the command still exited 0.
+    The counts come from the name; a folder the summarizer cannot score exits 1."""
+    assert submission._known_from_platform("1xNVIDIA DGX A100") == {
+        "number_of_nodes": "1", "host_processors_per_node": "2", "accelerators_per_node": "8"}
+    assert submission._known_from_platform("4xDGXH100")["accelerators_per_node"] == "8"
+    assert "accelerators_per_node" not in submission._known_from_platform("2xMyCluster-H100")
+    results = five_runs(tmp_path / "results", platform="2xMyCluster-H100")
+    rc = main(["submission", str(results), "--out", str(tmp_path / "s"), "--no-implementation"])
+    out = capsys.readouterr().out
+    assert "result summarizer: no score" in out and rc == 1, out
