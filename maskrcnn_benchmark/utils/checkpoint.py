@@ -15,6 +15,7 @@ schedule, gradient scaler, and the extra state the trainer saved).
 """
 import logging
 import os
+import warnings
 
 import torch
 
@@ -73,7 +74,9 @@ def load_torch_checkpoint(path):
     """``torch.load(weights_only=True)`` with one-line errors that name the file (and never suggest
     ``weights_only=False``)."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's multi-line notes on old pickle protocols: not for the terminal
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise WeightsError(f"weights file '{path}' does not exist") from None
     except IsADirectoryError:
@@ -82,7 +85,9 @@ def load_torch_checkpoint(path):
         raise WeightsError(f"weights file '{path}' is not readable (permission denied)") from None
     except Exception as e:  # noqa: BLE001 - torch raises many kinds for a bad file
         msg = str(e)
-        if "weights_only" in msg or "Unsupported global" in msg or "Unsupported operand" in msg:
+        # "Unsupported global": a class torch's safe unpickler refuses; "Unsupported operand": an opcode it does
+        # not know, i.e. bytes that are no pickle of a checkpoint (random bytes, another format)
+        if ("weights_only" in msg or "Unsupported global" in msg) and "Unsupported operand" not in msg:
             raise WeightsError(f"weights file '{path}' holds Python objects other than tensors and plain "
                                "containers; refusing to load it (it could run code)") from None
         raise WeightsError(f"weights file '{path}' is not a torch checkpoint (truncated or another format)") \

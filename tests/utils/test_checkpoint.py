@@ -1,5 +1,6 @@
 """Checkpoint compatibility: the reference's module names, the previous release's names, the reference's
 Checkpointer / MetricLogger / model_serialization / env / imports API."""
+import collections
 import json
 import logging
 import os
@@ -131,6 +132,17 @@ def test_random_bytes_are_not_a_checkpoint_and_no_weights_only_advice(tmp_path):
     with pytest.raises(WeightsError) as e:
         DetectronCheckpointer(None, nn.Linear(1, 1)).load_weights(str(path))
     assert "junk.pth" in str(e.value) and "weights_only" not in str(e.value) and "\n" not in str(e.value)
+    # random bytes stop torch's safe unpickler at an unknown opcode ("Unsupported operand"): that is not a file
+    # holding Python objects (it said "it could run code"), it is no torch checkpoint
+    assert "is not a torch checkpoint" in str(e.value) and "could run code" not in str(e.value)
+
+
+def test_a_checkpoint_holding_python_objects_is_refused_as_such(tmp_path):
+    path = tmp_path / "objects.pth"
+    torch.save({"model": {}, "extra": collections.OrderedDict(a=ValueError("x"))}, path)
+    with pytest.raises(WeightsError) as e:
+        DetectronCheckpointer(None, nn.Linear(1, 1)).load_weights(str(path))
+    assert "holds Python objects" in str(e.value) and "objects.pth" in str(e.value)
 
 
 def test_grad_scaler_state_is_saved_and_resumed(tmp_path):
