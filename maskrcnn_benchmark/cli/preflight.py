@@ -43,7 +43,7 @@ def main(argv=None):
             opts.extend(["COMPILE", str(args.compile)])
         cfg = load_config(args.config_file, opts, freeze=True)
         judge_recipe(cfg, args.world_size, args.ruleset, args.division, args.allow_non_rcp)
-        check_before_init(cfg, args.world_size, args.nproc_per_node)
+        check_before_init(cfg, args.world_size, args.nproc_per_node, resume=args.resume)
         print(f"preflight: ready: {args.world_size} processes ({args.nproc_per_node} per node), device "
               f"{cfg.MODEL.DEVICE}, data and weights found")
         return 0

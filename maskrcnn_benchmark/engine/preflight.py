@@ -25,7 +25,7 @@ from ..data.catalog import dataset_paths
 from ..utils.imports import resolve_weights
 from ..utils.errors import BatchNotDivisible, DatasetMissing, NoGPU, TooFewGPUs, WeightsMissing
 
-__all__ = ["check_before_init", "check_batch", "check_data", "check_weights", "check_gpus"]
+__all__ = ["check_before_init", "check_batch", "check_data", "check_weights", "check_resume", "check_gpus"]
 
 
 def check_batch(cfg, world_size):
@@ -108,9 +108,20 @@ def _torch_cuda():
     return f"{torch.__version__} (CUDA {torch.version.cuda})"
 
 
-def check_before_init(cfg, world_size, local_world_size=1, cuda=None):
-    """Every check above, cheapest first."""
+def check_resume(path):
+    """``--resume``: the checkpoint the run continues from (MODEL.WEIGHT is then never read)."""
+    if not os.path.isfile(path):
+        raise WeightsMissing(f"the checkpoint --resume '{path}' does not exist (OUTPUT_DIR/model_<iteration>.pth "
+                             "of the interrupted run, written with SAVE_CHECKPOINTS True)")
+
+
+def check_before_init(cfg, world_size, local_world_size=1, cuda=None, resume=""):
+    """Every check above, cheapest first; ``resume``: the checkpoint of ``--resume`` (its weights replace
+    MODEL.WEIGHT's)."""
     check_batch(cfg, world_size)
     check_gpus(cfg, local_world_size, cuda)
     check_data(cfg)
-    check_weights(cfg)
+    if resume:
+        check_resume(resume)
+    else:
+        check_weights(cfg)

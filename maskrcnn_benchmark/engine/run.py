@@ -152,7 +152,8 @@ class MLPerfRun:
     def _run(self):
         opts, ml = self.options, self.ml
         world, per_node = comm.launch_sizes()
-        check_before_init(self.cfg, world, per_node)  # a bad path or batch ends the run here, not after compiling
+        # a bad path or batch ends the run here, not after compiling
+        check_before_init(self.cfg, world, per_node, resume=opts.resume)
         ml.init_start()
         rank, world, _, device = comm.init_distributed(opts.local_rank, self.cfg.MODEL.DEVICE,
                                                        opts.timeout or self.cfg.DISTRIBUTED_TIMEOUT, side_group=True)

@@ -136,3 +136,16 @@ def test_a_cpu_run_is_judged_without_loading_torch(coco):
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     # both accepted, nothing of torch loaded, the categories read through the data's catalog module
     assert r.stdout.strip().splitlines()[-1] == "[0, 0] [] True", r.stdout + r.stderr
+
+
+def test_a_resumed_run_needs_its_checkpoint_not_model_weight(coco, monkeypatch, capsys):
+    """--resume reads the checkpoint, never MODEL.WEIGHT: a missing R-50.pkl stopped the resumed run (exit 12, a
+    file it does not read), and a missing checkpoint was found only after init_start and the model's build,
+    named a 'weights file'. The checkpoint is what is checked, by its option's name."""
+    os.remove(coco / "models/R-50.pkl")
+    ckpt = coco / "model_0001000.pth"
+    ckpt.write_bytes(b"")
+    assert run(coco, "--resume", str(ckpt), monkeypatch=monkeypatch, capsys=capsys) == (0, [])
+    rc, errors = run(coco, "--resume", str(coco / "model_0002000.pth"), monkeypatch=monkeypatch, capsys=capsys)
+    assert rc == exit_codes.WEIGHTS_MISSING.code and len(errors) == 1
+    assert "--resume" in errors[0] and "model_0002000.pth" in errors[0] and "MODEL.WEIGHT" not in errors[0]
