@@ -43,7 +43,7 @@ class Predictor:
         self.device = torch.device(cfg.MODEL.DEVICE if cfg.MODEL.DEVICE != "cuda" or torch.cuda.is_available()
                                    else "cpu")
         self.model = build_detection_model(cfg).to(self.device).eval()
-        DetectronCheckpointer(cfg, self.model).load_weights(weights or cfg.MODEL.WEIGHT)
+        DetectronCheckpointer(cfg, self.model).load_weights(weights or cfg.MODEL.WEIGHT, complete=True)
         self.transforms = build_transforms(cfg, is_train=False)
         self.class_names = class_names
         self.score_threshold = score_threshold

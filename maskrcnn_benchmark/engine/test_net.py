@@ -38,7 +38,7 @@ def evaluate_checkpoint(cfg, weights="", skip_eval=False, backend=None, logger=N
     rank, world, _, device = comm.init_distributed(None, cfg.MODEL.DEVICE, timeout_s=cfg.DISTRIBUTED_TIMEOUT)
     cfg = resolve(cfg, device, world, is_train=False)
     model = build_detection_model(cfg).to(device)
-    DetectronCheckpointer(cfg, model, logger=logger).load_weights(weights or cfg.MODEL.WEIGHT)
+    DetectronCheckpointer(cfg, model, logger=logger).load_weights(weights or cfg.MODEL.WEIGHT, complete=True)
     results = {}
     loaders = [make_device_loader(cfg, loader, device, is_train=False)
                for loader in make_data_loader(cfg, is_train=False, num_replicas=world, rank=rank)]

@@ -19,7 +19,7 @@ import warnings
 
 import torch
 
-from .c2_model_loading import WeightsError, load_c2_weights
+from .c2_model_loading import WeightsError, c2_name_to_ours, load_c2_weights
 from .fileio import atomic_write, write_text
 from .imports import resolve_weights
 from .model_serialization import load_state_dict
@@ -152,16 +152,21 @@ class Checkpointer:
         if not isinstance(state, dict):
             raise WeightsError(f"weights file '{path}' holds no model state dict")
         try:
-            load_state_dict(self._model(), state, self.logger)
+            _, unmatched, _ = load_state_dict(self._model(), state, self.logger)
         except (ValueError, RuntimeError) as e:
             raise WeightsError(f"weights file '{path}' does not fit this model: {str(e).splitlines()[0]}") \
                 from None
+        return unmatched
 
-    def _load_into_model(self, path):
+    def _load_into_model(self, path, complete=False):
         checkpoint = self._load_file(path)
         if not isinstance(checkpoint, dict):
             raise WeightsError(f"weights file '{path}' holds a {type(checkpoint).__name__}, not a checkpoint")
-        self._load_model(checkpoint, path)
+        unmatched = self._load_model(checkpoint, path)
+        if complete and unmatched:
+            raise WeightsError(f"weights file '{path}' leaves {len(unmatched)} of the model's tensors unset (e.g. "
+                               f"{', '.join(unmatched[:3])}): evaluating needs a trained detector's checkpoint "
+                               "(OUTPUT_DIR/model_final.pth)")
         return checkpoint
 
     def _load_training_state(self, checkpoint, path):
@@ -256,16 +261,24 @@ class DetectronCheckpointer(Checkpointer):
 
     def _load_model(self, checkpoint, path):
         if "c2_pickle" in checkpoint:
-            load_c2_weights(self._model(), checkpoint.pop("c2_pickle"), self.logger)
-            return
-        super()._load_model(checkpoint, path)
+            blobs = load_c2_weights(self._model(), checkpoint.pop("c2_pickle"), self.logger)[0]
+            loaded = {c2_name_to_ours(b) for b in blobs}
+            # a Detectron pickle's BN is its scale and bias (FrozenBatchNorm2d keeps mean 0, variance 1)
+            return [k for k in self._model().state_dict() if k not in loaded and ".cell_anchors." not in k
+                    and not k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
+        return super()._load_model(checkpoint, path)
 
-    def load_weights(self, path):
+    def load_weights(self, path, complete=False):
         """Model weights only (``MODEL.WEIGHT``): a Detectron ``.pkl``, a ``catalog://`` name or any torch
-        checkpoint (its optimizer state is ignored). Returns the checkpoint's other entries."""
+        checkpoint (its optimizer state is ignored). Returns the checkpoint's other entries. ``complete``: every
+        tensor of the model must come from the file (evaluation, prediction: an ImageNet backbone such as
+        R-50.pkl, or no weights at all, would score a model with random heads)."""
         if not path:
+            if complete:
+                raise WeightsError("no weights to evaluate: MODEL.WEIGHT is empty; give a trained checkpoint "
+                                   "(--ckpt OUTPUT_DIR/model_final.pth)")
             self.logger.info("no weights given: the model keeps its initialization")
             return {}
-        checkpoint = self._load_into_model(path)
+        checkpoint = self._load_into_model(path, complete)
         return {k: v for k, v in checkpoint.items() if k not in ("optimizer", "scheduler", "scaler")}
 

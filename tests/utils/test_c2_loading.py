@@ -64,6 +64,11 @@ def test_synthetic_r50_pkl_maps_completely(tmp_path, r50_model):
     assert len(loaded) == len(blobs) - 2 == 1 + 2 + sum(3 * 3 * c + 3 for c in BLOCKS.values())
     np.testing.assert_array_equal(model.state_dict()["backbone.body.layer4.2.bn3.bias"].numpy(),
                                   blobs["res5_2_branch2c_bn_b"])
+    # the ImageNet backbone is a training start, not a detector to evaluate (test_net scored its random heads)
+    with pytest.raises(WeightsError) as e:
+        ckpt.load_weights(str(path), complete=True)
+    assert "R-50.pkl" in str(e.value) and "of the model's tensors unset" in str(e.value)
+    assert "backbone.body" not in str(e.value).split("(e.g.")[1]  # the body was set: only the rest is named
 
 
 def python2_pickle(blobs):

@@ -212,3 +212,25 @@ def test_resuming_with_another_schedule_is_refused_by_key(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         DetectronCheckpointer(cfg4, model4, opt4, sched4).resume(str(tmp_path / "old.pth"))
     assert "records no recipe" in caplog.text
+
+
+def test_evaluation_needs_every_tensor_of_a_trained_detector(tmp_path):
+    """tools/test_net.py and the Predictor scored whatever they were given: no weights at all (the model's random
+    initialization), the ImageNet R-50.pkl of the MLPerf config's MODEL.WEIGHT (random FPN, RPN and heads), a
+    checkpoint of the backbone only; each exited 0 with a meaningless AP. Loading for evaluation
+    (``complete=True``) takes only a file that sets every tensor; training's MODEL.WEIGHT load is unchanged."""
+    cfg = small_cfg()
+    model = build_detection_model(cfg)
+    full = tmp_path / "full.pth"
+    torch.save({"model": model.state_dict()}, full)
+    body = tmp_path / "body.pth"
+    torch.save({"model": {k: v for k, v in model.state_dict().items() if k.startswith("backbone.body.")}}, body)
+    fresh = build_detection_model(cfg)
+    DetectronCheckpointer(cfg, fresh).load_weights(str(full), complete=True)
+    with pytest.raises(WeightsError) as e:
+        DetectronCheckpointer(cfg, fresh).load_weights(str(body), complete=True)
+    assert "body.pth" in str(e.value) and "of the model's tensors unset" in str(e.value)
+    assert "backbone.fpn" in str(e.value) or "rpn" in str(e.value) or "roi_heads" in str(e.value)
+    DetectronCheckpointer(cfg, fresh).load_weights(str(body))  # a training run's start: allowed, as before
+    with pytest.raises(WeightsError, match="no weights to evaluate"):
+        DetectronCheckpointer(cfg, fresh).load_weights("", complete=True)
