@@ -77,7 +77,10 @@ esac
 # the paths, the batch and the GPUs before init_start.
 nproc="${NPROC_PER_NODE:-${DGXNGPU:-1}}"
 if [[ "${PREFLIGHT_DONE:-0}" != 1 ]]; then
-  check=("${PYTHON}" tools/preflight.py "--world-size=$(( nproc * ${SLURM_JOB_NUM_NODES:-${DGXNNODES:-1}} ))"
+  # the nodes bind_launch starts processes on: the step's, else the job's (the batch host, before the trials'
+  # steps), else 1
+  nnodes="${SLURM_STEP_NUM_NODES:-${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-1}}}"
+  check=("${PYTHON}" tools/preflight.py "--world-size=$(( nproc * nnodes ))"
          "--nproc-per-node=${nproc}")
   if [[ "${ALLOW_NON_RCP:-0}" == 1 ]]; then check+=(--allow-non-rcp); fi
   "${check[@]}" "${extra_params[@]}" "${train_args[@]}" "${extra_config[@]}" "$@"

@@ -481,3 +481,21 @@ def test_a_bad_profile_schedule_is_one_line_naming_the_variable(tmp_path):
     with pytest.raises(ConfigError, match=r"^MASKRCNN_PROFILE_STEPS='abc': expected wait,warmup,active"):
         profiling.from_env(env={"PROFILE": "torch", "MASKRCNN_PROFILE_DIR": str(tmp_path),
                                 "MASKRCNN_PROFILE_STEPS": "abc"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env, world", [
+    (dict(SLURM_JOB_ID="7", SLURM_JOB_NUM_NODES="4", SLURM_STEP_NUM_NODES="1"), 2),  # srun -N1 in a 4-node job
+    (dict(SLURM_JOB_ID="7", SLURM_JOB_NUM_NODES="4"), 8),  # the batch host, before the trials' 4-node steps
+    (dict(DGXNNODES="4"), 2),  # by hand outside Slurm: bind_launch starts one node's processes
+])
+def test_the_preflight_judges_the_world_bind_launch_starts(tmp_path, env, world):
+    """The preflight took its node count from SLURM_JOB_NUM_NODES, else DGXNNODES; bind_launch takes the step's
+    (SLURM_STEP_NUM_NODES), else the job's, else 1: 'srun -N1 ./run_and_time.sh' in a 4-node allocation, or a
+    4-node config run by hand, was judged at 4 nodes' processes while it trained on one node's."""
+    stub = tmp_path / "python"
+    stub.write_text(f"#!/bin/sh\nif [ \"$1\" = tools/preflight.py ]; then echo \"$@\" > {tmp_path}/preflight; fi\n")
+    stub.chmod(0o755)
+    r = run_and_time(tmp_path, PYTHON=stub, PREFLIGHT_DONE=0, PREFLIGHT_ONLY=1, NPROC_PER_NODE=2, **env)
+    assert r.returncode == 0, r.stderr
+    assert f"--world-size={world} " in (tmp_path / "preflight").read_text()
