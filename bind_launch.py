@@ -385,10 +385,22 @@ def plan_from_topology(nproc_per_node: int, topo: Topology, hyperthreads: bool =
     if not nodes:
         raise ValueError("no online CPU found")
     gpu = topo.gpu_numa[:nproc_per_node]
+    in_order = [nodes[i * len(nodes) // nproc_per_node] for i in range(nproc_per_node)]
     if len(gpu) == nproc_per_node and all(n is not None and n in topo.numa_cpus for n in gpu):
         node_of = list(gpu)
+    elif len(gpu) == nproc_per_node and all(n is None or n in topo.numa_cpus for n in gpu) and \
+            any(n is not None for n in gpu):
+        # some GPUs' nodes unknown (firmware: -1): the known ones kept, each other rank on the node with the
+        # fewest ranks so far (the first such node)
+        node_of = list(gpu)
+        unknown = [i for i, n in enumerate(gpu) if n is None]
+        for i in unknown:
+            node_of[i] = min(nodes, key=lambda n: sum(1 for m in node_of if m == n))
+        _warn(f"the NUMA node of the GPU of local rank {', '.join(map(str, unknown))} is unknown (sysfs numa_node "
+              f"-1): {'that rank runs' if len(unknown) == 1 else 'those ranks run'} on node "
+              f"{', '.join(str(node_of[i]) for i in unknown)}, maybe away from its GPU")
     else:
-        node_of = [nodes[i * len(nodes) // nproc_per_node] for i in range(nproc_per_node)]
+        node_of = in_order
         if len(gpu) == nproc_per_node and all(n is not None for n in gpu):
             _warn(f"the GPUs' NUMA nodes {sorted(set(gpu))} include one without a CPU this job may use (nodes with "
                   f"CPUs: {nodes}); the ranks are spread over those nodes instead, away from some of their GPUs")

@@ -650,3 +650,20 @@ def test_nvidias_forced_plan_binds_memory_to_the_node_of_its_cores(tmp_path):
     assert [b.mem_node for b in bl.make_plan(args)] == [0, 0, 0, 0, 1, 1, 1, 1]
     args.no_membind = True
     assert {b.mem_node for b in bl.make_plan(args)} == {None}
+
+
+def test_ranks_whose_gpu_node_is_known_keep_it_when_another_gpus_is_not(tmp_path, capsys):
+    """GPU 0 on node 1, GPU 1's firmware says -1: the whole plan fell back to spreading in order, with no word,
+    and rank 0 ran on node 0, away from its GPU. The known placement is kept, the unknown rank takes the next
+    node in order, and a warning names the GPU."""
+    _fake_sysfs(tmp_path, _dgx_cpus(2, 4, 1), [("0000:01:00.0", 1), ("0000:02:00.0", -1)])
+    topo = bl.detect_topology(str(tmp_path), env={})
+    assert topo.gpu_numa == [1, None]
+    plan = bl.plan_from_topology(2, topo)
+    assert [b.mem_node for b in plan] == [1, 0]
+    err = capsys.readouterr().err
+    assert "local rank 1" in err and "NUMA node" in err
+    # none known (a VM, a single-node board): spread in order, as before, without a warning
+    topo.gpu_numa = [None, None]
+    assert [b.mem_node for b in bl.plan_from_topology(2, topo)] == [0, 1]
+    assert capsys.readouterr().err == ""
