@@ -224,7 +224,12 @@ def _normal_bus_id(bus_id: str) -> str:
 
 def gpu_bus_ids(sysfs_root: str = "/sys") -> List[str]:
     """PCI bus ids of the NVIDIA GPUs this process can see, in CUDA's PCI order: ``nvidia-smi`` (which sees only
-    the GPUs of a Slurm job's cgroup), else the devices bound to sysfs's ``nvidia`` driver."""
+    the GPUs of a Slurm job's cgroup), else the node's GPUs in sysfs (:func:`_sysfs_gpus`)."""
+    smi = _smi_bus_ids(sysfs_root)
+    return smi if smi is not None else _sysfs_gpus(sysfs_root)
+
+
+def _smi_bus_ids(sysfs_root: str) -> Optional[List[str]]:
     smi = shutil.which("nvidia-smi")
     if smi and sysfs_root == "/sys":
         try:
@@ -236,8 +241,31 @@ def gpu_bus_ids(sysfs_root: str = "/sys") -> List[str]:
                     return sorted(ids)
         except (OSError, subprocess.SubprocessError):
             pass
-    found = glob.glob(os.path.join(sysfs_root, "bus/pci/drivers/nvidia/[0-9a-f]*:*"))
-    return sorted(os.path.basename(p).lower() for p in found)
+    return None
+
+
+def _sysfs_gpus(sysfs_root: str) -> List[str]:
+    """Every GPU of the node: the devices bound to the ``nvidia`` driver whose PCI class is a display controller
+    (0x03xxxx; NVSwitch bridges are bound to it too), in bus order (the driver's minor numbers, Slurm's GPU
+    indices, on the usual systems)."""
+    found = []
+    for path in glob.glob(os.path.join(sysfs_root, "bus/pci/drivers/nvidia/[0-9a-f]*:*")):
+        bus = os.path.basename(path).lower()
+        pci_class = _read(os.path.join(sysfs_root, "bus/pci/devices", bus, "class"))
+        if pci_class is None or pci_class.lower().startswith("0x03"):
+            found.append(bus)
+    return sorted(found)
+
+
+def _job_gpus(node_gpus: List[str], env: Dict[str, str]) -> Optional[Tuple[List[int], List[str]]]:
+    """Slurm's GPUs of this step (SLURM_STEP_GPUS, else SLURM_JOB_GPUS: indices among the node's GPUs) and their
+    bus ids, or None outside Slurm or where they do not fit the node's list."""
+    spec = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS") or ""
+    items = [x.strip() for x in spec.split(",") if x.strip()]
+    if not items or not all(x.isdigit() and int(x) < len(node_gpus) for x in items):
+        return None
+    idx = [int(x) for x in items]
+    return idx, [node_gpus[i] for i in idx]
 
 
 def _visible(bus_ids: List[str], env: Dict[str, str]) -> List[str]:
@@ -265,8 +293,17 @@ def gpu_numa_nodes(sysfs_root: str = "/sys", env: Optional[Dict[str, str]] = Non
     """The NUMA node of each visible GPU (sysfs ``bus/pci/devices/<bus id>/numa_node``; ``None`` where the
     firmware says -1, i.e. unknown)."""
     env = os.environ if env is None else env
+    gpus = _smi_bus_ids(sysfs_root)
+    if gpus is None:  # sysfs shows the node's GPUs: the job's are Slurm's
+        gpus = _sysfs_gpus(sysfs_root)
+        job = _job_gpus(gpus, env)
+        spec = [x.strip() for x in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
+        # CUDA_VISIBLE_DEVICES from Slurm: the job's own indices (global), or 0..n-1 relative to the job's GPUs
+        # under ConstrainDevices (CUDA sees only those)
+        if job is not None and not (spec and all(x.isdigit() and int(x) in job[0] for x in spec)):
+            gpus = job[1]
     nodes: List[Optional[int]] = []
-    for bus in _visible(gpu_bus_ids(sysfs_root), env):
+    for bus in _visible(gpus, env):
         text = _read(os.path.join(sysfs_root, "bus/pci/devices", bus, "numa_node"))
         node = int(text) if text is not None and text.lstrip("-").isdigit() else -1
         nodes.append(node if node >= 0 else None)

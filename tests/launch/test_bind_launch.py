@@ -667,3 +667,28 @@ def test_ranks_whose_gpu_node_is_known_keep_it_when_another_gpus_is_not(tmp_path
     topo.gpu_numa = [None, None]
     assert [b.mem_node for b in bl.plan_from_topology(2, topo)] == [0, 1]
     assert capsys.readouterr().err == ""
+
+
+def test_without_nvidia_smi_the_jobs_gpus_are_read_from_slurm(tmp_path, monkeypatch):
+    """Without a working nvidia-smi (a container without the driver's utility files) the GPUs were every device
+    bound to the nvidia driver: the node's 8, not the job's 4, and NVSwitch bridges among them. A job holding
+    GPUs 4-7 (socket 1) under ConstrainDevices (CUDA_VISIBLE_DEVICES 0-3, relative to the job) had every rank
+    bound to socket 0's GPUs 0-3. Slurm's SLURM_STEP_GPUS (else SLURM_JOB_GPUS) names the job's GPUs; devices that
+    are not display controllers (PCI class 0x03) are not GPUs."""
+    monkeypatch.setattr(bl.shutil, "which", lambda name: None)  # no nvidia-smi
+    gpus = [(f"0000:{bus:02x}:00.0", 0 if i < 4 else 1) for i, bus in enumerate((0x07, 0x0f, 0x47, 0x4e, 0x87,
+                                                                               0x90, 0xb7, 0xbd))]
+    _fake_sysfs(tmp_path, _dgx_cpus(2, 8, 1), gpus + [("0000:0a:00.0", 0)])
+    for bus, _ in gpus:
+        (tmp_path / "bus/pci/devices" / bus / "class").write_text("0x030200\n")
+    (tmp_path / "bus/pci/devices/0000:0a:00.0/class").write_text("0x068000\n")  # an NVSwitch: a bridge
+    env = {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "SLURM_STEP_GPUS": "4,5,6,7", "SLURM_JOB_GPUS": "4,5,6,7"}
+    assert bl.gpu_numa_nodes(str(tmp_path), env) == [1, 1, 1, 1]
+    # without the cgroup constraint Slurm gives the global indices: the same GPUs
+    env["CUDA_VISIBLE_DEVICES"] = "4,5,6,7"
+    assert bl.gpu_numa_nodes(str(tmp_path), env) == [1, 1, 1, 1]
+    # a user narrowing within the job (local index 1: the job's second GPU, 5)
+    env["CUDA_VISIBLE_DEVICES"] = "1"
+    assert bl.gpu_numa_nodes(str(tmp_path), dict(env, SLURM_STEP_GPUS="0,5")) == [1]
+    # outside Slurm: every GPU of the node, the bridge left out
+    assert bl.gpu_numa_nodes(str(tmp_path), {}) == [0, 0, 0, 0, 1, 1, 1, 1]
