@@ -625,7 +625,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--nproc_per_node", type=int, default=1, help="processes (GPUs) per node")
     p.add_argument("--master_addr", default=None,
                    help="rank-0 host (default: $MASTER_ADDR, else first Slurm node when nnodes>1, else 127.0.0.1)")
-    p.add_argument("--master_port", type=int, default=None, help="rendezvous port (default: $MASTER_PORT, else 29500)")
+    p.add_argument("--master_port", type=int, default=None, help="rendezvous port (default: $MASTER_PORT, else 29500 + the Slurm job id mod 1000, else 29500)")
     p.add_argument("--nsockets_per_node", type=int, default=None, help="sockets per node (default: detected)")
     p.add_argument("--ncores_per_socket", type=int, default=None,
                    help="physical cores per socket (default: detected)")
@@ -651,8 +651,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         args.node_rank = int(sl.get("node_rank", 0))
     if args.master_addr is None:
         args.master_addr = os.environ.get("MASTER_ADDR") or str(sl.get("master_addr", "127.0.0.1"))
-    if args.master_port is None:
-        args.master_port = int(os.environ.get("MASTER_PORT") or 29500)
+    if args.master_port is None:  # a job's own port: two jobs sharing a node must not meet on 29500
+        job = os.environ.get("SLURM_JOB_ID", "")
+        args.master_port = int(os.environ.get("MASTER_PORT") or (29500 + int(job) % 1000 if job.isdigit() else 29500))
     # Both counts given: NVIDIA's arithmetic plan (compatibility). Otherwise the machine's own topology decides.
     widen_to_cpuset()
     try:

@@ -692,3 +692,16 @@ def test_without_nvidia_smi_the_jobs_gpus_are_read_from_slurm(tmp_path, monkeypa
     assert bl.gpu_numa_nodes(str(tmp_path), dict(env, SLURM_STEP_GPUS="0,5")) == [1]
     # outside Slurm: every GPU of the node, the bridge left out
     assert bl.gpu_numa_nodes(str(tmp_path), {}) == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_the_default_port_differs_between_slurm_jobs(monkeypatch):
+    """Two Slurm jobs sharing a node (non-exclusive, run by hand without MASTER_PORT) both took 29500: one failed
+    with EADDRINUSE or its ranks joined the other's store. Without MASTER_PORT the port follows the job id, as the
+    Slurm scripts' does (29500 + id % 1000); outside Slurm 29500."""
+    for k in ("MASTER_PORT", "SLURM_JOB_ID", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_STEP_NUM_NODES"):
+        monkeypatch.delenv(k, raising=False)
+    assert bl.parse_args(["--binding=none", "x.py"]).master_port == 29500
+    monkeypatch.setenv("SLURM_JOB_ID", "1234")
+    assert bl.parse_args(["--binding=none", "x.py"]).master_port == 29500 + 234
+    monkeypatch.setenv("MASTER_PORT", "31000")
+    assert bl.parse_args(["--binding=none", "x.py"]).master_port == 31000
