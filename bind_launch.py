@@ -640,6 +640,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("training_script", help="the script to launch (tools/train_mlperf.py)")
     p.add_argument("training_script_args", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
+    if (args.nsockets_per_node is None) != (args.ncores_per_socket is None):
+        p.error("give both --nsockets_per_node and --ncores_per_socket (DGXNSOCKET and DGXSOCKETCORES: NVIDIA's "
+                "arithmetic plan) or neither (the machine's topology)")
 
     try:
         sl = slurm_defaults(check=args.nnodes is None or (args.node_rank is None and args.nnodes > 1))

@@ -705,3 +705,14 @@ def test_the_default_port_differs_between_slurm_jobs(monkeypatch):
     assert bl.parse_args(["--binding=none", "x.py"]).master_port == 29500 + 234
     monkeypatch.setenv("MASTER_PORT", "31000")
     assert bl.parse_args(["--binding=none", "x.py"]).master_port == 31000
+
+
+@pytest.mark.parametrize("flag", ["--nsockets_per_node=2", "--ncores_per_socket=64"])
+def test_one_of_the_two_shape_flags_alone_is_refused(flag, capsys):
+    """Only one of the two (DGXNSOCKET without DGXSOCKETCORES) was dropped without a word and the dry-run plan
+    printed the given number as 'detected from sysfs'."""
+    with pytest.raises(SystemExit) as e:
+        bl.parse_args([flag, "--binding=none", "x.py"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--nsockets_per_node" in err and "--ncores_per_socket" in err and "both" in err
