@@ -10,6 +10,7 @@ The launch layer knows two of these codes without importing the package: bind_la
 as an outcome, not a crash; run_and_time.sh turns it into ``NOT_CONVERGED_EXIT_CODE`` (the Slurm job asks for 0 and
 reads the outcome from its log line) and passes every other code through.
 """
+import errno
 import logging
 import os
 import re
@@ -89,7 +90,17 @@ PREFLIGHT = {RecipeRefused: RECIPE_REFUSED, DatasetMissing: DATASET_MISSING, Wei
              BatchNotDivisible: BATCH_NOT_DIVISIBLE, TooFewGPUs: TOO_FEW_GPUS, NoGPU: NO_GPU}
 
 # the user's to fix, each with a message that names what was wrong (an OSError names its file)
-USER_ERRORS = (UserError, OSError, EvaluationFailed)
+USER_ERRORS = (UserError, EvaluationFailed)
+# OSErrors that are the user's to fix: a file missing, unreadable or a folder, or a named file on a full or
+# read-only disk; any other (too many open files, no memory, a full /dev/shm inside torch) is internal
+PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def _is_users(exc):
+    if isinstance(exc, USER_ERRORS) or isinstance(exc, PATH_ERRORS):
+        return True
+    return isinstance(exc, OSError) and exc.errno in DISK_ERRNOS and bool(exc.filename)
 
 
 def markdown_table():
@@ -211,7 +222,7 @@ def describe(exc):
     for kind, code in PREFLIGHT.items():
         if isinstance(exc, kind):
             return code.code, _one_line(exc)
-    if isinstance(exc, USER_ERRORS):
+    if _is_users(exc):
         return BAD_INPUT.code, _one_line(exc)
     where = _where(exc)
     log = _traceback_file(exc)

@@ -277,3 +277,30 @@ def test_test_net_logs_as_the_rank_its_launcher_gave_it(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.rank1.txt"]  # rank 0's log.txt untouched
     assert "a warning" in (tmp_path / "log.rank1.txt").read_text()
     assert "an info line" not in (tmp_path / "log.rank1.txt").read_text()
+
+
+def test_only_path_errors_are_bad_input_other_os_errors_are_internal(tmp_path):
+    """Every OSError was 'bad input' (exit 1, no traceback kept): too many open files, no memory, a refused
+    connection inside torch. A file that is missing, unreadable, a folder, or on a full or read-only disk is the
+    user's to fix (exit 1, one line); the rest is an internal error with its traceback in the log (exit 5)."""
+    import errno
+
+    from maskrcnn_benchmark.cli.exit_codes import BAD_INPUT, INTERNAL, describe
+
+    def raised(exc):
+        try:
+            raise exc
+        except OSError as e:
+            return e
+
+    for exc in (FileNotFoundError(errno.ENOENT, "No such file or directory", "x.json"),
+                PermissionError(errno.EACCES, "Permission denied", "x.json"),
+                IsADirectoryError(errno.EISDIR, "Is a directory", "x"),
+                OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "bbox.json")),
+                OSError(errno.EROFS, "Read-only file system", "/results/x")):
+        assert describe(raised(exc))[0] == BAD_INPUT.code, exc
+    for exc in (OSError(errno.EMFILE, "Too many open files"), OSError(errno.ENOMEM, "Cannot allocate memory"),
+                ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"),
+                OSError(errno.ENOSPC, "No space left on device")):  # /dev/shm inside torch: no file named
+        code, line = describe(raised(exc))
+        assert code == INTERNAL.code and "traceback in" in line, (exc, line)
