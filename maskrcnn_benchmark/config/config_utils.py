@@ -221,6 +221,23 @@ def check_values(cfg):
                 "INPUT.MAX_SIZE_TEST", "INPUT.MIN_SIZE_TEST"):
         positive_int(key)
     positive_int("DISTRIBUTED_TIMEOUT")
+    for key in ("MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION", "MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION",
+                "MODEL.BACKBONE.OUT_CHANNELS"):
+        positive_int(key)
+    v = cfg.INPUT.PIXEL_MEAN
+    _require(len(v) == 3, "INPUT.PIXEL_MEAN", v, "must hold 3 numbers (B, G, R)")
+    v = cfg.INPUT.PIXEL_STD
+    _require(len(v) == 3 and all(x > 0 for x in v), "INPUT.PIXEL_STD", v, "must hold 3 positive numbers (B, G, R)")
+    v = cfg.MODEL.ROI_HEADS.BBOX_REG_WEIGHTS
+    _require(len(v) == 4 and all(x > 0 for x in v), "MODEL.ROI_HEADS.BBOX_REG_WEIGHTS", v,
+             "must hold 4 positive numbers (x, y, w, h)")
+    box, mask = cfg.MODEL.ROI_BOX_HEAD.POOLER_SCALES, cfg.MODEL.ROI_MASK_HEAD.POOLER_SCALES
+    for key, v in (("MODEL.ROI_MASK_HEAD.POOLER_SCALES", mask), ("MODEL.ROI_BOX_HEAD.POOLER_SCALES", box)):
+        _require(len(v) > 0 and all(0 < x <= 1 for x in v), key, v, "must hold scales in (0, 1]")
+    # both heads pool the same feature levels (the FPN's P2-P5)
+    _require(len(box) == len(mask), "MODEL.ROI_BOX_HEAD.POOLER_SCALES", box,
+             "must hold one scale per level of MODEL.ROI_MASK_HEAD.POOLER_SCALES "
+             f"({len(mask)} levels: {tuple(mask)})")
     for key in ("DATASETS.TRAIN", "DATASETS.TEST"):  # names of the paths catalog
         v = _get(cfg, key)
         _require(all(isinstance(x, str) and x for x in v), key, v, "must hold dataset names (strings)")

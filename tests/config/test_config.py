@@ -60,6 +60,15 @@ def test_r50_yaml_sets_exactly_the_reference_values():
     ("DATALOADER.STATIC_POLYGON_SLOTS", "(256, 0)", "STATIC_POLYGON_SLOTS' = (256, 0): must be None or two"),
     ("DATALOADER.STATIC_POLYGON_SLOTS", "256", "STATIC_POLYGON_SLOTS' = 256: must be None or two"),
     ("DATALOADER.STATIC_POLYGON_SLOTS", "(256, 1)", "STATIC_POLYGON_SLOTS' = (256, 1): must be None or two"),
+    # each built a model that failed later (a shape error at the first batch) or normalized by zero (inf pixels)
+    ("INPUT.PIXEL_STD", "[0.0, 0.0, 0.0]", "'INPUT.PIXEL_STD' = [0.0, 0.0, 0.0]: must hold 3 positive numbers"),
+    ("INPUT.PIXEL_MEAN", "[1.0, 2.0]", "'INPUT.PIXEL_MEAN' = [1.0, 2.0]: must hold 3 numbers"),
+    ("MODEL.ROI_HEADS.BBOX_REG_WEIGHTS", "(10.0, 10.0)", "BBOX_REG_WEIGHTS' = (10.0, 10.0): must hold 4 positive"),
+    ("MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION", "0", "POOLER_RESOLUTION' = 0: must be a positive integer"),
+    ("MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION", "0", "POOLER_RESOLUTION' = 0: must be a positive integer"),
+    ("MODEL.BACKBONE.OUT_CHANNELS", "0", "OUT_CHANNELS' = 0: must be a positive integer"),
+    ("MODEL.ROI_BOX_HEAD.POOLER_SCALES", "(0.25,)", "'MODEL.ROI_BOX_HEAD.POOLER_SCALES' = (0.25,): must hold "
+     "one scale per level of MODEL.ROI_MASK_HEAD.POOLER_SCALES"),
 ])
 def test_values_that_cannot_work_are_one_line_errors(key, value, message):
     with pytest.raises(ConfigError) as e:
