@@ -261,25 +261,26 @@ def parse_lines(lines: Iterable[str], path: str = "<log>", log: Optional[ParsedL
             else:
                 _parse_progress(line, lineno, log)
             continue
+        # What mlperf_logging's parser reads (mlp_parser: lines holding ':::MLLOG ', stripped up to its last
+        # occurrence): a token without the space is not read, and of several records on a line only the last.
+        if TOKEN + " " not in line:
+            log.issues.append(Issue(spath, lineno, "not-read", "':::MLLOG' without a space after it: "
+                                    "mlperf_logging does not read this line", _excerpt(line)))
+            continue
         log.n_mllog_lines += 1
-        if TOKEN + " " in line:
-            log.checker_linenos.append(lineno)
-        segments = line.split(TOKEN)[1:]
-        n_ok = 0
-        for i, seg in enumerate(segments):
-            ev, trailing = _parse_segment(seg, spath, lineno, log.issues)
-            if ev is not None:
-                log.events.append(ev)
-                n_ok += 1
-            if trailing.strip() and i == len(segments) - 1:
-                log.issues.append(Issue(spath, lineno, "interleaved",
-                                        "text after the MLLOG JSON (output of two processes mixed?)",
-                                        _excerpt(trailing)))
-        if len(segments) > 1:
+        log.checker_linenos.append(lineno)
+        ev, trailing = _parse_segment(line.rsplit(TOKEN + " ", 1)[1], spath, lineno, log.issues)
+        if ev is not None:
+            log.events.append(ev)
+        if trailing.strip():
+            log.issues.append(Issue(spath, lineno, "interleaved",
+                                    "text after the MLLOG JSON (output of two processes mixed?)", _excerpt(trailing)))
+        records = line.count(TOKEN)
+        if records > 1:
             log.issues.append(Issue(
                 spath, lineno, "interleaved",
-                f"{len(segments)} ':::MLLOG' records on one line ({n_ok} parsed); mlperf_logging reads only the "
-                "last one", _excerpt(line)))
+                f"{records} ':::MLLOG' records on one line; mlperf_logging reads only the last one (the review too)",
+                _excerpt(line)))
     return log
 
 

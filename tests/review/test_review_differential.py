@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 from official_reference import official_answer, official_compliance  # noqa: E402
-from review_loggen import KEYS_NEWER_THAN_0_7_0, write_log, write_runs  # noqa: E402
+from review_loggen import KEYS_NEWER_THAN_0_7_0, make_lines, write_log, write_runs  # noqa: E402
 
 from mlperf_review import report, review_folder  # noqa: E402
 from mlperf_review.cli import main  # noqa: E402
@@ -323,3 +323,27 @@ def test_gzipped_result_files_are_reviewed_with_a_warning_the_checker_would_find
             pass
     counts = [r.getMessage() for r in cap.records if r.levelno >= logging.ERROR]
     assert any(m.startswith("Incorrect number of files") and m.endswith("found 0, expected 5") for m in counts), counts
+
+
+def test_the_review_reads_the_records_mlperf_loggings_parser_reads(tmp_path):
+    """Two records on one line (two processes writing at once): mlperf-logging's parser keeps only the last (its
+    greedy strip up to the last ':::MLLOG '); a ':::MLLOG{' without the space it does not read at all. The review
+    read every record, so a run's status, epochs and scores could come from events the official tools never saw
+    (a target-reaching eval_accuracy hidden before another record: 'converged' where the checker found no target).
+    Differential: the keys mlperf-logging's parse_file reads, line for line."""
+    from mlperf_logging.compliance_checker.mlp_parser import parse_file
+
+    from mlperf_review.parse import parse_log
+
+    lines = make_lines(**V1_GBS64)
+    acc = max(i for i, ln in enumerate(lines) if '"eval_accuracy"' in ln)
+    lines[acc + 1] = lines[acc] + lines[acc + 1]  # the last eval_accuracy, then the next record, on one line
+    del lines[acc]
+    blk = next(i for i, ln in enumerate(lines) if '"block_start"' in ln)
+    lines[blk] = lines[blk].replace(":::MLLOG ", ":::MLLOG", 1)
+    path = write_log(tmp_path / "result_0.txt", lines=lines)
+    loglines, _ = parse_file(str(path), ruleset="1.0.0")
+    ours = parse_log(path)
+    assert [e.key for e in ours.events] == [ll.key for ll in loglines]
+    kinds = {i.kind for i in ours.issues}
+    assert "interleaved" in kinds and "not-read" in kinds

@@ -123,7 +123,9 @@ def test_interleaved_line(tmp_path):
     write_log(tmp_path / "result_0.txt", lines=lines)
     run = review_folder(tmp_path).runs[0]
     kinds = {(i.kind, i.lineno) for i in run.issues}
-    assert ("truncated", idx + 2) in kinds and ("interleaved", idx + 2) in kinds
+    # the cut record before the second one is not read, as mlperf_logging's parser reads only a line's last
+    # record (tests/review/test_review_differential.py): the line is named as two processes' output
+    assert ("interleaved", idx + 2) in kinds and ("truncated", idx + 2) not in kinds
 
 
 def test_parser_never_raises_on_garbage():
