@@ -773,6 +773,8 @@ def child_env(args: argparse.Namespace, local_rank: int) -> Dict[str, str]:
     # CUDA's device i must be the plan's GPU i (PCI order), whatever the environment says: CUDA's own default,
     # FASTEST_FIRST, set explicitly or not, may order the GPUs otherwise and bind each rank beside another's GPU
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    if args.nproc_per_node > 1:  # as torchrun: not one OpenMP pool of every core per rank (the image's
+        env.setdefault("OMP_NUM_THREADS", "1")  # %environment says 1 too; pyxis and the hosts have none)
     return env
 
 

@@ -716,3 +716,17 @@ def test_one_of_the_two_shape_flags_alone_is_refused(flag, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "--nsockets_per_node" in err and "--ncores_per_socket" in err and "both" in err
+
+
+def test_children_get_one_openmp_thread_unless_told(monkeypatch):
+    """Under pyxis (no %environment) or on the hosts nothing set OMP_NUM_THREADS: each of a node's 8 ranks ran
+    an OpenMP pool of every core. As torchrun does, several ranks per node get 1 unless the environment says."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for k in ("MASTER_PORT", "SLURM_JOB_ID", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_STEP_NUM_NODES"):
+        monkeypatch.delenv(k, raising=False)
+    args = bl.parse_args(["--nproc_per_node=2", "--binding=none", "x.py"])
+    assert bl.child_env(args, 0)["OMP_NUM_THREADS"] == "1"
+    one = bl.parse_args(["--nproc_per_node=1", "--binding=none", "x.py"])
+    assert "OMP_NUM_THREADS" not in bl.child_env(one, 0)
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    assert bl.child_env(args, 1)["OMP_NUM_THREADS"] == "7"
