@@ -7,7 +7,7 @@
 #   [profiler] python -m bind_launch ... ${TRAIN_SCRIPT} ${EXTRA_PARAMS} --config-file ... ${EXTRA_CONFIG} "$@"
 # Variables (docs/cluster.md): DGXSYSTEM CONFIG_FILE DTYPE PATHS_CATALOG WEIGHTS DATADIR TRAIN_SCRIPT PYTHON
 # NPROC_PER_NODE BIND_LAUNCH_ARGS EXTRA_PARAMS EXTRA_CONFIG LOGDIR TRIAL_NAME OUTPUT_DIR PROFILE
-# MLPERF_SUBMISSION_ORG ALLOW_NON_RCP PREFLIGHT_ONLY PREFLIGHT_DONE NOT_CONVERGED_EXIT_CODE.
+# MLPERF_SUBMISSION_ORG ALLOW_NON_RCP PREFLIGHT_ONLY PREFLIGHT_NNODES PREFLIGHT_DONE NOT_CONVERGED_EXIT_CODE.
 # Before training, tools/preflight.py checks what would end the run (the recipe against mlperf-logging's rules and
 # RCPs, the batch against the processes, the GPUs, the data and weights paths) and exits with its own code for
 # each cause (maskrcnn_benchmark/cli/exit_codes.py); PREFLIGHT_ONLY=1 stops after it (the Slurm job runs that on
@@ -78,8 +78,8 @@ esac
 nproc="${NPROC_PER_NODE:-${DGXNGPU:-1}}"
 if [[ "${PREFLIGHT_DONE:-0}" != 1 ]]; then
   # the nodes bind_launch starts processes on: the step's, else the job's (the batch host, before the trials'
-  # steps), else 1
-  nnodes="${SLURM_STEP_NUM_NODES:-${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-1}}}"
+  # steps), else 1; PREFLIGHT_NNODES: the Slurm job's own preflight, for its trials (a 1-node step under pyxis)
+  nnodes="${PREFLIGHT_NNODES:-${SLURM_STEP_NUM_NODES:-${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-1}}}}"
   check=("${PYTHON}" tools/preflight.py "--world-size=$(( nproc * nnodes ))"
          "--nproc-per-node=${nproc}")
   if [[ "${ALLOW_NON_RCP:-0}" == 1 ]]; then check+=(--allow-non-rcp); fi

@@ -189,9 +189,10 @@ fi
 preflight_rc=0
 if [[ "${CONTAINER_RUNTIME}" == pyxis ]]; then
   srun_on 1
-  PREFLIGHT_ONLY=1 "${srun_cmd[@]}" "${run_cmd[@]}" "${check_overrides[@]}" || preflight_rc=$?
+  PREFLIGHT_ONLY=1 PREFLIGHT_NNODES="${NNODES}" "${srun_cmd[@]}" "${run_cmd[@]}" "${check_overrides[@]}" ||
+    preflight_rc=$?  # a 1-node step judging the job's nodes
 else
-  PREFLIGHT_ONLY=1 "${run_cmd[@]}" "${check_overrides[@]}" || preflight_rc=$?
+  PREFLIGHT_ONLY=1 PREFLIGHT_NNODES="${NNODES}" "${run_cmd[@]}" "${check_overrides[@]}" || preflight_rc=$?
 fi
 if [[ "${preflight_rc}" -ne 0 ]]; then
   echo "run_experiments: the preflight on the batch host failed with exit code ${preflight_rc} (the line above says" \

@@ -378,3 +378,30 @@ def test_weights_dir_is_read_on_the_hosts_too(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "data and weights found" in r.stdout
 
+
+
+def test_the_preflight_of_a_pyxis_job_judges_all_its_nodes(tmp_path):
+    """Under pyxis the preflight runs in a 1-node srun step (only srun enters the image); judged by that step's
+    node count, a 4-node job's recipe was judged at one node's processes (DGXH100_4x8x4: 'num_image_candidates
+    4000 is not 16000', exit 10) and no trial started. The job's nodes are what it judges."""
+    bindir = tmp_path / "pyxis-bin"
+    bindir.mkdir()
+    (bindir / "srun").write_text(textwrap.dedent("""\
+        #!/bin/bash
+        if [[ "$1" == --help ]]; then echo "  --container-image=IMAGE  [pyxis]"; exit 0; fi
+        while [[ "${1:-}" == -* ]]; do
+          case "$1" in --nodes=*) export SLURM_STEP_NUM_NODES="${1#--nodes=}" ;; esac
+          shift
+        done
+        exec "$@"
+        """))
+    (bindir / "python").write_text(textwrap.dedent(f"""\
+        #!/bin/bash
+        if [[ "$1" == tools/preflight.py ]]; then echo "$@" >> {tmp_path}/preflight; exit 0; fi
+        exit 1
+        """))
+    for name in ("srun", "python"):
+        (bindir / name).chmod(0o755)
+    run_job(tmp_path, path_dirs=[bindir], CONTAINER_RUNTIME="pyxis", CONTAINER="nvcr.io#nvidia/pytorch:25.05-py3",
+            SLURM_JOB_NUM_NODES=4, SLURM_JOB_ID=7, SLURM_JOB_NODELIST="n[1-4]", DGXNGPU=2, NCCL_CHECK=0)
+    assert "--world-size=8 " in (tmp_path / "preflight").read_text().splitlines()[0]
