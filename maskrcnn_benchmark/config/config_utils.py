@@ -232,10 +232,13 @@ def check_values(cfg):
     _require(len(v) == 4 and all(x > 0 for x in v), "MODEL.ROI_HEADS.BBOX_REG_WEIGHTS", v,
              "must hold 4 positive numbers (x, y, w, h)")
     box, mask = cfg.MODEL.ROI_BOX_HEAD.POOLER_SCALES, cfg.MODEL.ROI_MASK_HEAD.POOLER_SCALES
-    for key, v in (("MODEL.ROI_MASK_HEAD.POOLER_SCALES", mask), ("MODEL.ROI_BOX_HEAD.POOLER_SCALES", box)):
+    heads = [("MODEL.ROI_BOX_HEAD.POOLER_SCALES", box)]
+    if cfg.MODEL.MASK_ON:
+        heads.append(("MODEL.ROI_MASK_HEAD.POOLER_SCALES", mask))
+    for key, v in heads:
         _require(len(v) > 0 and all(0 < x <= 1 for x in v), key, v, "must hold scales in (0, 1]")
     # both heads pool the same feature levels (the FPN's P2-P5)
-    _require(len(box) == len(mask), "MODEL.ROI_BOX_HEAD.POOLER_SCALES", box,
+    _require(not cfg.MODEL.MASK_ON or len(box) == len(mask), "MODEL.ROI_BOX_HEAD.POOLER_SCALES", box,
              "must hold one scale per level of MODEL.ROI_MASK_HEAD.POOLER_SCALES "
              f"({len(mask)} levels: {tuple(mask)})")
     for key in ("DATASETS.TRAIN", "DATASETS.TEST"):  # names of the paths catalog

@@ -154,3 +154,10 @@ def test_a_model_part_this_package_lacks_is_a_config_error(key, value):
     msg = str(e.value)
     assert f"({key}) '{value}'" in msg and "known:" in msg and "\n" not in msg and not msg.startswith("'")
     assert describe(e.value) == (BAD_INPUT.code, msg)
+
+
+def test_a_model_without_masks_keeps_its_own_box_pooler_scales():
+    """The box and mask heads must pool the same levels only where there is a mask head: a Faster R-CNN config
+    (MASK_ON False, the reference's e2e_faster_rcnn_R_50_FPN_1x.yaml sets only the box head's scales) is fine."""
+    cfg = load_config(R50_YAML, ["MODEL.MASK_ON", "False", "MODEL.ROI_MASK_HEAD.POOLER_SCALES", "(0.0625,)"])
+    assert len(cfg.MODEL.ROI_BOX_HEAD.POOLER_SCALES) == 4
