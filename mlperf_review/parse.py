@@ -270,11 +270,12 @@ def parse_lines(lines: Iterable[str], path: str = "<log>", log: Optional[ParsedL
         log.n_mllog_lines += 1
         log.checker_linenos.append(lineno)
         ev, trailing = _parse_segment(line.rsplit(TOKEN + " ", 1)[1], spath, lineno, log.issues)
-        if ev is not None:
+        if trailing.strip():  # mlperf_logging's json.loads fails on it ("Extra data"): the record is not read
+            log.issues.append(Issue(spath, lineno, "interleaved", "text after the MLLOG JSON (output of two "
+                                    "processes mixed?): mlperf_logging does not read this record",
+                                    _excerpt(trailing)))
+        elif ev is not None:
             log.events.append(ev)
-        if trailing.strip():
-            log.issues.append(Issue(spath, lineno, "interleaved",
-                                    "text after the MLLOG JSON (output of two processes mixed?)", _excerpt(trailing)))
         records = line.count(TOKEN)
         if records > 1:
             log.issues.append(Issue(

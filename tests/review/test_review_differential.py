@@ -341,6 +341,8 @@ def test_the_review_reads_the_records_mlperf_loggings_parser_reads(tmp_path):
     del lines[acc]
     blk = next(i for i, ln in enumerate(lines) if '"block_start"' in ln)
     lines[blk] = lines[blk].replace(":::MLLOG ", ":::MLLOG", 1)
+    stop = next(i for i, ln in enumerate(lines) if '"run_stop"' in ln)
+    lines[stop] += " [rank1] hello"  # another process's text after the record: its JSON does not parse there
     path = write_log(tmp_path / "result_0.txt", lines=lines)
     loglines, _ = parse_file(str(path), ruleset="1.0.0")
     ours = parse_log(path)

@@ -133,7 +133,8 @@ def test_parser_never_raises_on_garbage():
              ':::MLLOG {"key": "a", "time_ms": "zz"}', ':::MLLOG {"key": "a", "time_ms": 5} trailing',
              "\x00\xff binary", ':::MLLOG {"key": "ok", "time_ms": 1, "value": 3}']
     log = parse_lines(lines, "g.log")
-    assert [e.key for e in log.events] == ["a", "ok"]
+    # line 6's record has text after its JSON: mlperf_logging's json.loads drops it, so does the review
+    assert [e.key for e in log.events] == ["ok"]
     assert [i.lineno for i in log.issues] == [1, 2, 3, 4, 5, 6]
 
 
