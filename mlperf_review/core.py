@@ -178,7 +178,8 @@ class Review:
         }
 
 
-def _majority(values: List[Optional[str]]) -> Optional[str]:
+def majority(values: List[Optional[str]]) -> Optional[str]:
+    """The most frequent value (ties: the newest ruleset, the last name); None where there is none."""
     vals = [v for v in values if v is not None]
     if not vals:
         return None
@@ -286,7 +287,7 @@ def review_folder(folder, ruleset: Optional[str] = None, max_errors: int = 10) -
     if ruleset is not None:
         folder_ruleset, ruleset_reason = ruleset, "given with --ruleset"
     else:
-        folder_ruleset = _majority([r.ruleset for r in with_events]) or official.NEWEST_RULESET
+        folder_ruleset = majority([r.ruleset for r in with_events]) or official.NEWEST_RULESET
         reasons = sorted({r.ruleset_reason for r in with_events if r.ruleset == folder_ruleset})
         ruleset_reason = "detected from the date: " + (reasons[0] if reasons else "no dated log, the newest") + \
             "; --ruleset overrides"
@@ -294,10 +295,10 @@ def review_folder(folder, ruleset: Optional[str] = None, max_errors: int = 10) -
             warnings.append("logs are dated for different rounds (" + ", ".join(
                 f"{r.name}: {r.ruleset}" for r in with_events) + f"); all are checked against {folder_ruleset}")
 
-    division = _majority([r.division for r in runs])
-    org = _majority([r.org for r in runs])
-    platform = _majority([r.platform for r in runs])
-    status = _majority([r.submission_status for r in runs])
+    division = majority([r.division for r in runs])
+    org = majority([r.org for r in runs])
+    platform = majority([r.platform for r in runs])
+    status = majority([r.submission_status for r in runs])
     chosen = {"division": division, "org": org, "platform": platform}
     for attr, label in (("division", "divisions"), ("org", "organizations"), ("platform", "platforms")):
         if len({repr(getattr(r, attr)) for r in runs if getattr(r, attr) is not None}) > 1:

@@ -190,8 +190,10 @@ def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] 
     runs = [summarize(parse_log(p)) for p in files]
     dated = sorted({r.ruleset for r in runs if r.n_events and r.ruleset})  # the rounds the logs are dated in
     round_warning = None
-    if ruleset is None:  # as a plain review: the logs' round (the newest where they disagree or say nothing)
-        ruleset = dated[-1] if dated else official.NEWEST_RULESET
+    if ruleset is None:  # as a plain review: the round most logs are dated in (the newest where none is)
+        from .core import majority
+
+        ruleset = majority([r.ruleset for r in runs if r.n_events]) or official.NEWEST_RULESET
     elif dated and dated != [ruleset]:
         round_warning = (f"the runs are dated for training {', '.join(dated)}: checked under {ruleset} as asked "
                          "(without --ruleset, the logs' round)")

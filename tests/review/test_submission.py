@@ -169,6 +169,12 @@ def test_the_submission_is_checked_under_the_logs_round_unless_told(tmp_path, ca
     assert any("dated for training 1.0.0" in w and "3.1.0" in w for w in b.warnings), b.warnings
     rc = main(["submission", str(results), "--out", str(tmp_path / "s3"), "--no-implementation"])
     assert rc == 0 and "package checker (1.0.0" in capsys.readouterr().out
+    # logs of two rounds: the round most are dated in, as a plain review takes it
+    from mlperf_review import review_folder
+
+    write_log(results / "result_4.txt", epochs=15, ttt_min=24.0, seed=4004, **{**v1, "ruleset": "1.1.0"})
+    c = submission.assemble(results, tmp_path / "s4", copy_code=False, write_review=False)
+    assert c.package.ruleset == review_folder(results).ruleset == "1.0.0"
 
 
 def test_nvidias_platform_names_fill_the_counts_and_a_folder_without_a_score_is_not_ok(tmp_path, capsys):
