@@ -300,8 +300,16 @@ def gpu_numa_nodes(sysfs_root: str = "/sys", env: Optional[Dict[str, str]] = Non
         spec = [x.strip() for x in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
         # CUDA_VISIBLE_DEVICES from Slurm: the job's own indices (global), or 0..n-1 relative to the job's GPUs
         # under ConstrainDevices (CUDA sees only those)
-        if job is not None and not (spec and all(x.isdigit() and int(x) in job[0] for x in spec)):
-            gpus = job[1]
+        if job is not None:
+            as_global = bool(spec) and all(x.isdigit() and int(x) in job[0] for x in spec)
+            if as_global and job[0] != list(range(len(job[0]))) and all(int(x) < len(job[0]) for x in spec) and \
+                    [job[0][int(x)] for x in spec] != [int(x) for x in spec]:
+                _warn_once(f"CUDA_VISIBLE_DEVICES={','.join(spec)} names either the node's GPUs {','.join(spec)} "
+                           f"(the job holds {','.join(map(str, job[0]))}) or, under Slurm's ConstrainDevices, the "
+                           "job's GPUs at those positions; read as the node's (without nvidia-smi this launcher "
+                           "cannot tell)")
+            if not as_global:
+                gpus = job[1]
     nodes: List[Optional[int]] = []
     for bus in _visible(gpus, env):
         text = _read(os.path.join(sysfs_root, "bus/pci/devices", bus, "numa_node"))

@@ -669,7 +669,7 @@ def test_ranks_whose_gpu_node_is_known_keep_it_when_another_gpus_is_not(tmp_path
     assert capsys.readouterr().err == ""
 
 
-def test_without_nvidia_smi_the_jobs_gpus_are_read_from_slurm(tmp_path, monkeypatch):
+def test_without_nvidia_smi_the_jobs_gpus_are_read_from_slurm(tmp_path, monkeypatch, capsys):
     """Without a working nvidia-smi (a container without the driver's utility files) the GPUs were every device
     bound to the nvidia driver: the node's 8, not the job's 4, and NVSwitch bridges among them. A job holding
     GPUs 4-7 (socket 1) under ConstrainDevices (CUDA_VISIBLE_DEVICES 0-3, relative to the job) had every rank
@@ -690,6 +690,9 @@ def test_without_nvidia_smi_the_jobs_gpus_are_read_from_slurm(tmp_path, monkeypa
     # a user narrowing within the job (local index 1: the job's second GPU, 5)
     env["CUDA_VISIBLE_DEVICES"] = "1"
     assert bl.gpu_numa_nodes(str(tmp_path), dict(env, SLURM_STEP_GPUS="0,5")) == [1]
+    # "1" of a job on GPUs 1 and 5 names GPU 1, or the job's second GPU under ConstrainDevices: said so
+    assert bl.gpu_numa_nodes(str(tmp_path), dict(env, SLURM_STEP_GPUS="1,5")) == [0]
+    assert "cannot tell" in capsys.readouterr().err
     # outside Slurm: every GPU of the node, the bridge left out
     assert bl.gpu_numa_nodes(str(tmp_path), {}) == [0, 0, 0, 0, 1, 1, 1, 1]
 
