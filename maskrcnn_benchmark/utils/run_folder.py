@@ -9,14 +9,15 @@
 * moves an existing ``mlperf_log.txt`` and ``log.txt`` aside (``mlperf_log.<time>.txt``): a run's MLPerf log
   only ever holds that run (a failed attempt's ``init_start`` must not precede the good run's);
 * a fresh run (not ``--resume``) moves an earlier run's checkpoints aside the same way (``model_final.pth``,
-  ``model_<iteration>.pth``, ``last_checkpoint``; not a file it reads: its ``MODEL.WEIGHT``), which it would
-  otherwise overwrite; a resumed run continues in them;
+  ``model_<iteration>.pth``, ``last_checkpoint``; the file it reads as ``MODEL.WEIGHT`` stays in place with a
+  second link under the new name), which it would otherwise overwrite; a resumed run continues in them;
 * deletes the ``.tmp-*`` files a killed run left behind (half-written checkpoints, never complete ones).
 """
 import errno
 import fcntl
 import os
 import re
+import shutil
 import socket
 import time
 
@@ -61,12 +62,13 @@ def claim_output_folder(path, fresh=True, reads=()):
         lock.truncate()
         lock.write(f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         lock.flush()
-        names = list(ROTATED)
+        names, linked = list(ROTATED), []
         if fresh:
             keep = {os.path.realpath(r) for r in reads if r}
-            names += sorted(n for n in os.listdir(path) if CHECKPOINT.match(n)
-                            and os.path.realpath(os.path.join(path, n)) not in keep)
-        rotated = _move_aside(path, names)
+            for n in sorted(os.listdir(path)):
+                if CHECKPOINT.match(n):
+                    (linked if os.path.realpath(os.path.join(path, n)) in keep else names).append(n)
+        rotated = _move_aside(path, names) + _move_aside(path, linked, keep_in_place=True)
         return lock, rotated, remove_stale_temp_files(path)
     except OSError as e:  # a full disk, a read-only or quota-bound folder: named, the lock let go
         lock.close()
@@ -74,7 +76,10 @@ def claim_output_folder(path, fresh=True, reads=()):
         raise RunFolderError(f"cannot use output folder '{path}': writing {where} failed: {e.strerror}") from None
 
 
-def _move_aside(path, names):
+def _move_aside(path, names, keep_in_place=False):
+    """Each file of ``names`` to ``<stem>.<time><ext>``. ``keep_in_place``: a file the run reads stays where it is
+    and gets the new name as a second link (a copy where the filesystem has none), so the run's own save over it
+    later leaves the earlier bytes under that name."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     rotated = []
     for name in names:
@@ -86,6 +91,12 @@ def _move_aside(path, names):
             while os.path.exists(new):
                 new = os.path.join(path, f"{stem}.{stamp}-{n}{ext}")
                 n += 1
-            os.replace(old, new)
+            if not keep_in_place:
+                os.replace(old, new)
+            else:
+                try:
+                    os.link(old, new)
+                except OSError:
+                    shutil.copy2(old, new)
             rotated.append(os.path.basename(new))
     return rotated

@@ -87,8 +87,13 @@ def test_a_fresh_run_moves_an_earlier_runs_checkpoints_aside(tmp_path):
     lock, kept, _ = claim_output_folder(str(tmp_path), fresh=False)
     lock.close()
     assert kept == [] and (tmp_path / "model_final.pth").read_bytes() == b"final2"
-    # a fresh run reading a checkpoint of the folder as its weights keeps that one
+    # a fresh run reading a checkpoint of the folder as its weights keeps it in place, and its bytes survive the
+    # run's own final save over it (atomic: a new file renamed over the name) under the moved-aside name
     lock, moved, _ = claim_output_folder(str(tmp_path), reads=[str(tmp_path / "model_final.pth")])
     lock.close()
-    assert (tmp_path / "model_final.pth").read_bytes() == b"final2" and [m.split(".")[0] for m in moved] == \
-        ["last_checkpoint"]
+    assert (tmp_path / "model_final.pth").read_bytes() == b"final2"
+    assert sorted(m.split(".")[0] for m in moved) == ["last_checkpoint", "model_final"]
+    (tmp_path / "new.tmp").write_bytes(b"the run's own")
+    os.replace(tmp_path / "new.tmp", tmp_path / "model_final.pth")
+    [aside] = [m for m in moved if m.startswith("model_final.")]
+    assert (tmp_path / aside).read_bytes() == b"final2"
