@@ -309,8 +309,8 @@ def review_folder(folder, ruleset: Optional[str] = None, max_errors: int = 10) -
     zipped = [Path(r.path).name for r in runs if str(r.path).endswith(".gz")]
     if zipped:
         warnings.append(f"gzip-compressed result files ({', '.join(zipped)}): reviewed decompressed; a submission "
-                        "folder holds them as result_<n>.txt (the package checker on this folder as it is finds "
-                        "no result file)")
+                        "folder holds them as result_<n>.txt (the package checker on this folder as it is does not "
+                        "count them)")
     others = [r for r in runs if r.status == WRONG_BENCHMARK]
     if others:
         warnings.append("not maskrcnn logs (the official tools still count them as result files): " + ", ".join(

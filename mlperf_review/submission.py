@@ -1,7 +1,7 @@
 """The MLPerf submission folder, built from a results folder and checked with the official tools on that folder.
 
     python -m mlperf_review submission RESULTS_DIR --out SUBMISSION_DIR [--org ORG] [--system NAME]
-        [--system-json FILE] [--ruleset 3.1.0]
+        [--system-json FILE] [--ruleset R]
 
 builds what mlcommons' training_results repositories hold for one submitter (and what mlperf-logging's package
 checker reads)::
@@ -11,8 +11,10 @@ checker reads)::
     SUBMISSION_DIR/<org>/benchmarks/maskrcnn/implementations/<implementation>/    the code that ran (git files)
 
 then runs the package checker (compliance of each run, the system description, seeds, RCPs) and the result
-summarizer (the olympic score) on ``SUBMISSION_DIR/<org>`` itself, and writes the review (Markdown, JSON, PNG)
-to ``SUBMISSION_DIR/review/``, outside the submitter's folder so that it holds nothing the checker does not know.
+summarizer (the olympic score) on this system's part of ``SUBMISSION_DIR/<org>`` (a copy holding only its results
+and description: the folder may hold the submitter's other systems), under the round the logs are dated in unless
+``--ruleset`` says, and writes the review (Markdown, JSON, PNG) to ``SUBMISSION_DIR/review/<system>/``, outside the
+submitter's folder so that it holds nothing the checker does not know.
 
 The system description starts from :data:`TEMPLATE` (every field the system-description checker requires), with
 what the run knows filled in (submitter, division, status, system name, nodes, accelerators per node from the
