@@ -92,9 +92,14 @@ class MemoryProfiler(NullProfiler):
             alloc, peak, reserved = c.memory_allocated(), c.max_memory_allocated(), c.memory_reserved()
         else:
             dev, alloc, peak, reserved = "cpu", "", "", ""
-        self._w.writerow([iteration, f"{time.monotonic() - self.t0:.3f}", self.rank, dev, alloc, peak, reserved,
-                          host_rss_bytes()])
-        self._f.flush()
+        try:
+            self._w.writerow([iteration, f"{time.monotonic() - self.t0:.3f}", self.rank, dev, alloc, peak, reserved,
+                              host_rss_bytes()])
+            self._f.flush()
+        except OSError as e:  # a full disk: named (the file), so it reads as the user's to fix, not a bug
+            if e.filename:
+                raise
+            raise OSError(e.errno, e.strerror, self.path) from None
 
     def close(self) -> None:
         if not self._f.closed:

@@ -304,3 +304,30 @@ def test_only_path_errors_are_bad_input_other_os_errors_are_internal(tmp_path):
                 OSError(errno.ENOSPC, "No space left on device")):  # /dev/shm inside torch: no file named
         code, line = describe(raised(exc))
         assert code == INTERNAL.code and "traceback in" in line, (exc, line)
+
+
+def test_a_full_disk_under_the_memory_profile_names_its_file(tmp_path):
+    """PROFILE=memory on a full disk: the CSV's flush raised ENOSPC without a file name, an internal error (exit
+    5) since only named files are the user's to fix. It names the CSV: exit 1, one line."""
+    import errno as _errno
+
+    from maskrcnn_benchmark.cli.exit_codes import BAD_INPUT, describe
+    from maskrcnn_benchmark.utils.profiling import MemoryProfiler
+
+    prof = MemoryProfiler(str(tmp_path), rank=0)
+
+    class Full:
+        closed = False
+
+        def write(self, data):
+            raise OSError(_errno.ENOSPC, "No space left on device")
+
+        def flush(self):
+            raise OSError(_errno.ENOSPC, "No space left on device")
+
+    prof._f = Full()
+    prof._w = __import__("csv").writer(prof._f)
+    with pytest.raises(OSError) as e:
+        prof.step(1)
+    code, line = describe(e.value)
+    assert code == BAD_INPUT.code and "memory_rank0.csv" in line and "No space left" in line

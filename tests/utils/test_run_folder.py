@@ -97,3 +97,4 @@ def test_a_fresh_run_moves_an_earlier_runs_checkpoints_aside(tmp_path):
     os.replace(tmp_path / "new.tmp", tmp_path / "model_final.pth")
     [aside] = [m for m in moved if m.startswith("model_final.")]
     assert (tmp_path / aside).read_bytes() == b"final2"
+
