@@ -207,3 +207,20 @@ def test_check_recipe_refuses_the_rules_reviewers_check_by_hand(capsys, override
     capsys.readouterr()
     assert program.main(base + override) == 10
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("method", ["linear", "constant"])
+def test_a_warmup_other_than_mlperf_linear_is_refused(capsys, method):
+    """The log states the warmup as opt_learning_rate_warmup_factor and _steps, which mean mlperf_linear's ramp
+    (NVIDIA's configs pass SOLVER.WARMUP_METHOD mlperf_linear; the default is linear). The H100 recipe with
+    'constant' was accepted as RCP 96 and would have trained 625 iterations at 2.3e-5 while its log said the RCP's
+    warmup. Refused in the closed division; ALLOW_NON_RCP turns it into a warning."""
+    from maskrcnn_benchmark.cli import check_recipe as program
+
+    base = ["--world-size=8", "--config-file", str(ROOT / "configs" / "e2e_mask_rcnn_R_50_FPN_1x.yaml"),
+            *re.search(r'EXTRA_CONFIG="\$\{EXTRA_CONFIG:-(.*)\}"', (ROOT / "config_DGXH100.sh").read_text()).group(1).split()]
+    assert program.main(base + ["SOLVER.WARMUP_METHOD", method]) == 10
+    err = capsys.readouterr().err
+    assert f"SOLVER.WARMUP_METHOD '{method}'" in err and "mlperf_linear" in err, err
+    assert program.main(base + ["SOLVER.WARMUP_METHOD", method, "--allow-non-rcp"]) == 0
+    assert "WARNING" in capsys.readouterr().err
