@@ -6,11 +6,13 @@ EventStorage` scalars, on rank 0): :class:`EvaluationHook` writes ``eval/pending
 :class:`MLPerfStopHook` reads them. The run (:class:`~maskrcnn_benchmark.engine.run.MLPerfRun`) builds both and
 reads its outcome from them.
 
-Order of one epoch end (NVIDIA's log order): the last iteration's step; ``epoch_stop``/``block_stop``
-(:class:`MLPerfStopHook`, listed first); ``eval_start``, blocking inference, the gather of the detections,
-``eval_stop`` (:class:`EvaluationHook`); then, before the next iteration's batch is fetched, the decision and
-``block_start``/``epoch_start`` of the next epoch (:meth:`MLPerfStopHook.before_step`); ``eval_accuracy`` when the
-scores arrive from the background scorer.
+Order of one epoch end: the last iteration's step; ``epoch_stop``/``block_stop`` (:class:`MLPerfStopHook`,
+listed first); ``eval_start``, blocking inference, the gather of the detections, ``eval_stop`` (:class:`EvaluationHook`:
+the interval is the evaluation's share of the step time, scoring runs in the background); then, before the next
+iteration's batch is fetched, the decision and ``block_start``/``epoch_start`` of the next epoch
+(:meth:`MLPerfStopHook.before_step`); ``eval_accuracy`` when the scores arrive from the background scorer. NVIDIA's
+v0.7 logs differ in two places the compliance checker accepts: ``eval_stop`` follows ``eval_accuracy`` (their
+interval includes the scoring), and the epoch cut short by a met target has no ``epoch_stop`` (here it is closed).
 
 The stop decision: scores arrive on rank 0 only, but every rank must stop at the same iteration. Rank 0's state
 (scores pending, target met, its own work failed) travels to all ranks in a non-blocking all-reduce that is read one
