@@ -152,6 +152,7 @@ def test_a_second_system_in_one_folder_gets_its_own_verdict_and_score(tmp_path, 
     assert (a_good.review_dir / "mlperf_review.md").is_file() and a_good.review_dir != a_bad.review_dir
 
 
+@pytest.mark.slow  # the official checkers on several folders
 def test_the_submission_is_checked_under_the_logs_round_unless_told(tmp_path, capsys):
     """The builder checked every folder under 3.1.0 while a plain review takes the round the logs are dated in:
     logs of 1.0.0 failed the 3.1.0 compliance rules with no word about the round. It takes the logs' round; a
@@ -177,6 +178,7 @@ def test_the_submission_is_checked_under_the_logs_round_unless_told(tmp_path, ca
     assert c.package.ruleset == review_folder(results).ruleset == "1.0.0"
 
 
+@pytest.mark.slow  # the official checkers on several folders
 def test_nvidias_platform_names_fill_the_counts_and_a_folder_without_a_score_is_not_ok(tmp_path, capsys):
     """NVIDIA's own platform string ('1xNVIDIA DGX A100', as in its v0.7 logs) left the node's CPU and GPU counts
     'TO FILL'; the result summarizer then had no score (it reads them as numbers) and the command still exited 0.
