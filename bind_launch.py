@@ -10,16 +10,24 @@ By default the plan comes from the machine (sysfs): local rank ``i`` uses GPU ``
 device's ``numa_node``), with an even share of the node's physical cores (plus their hyperthread siblings, unless
 ``--no_hyperthreads``) and its memory (unless ``--no_membind``). CPU numbers are read, never computed, so
 interleaved numbering across sockets, AMD NPS2/NPS4 and Intel sub-NUMA clustering come out right. Without GPU
-placement (no GPU, or ``CUDA_VISIBLE_DEVICES`` given as UUIDs) the ranks are spread over the NUMA nodes in order.
+placement (no GPU, or ``CUDA_VISIBLE_DEVICES`` given as UUIDs) the ranks are spread over the NUMA nodes in order;
+where only some GPUs' nodes are unknown (``numa_node`` -1) the others keep theirs and each unknown one's rank goes to
+the node with the fewest ranks, with a warning. The GPUs are ``nvidia-smi``'s (a Slurm job's cgroup shows only its
+own); without a working one, the display controllers bound to the ``nvidia`` driver in sysfs, of which the job's are
+Slurm's ``SLURM_STEP_GPUS`` (else ``SLURM_JOB_GPUS``).
 
 ``--nsockets_per_node`` and ``--ncores_per_socket`` both given: NVIDIA's arithmetic instead (rank ``i`` of ``P``
 on ``S`` sockets goes to socket ``i // (P/S)``, consecutive core numbers, siblings ``+ S*cores``), for the DGX
-machines it was written for. Each child gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
-``MASTER_PORT`` and ``--local_rank=i``.
+machines it was written for, with each rank's memory on the NUMA node of its cores (NVIDIA's binds it to the
+socket's number, another socket's node on an NPS4 machine); one of the two alone is refused. Each child gets
+``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``LOCAL_WORLD_SIZE``, ``NODE_RANK`` and
+``--local_rank=i``, and ``OMP_NUM_THREADS=1`` where it is unset and a node runs several ranks (as torchrun).
 
 Beyond NVIDIA's version:
 
-* ``--nnodes``/``--node_rank``/``--master_addr`` default to the Slurm environment when present;
+* ``--nnodes``/``--node_rank``/``--master_addr`` default to the Slurm environment when present, and
+  ``--master_port`` (without ``MASTER_PORT``) to 29500 + the Slurm job id mod 1000, so two jobs sharing a node do
+  not meet on one port;
 * binding uses ``numactl`` when it is installed and allowed, otherwise (or when ``--membind`` is refused,
   e.g. inside a cgroup/cpuset) it falls back to ``os.sched_setaffinity`` with a warning: binding never kills
   the job;
@@ -633,12 +641,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--nproc_per_node", type=int, default=1, help="processes (GPUs) per node")
     p.add_argument("--master_addr", default=None,
                    help="rank-0 host (default: $MASTER_ADDR, else first Slurm node when nnodes>1, else 127.0.0.1)")
-    p.add_argument("--master_port", type=int, default=None, help="rendezvous port (default: $MASTER_PORT, else 29500 + the Slurm job id mod 1000, else 29500)")
-    p.add_argument("--nsockets_per_node", type=int, default=None, help="sockets per node (default: detected)")
+    p.add_argument("--master_port", type=int, default=None,
+                   help="rendezvous port (default: $MASTER_PORT, else 29500 + the Slurm job id mod 1000, else 29500)")
+    p.add_argument("--nsockets_per_node", type=int, default=None,
+                   help="sockets per node: with --ncores_per_socket (both or neither), NVIDIA's arithmetic plan "
+                        "(default: the machine's topology)")
     p.add_argument("--ncores_per_socket", type=int, default=None,
-                   help="physical cores per socket (default: detected)")
+                   help="physical cores per socket: with --nsockets_per_node (both or neither)")
     p.add_argument("--no_hyperthreads", action="store_true", help="do not add the hyperthread siblings")
-    p.add_argument("--no_membind", action="store_true", help="do not bind memory to the socket's NUMA node")
+    p.add_argument("--no_membind", action="store_true", help="do not bind memory to the rank's NUMA node")
     p.add_argument("--binding", choices=("auto", "numactl", "affinity", "none"), default="auto",
                    help="auto: numactl if usable, else sched_setaffinity (default); none: no binding")
     p.add_argument("--kill_timeout", type=float, default=10.0,

@@ -10,8 +10,9 @@
 # MLPERF_SUBMISSION_ORG ALLOW_NON_RCP PREFLIGHT_ONLY PREFLIGHT_NNODES PREFLIGHT_DONE NOT_CONVERGED_EXIT_CODE.
 # Before training, tools/preflight.py checks what would end the run (the recipe against mlperf-logging's rules and
 # RCPs, the batch against the processes, the GPUs, the data and weights paths) and exits with its own code for
-# each cause (maskrcnn_benchmark/cli/exit_codes.py); PREFLIGHT_ONLY=1 stops after it (the Slurm job runs that on
-# the batch host before any srun, then sets PREFLIGHT_DONE=1 for its trials). Exit code: training's (not converged:
+# each cause (maskrcnn_benchmark/cli/exit_codes.py); PREFLIGHT_ONLY=1 stops after it (the Slurm job runs that once
+# before its trials, on the batch host or, under pyxis, in a 1-node step, for all its nodes: PREFLIGHT_NNODES; then
+# sets PREFLIGHT_DONE=1 for its trials). Exit code: training's (not converged:
 # NOT_CONVERGED_EXIT_CODE, default 3).
 # The run writes only under LOGDIR: its OUTPUT_DIR is LOGDIR/TRIAL_NAME (default LOGDIR/output), so the code may
 # live on a read-only filesystem (a container image).

@@ -12,7 +12,7 @@ from typing import List, Optional
 from . import rules
 
 EXIT_OK = 0        # mlperf-logging's package checker accepts the folder
-EXIT_PROBLEMS = 1  # the package checker rejects it (the reasons are printed)
+EXIT_PROBLEMS = 1  # the package checker rejects it (the reasons are printed); submission: or no score
 EXIT_BAD_INPUT = 2 # bad command line, missing folder, no result files, outputs not writable
 
 

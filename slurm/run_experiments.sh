@@ -5,10 +5,11 @@
 # (CONTAINER=none). Variables and what each check means: docs/cluster.md.
 #
 # Order: the site file (SITE_CONFIG, default ./site.sh) and config_<DGXSYSTEM>.sh; checks on the batch host (the
-# runtime, the image, every bind source: exit 20, 21, 22); tools/preflight.py in the image on the batch host (recipe,
-# batch, GPUs, data and weights: exit 10-15); an all-reduce across the nodes (NCCL_CHECK, multi-node jobs); the
-# trials. A trial that fails counts; after the second failure no trial starts (MLPerf accepts one failed run of
-# five). PILOT=1: one trial with a generous limit, whose measured time the last line turns into DGXRUNMINUTES.
+# runtime, the image, every bind source: exit 20, 21, 22); tools/preflight.py in the image on the batch host (under
+# pyxis in a 1-node srun step), for all the job's nodes (recipe, batch, GPUs, data and weights: exit 10-15); an
+# all-reduce across the nodes (NCCL_CHECK, multi-node jobs); the trials. A trial that fails counts; after the second
+# failure no trial starts (MLPerf accepts one failed run of five). PILOT=1: one trial with a generous limit, whose
+# measured time the last line turns into DGXRUNMINUTES.
 set -euo pipefail
 # bash before 4.4 (RHEL/CentOS 7's 4.2) calls an empty array unbound under set -u: there, without it
 ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 404)) || set +u
@@ -195,7 +196,7 @@ else
   PREFLIGHT_ONLY=1 PREFLIGHT_NNODES="${NNODES}" "${run_cmd[@]}" "${check_overrides[@]}" || preflight_rc=$?
 fi
 if [[ "${preflight_rc}" -ne 0 ]]; then
-  echo "run_experiments: the preflight on the batch host failed with exit code ${preflight_rc} (the line above says" \
+  echo "run_experiments: the preflight failed with exit code ${preflight_rc} (the line above says" \
        "why; codes: python -m maskrcnn_benchmark.cli.exit_codes); no trial started" >&2
   exit "${preflight_rc}"
 fi

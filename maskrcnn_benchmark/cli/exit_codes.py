@@ -47,9 +47,10 @@ NOT_CONVERGED = ExitCode(3, "not converged", "SOLVER.MAX_ITER was reached withou
                          "a review counts it as the one run that may fail; raise SOLVER.MAX_ITER if it repeats")
 RANK_LOST = ExitCode(4, "rank lost", "another rank stopped answering within DISTRIBUTED_TIMEOUT; the line "
                      "names it when its heartbeat stopped", "look at that rank's node and log; rerun")
-INTERNAL = ExitCode(5, "internal error", "an unexpected exception (a bug, or a broken installation); the line "
-                    "names the exception and the place", "the traceback is in the log file the line names: "
-                    "report it")
+INTERNAL = ExitCode(5, "internal error", "an unexpected exception (a bug, or a broken installation; also a system "
+                    "error about no file: too many open files, no memory, a full /dev/shm); the line names the "
+                    "exception and the place", "the traceback is in the log file the line names: raise ulimit -n or "
+                    "the shm size where it says so, else report it")
 STOPPED = ExitCode(128, "stopped (128 + signal)", "SIGTERM (Slurm time limit, scancel, a sibling rank died), "
                    "SIGINT or SIGHUP; run_stop logged as aborted", "rerun; --resume from the last checkpoint")
 
@@ -61,7 +62,8 @@ RECIPE_REFUSED = ExitCode(10, "recipe refused", "the hyperparameters break an ML
 DATASET_MISSING = ExitCode(11, "dataset missing", "an annotation file or image folder of DATASETS.TRAIN/TEST does "
                            "not exist (the line names it)", "check DATADIR and the binds; tools/download_coco.py "
                            "--verify-only --out DIR")
-WEIGHTS_MISSING = ExitCode(12, "weights missing", "MODEL.WEIGHT names a file that does not exist",
+WEIGHTS_MISSING = ExitCode(12, "weights missing", "MODEL.WEIGHT (or, resuming, the --resume checkpoint) names a "
+                           "file that does not exist",
                            "WEIGHTS_DIR / WEIGHTS; tools/download_coco.py --weights-dir DIR")
 BATCH_NOT_DIVISIBLE = ExitCode(13, "batch not divisible", "SOLVER.IMS_PER_BATCH or TEST.IMS_PER_BATCH is not a "
                                "multiple of the number of processes", "another global batch or number of GPUs")

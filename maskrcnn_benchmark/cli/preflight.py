@@ -5,10 +5,10 @@
 
 The training command line, and: the recipe against the MLPerf rules (as ``tools/check_recipe.py``), the global
 batches against the number of processes, the GPUs of this node against the processes per node (a CUDA config),
-the annotation files and image folders of the datasets, the weights file
-(:func:`~maskrcnn_benchmark.engine.preflight.check_before_init`). ``run_and_time.sh`` runs it before it starts
-bind_launch, and the Slurm job runs that on the batch host (in the container) before the first ``srun``; the trainer
-repeats the cheap checks before ``init_start``.
+the annotation files and image folders of the datasets, the weights file (or the ``--resume`` checkpoint instead
+of MODEL.WEIGHT) (:func:`~maskrcnn_benchmark.engine.preflight.check_before_init`). ``run_and_time.sh`` runs it before
+it starts bind_launch, and the Slurm job runs that once before its trials (on the batch host in the container; under
+pyxis in a 1-node srun step), for all the job's nodes; the trainer repeats the cheap checks before ``init_start``.
 
 Exit codes (maskrcnn_benchmark/cli/exit_codes.py): 0 ready; 10 recipe refused; 11 dataset missing; 12 weights
 missing; 13 batch not divisible; 14 too few GPUs; 15 no GPU; 1 a config that does not load.

@@ -14,7 +14,8 @@ from .exit_codes import SUCCESS, run_program
 
 def build_parser():
     p = parser("Evaluate Mask R-CNN weights on DATASETS.TEST")
-    p.add_argument("--ckpt", default="", help="weights (.pth of this package or Detectron .pkl); default MODEL.WEIGHT")
+    p.add_argument("--ckpt", default="", help="a trained detector's weights (default MODEL.WEIGHT): a file that "
+                   "leaves a tensor of the model unset (the ImageNet R-50.pkl, a backbone only) is refused")
     p.add_argument("--skip-eval", action="store_true", help="only write the COCO results json")
     p.add_argument("--coco-backend", default="", choices=["", "auto", "faster_coco_eval", "pycocotools"],
                    help="COCO scoring backend (default: TEST.COCO_BACKEND)")

@@ -12,7 +12,7 @@ or the numbers, and what to do:
 =======================  =======================================================================================
 ``BatchNotDivisible``    ``SOLVER.IMS_PER_BATCH`` or ``TEST.IMS_PER_BATCH`` not divisible by the processes
 ``DatasetMissing``       an annotation file or image folder of ``DATASETS.TRAIN``/``TEST`` does not exist
-``WeightsMissing``       ``MODEL.WEIGHT`` names a file that does not exist
+``WeightsMissing``       ``MODEL.WEIGHT`` (or, resuming, ``--resume``) names a file that does not exist
 ``NoGPU``                ``MODEL.DEVICE`` is cuda and torch sees no GPU (the driver line says why, when known)
 ``TooFewGPUs``           fewer GPUs on this node than processes to start on it
 =======================  =======================================================================================

@@ -6,12 +6,15 @@ what it restores: :meth:`DetectronCheckpointer.load_weights` (the model only) an
 (everything a run needs to continue exactly); the reference's ``load(f=None)``, which picked the folder's last
 checkpoint when given none, is not kept: nothing resumes by surprise. Differences, on purpose: files are written
 atomically (temp file + rename, so a kill never leaves a half-written checkpoint); they are read with
-``torch.load(weights_only=True)`` (a checkpoint cannot run code). Keys load through
+``torch.load(weights_only=True)`` (a checkpoint cannot run code); they record the run's recipe (:data:`RECIPE_KEYS`),
+and resuming under another one is refused; loading for evaluation (``complete=True``) takes only a file that sets
+every tensor of the model. Keys load through
 :func:`~maskrcnn_benchmark.utils.model_serialization.load_state_dict` (``module.`` prefixes, suffix matching, this package's 0.1.0 names).
 
 The trainer uses :meth:`DetectronCheckpointer.load_weights` for ``MODEL.WEIGHT`` (weights only: a Detectron
 ``.pkl`` or any torch checkpoint) and :meth:`Checkpointer.resume` for ``--resume`` (model, optimizer, LR
-schedule, gradient scaler, and the extra state the trainer saved).
+schedule, gradient scaler, and the extra state the trainer saved; :meth:`DetectronCheckpointer.resume` first compares
+the recorded recipe).
 """
 import logging
 import os

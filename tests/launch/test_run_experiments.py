@@ -106,7 +106,7 @@ def test_a_missing_config_is_named(tmp_path):
 def test_a_missing_dataset_stops_the_job_before_any_trial(tmp_path):
     r = run_job(tmp_path, DATADIR=tmp_path / "empty")
     assert r.returncode == exit_codes.DATASET_MISSING.code, r.stderr
-    assert "preflight on the batch host failed with exit code 11" in r.stderr
+    assert "the preflight failed with exit code 11" in r.stderr
     assert not list((tmp_path / "logs").glob("result_*"))
 
 

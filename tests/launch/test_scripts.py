@@ -402,7 +402,7 @@ def test_slurm_job_refuses_the_recipe_before_the_first_trial(tmp_path):
                                                   PATH=f"{bindir}:{os.environ['PATH']}"))
     assert r.returncode == 10, r.stdout + r.stderr
     assert "error: recipe refused: global_batch_size 512 is outside the RCPs" in r.stderr
-    assert "preflight on the batch host failed with exit code 10" in r.stderr and "no trial started" in r.stderr
+    assert "the preflight failed with exit code 10" in r.stderr and "no trial started" in r.stderr
     assert not (tmp_path / "srun_calls").exists()
 
 
