@@ -191,10 +191,17 @@ class Checkpointer:
     def _resume_loaded(self, data, path):
         if not isinstance(data, dict) or "model" not in data:
             raise WeightsError(f"'{path}' is not a training checkpoint (no 'model' entry)")
-        self._load_model(data, path)
-        if self.optimizer is not None and "optimizer" not in data:
-            raise WeightsError(f"'{path}' has no optimizer state: it holds weights, not a training checkpoint "
-                               "(use MODEL.WEIGHT to start from it)")
+        # an exact continuation needs every piece: a tensor left at its initialization, or a schedule restarted,
+        # is another run
+        for key, obj in (("optimizer", self.optimizer), ("scheduler", self.scheduler)):
+            if obj is not None and key not in data:
+                raise WeightsError(f"'{path}' has no {key} state: it holds weights, not a training checkpoint "
+                                   "(use MODEL.WEIGHT to start from it)")
+        unmatched = self._load_model(data, path)
+        if unmatched:
+            raise WeightsError(f"checkpoint '{path}' leaves {len(unmatched)} of the model's tensors unset (e.g. "
+                               f"{', '.join(unmatched[:3])}): not a checkpoint of this model; --resume continues "
+                               "a run exactly (MODEL.WEIGHT to start from its weights)")
         self._load_training_state(data, path)
         self.logger.warning("RESUMED from %s (optimizer, LR schedule and gradient scaler restored)", path)
         return data

@@ -234,3 +234,34 @@ def test_evaluation_needs_every_tensor_of_a_trained_detector(tmp_path):
     DetectronCheckpointer(cfg, fresh).load_weights(str(body))  # a training run's start: allowed, as before
     with pytest.raises(WeightsError, match="no weights to evaluate"):
         DetectronCheckpointer(cfg, fresh).load_weights("", complete=True)
+
+
+def test_resume_needs_the_whole_training_state(tmp_path):
+    """--resume promises an exact continuation, but a checkpoint leaving model tensors unset resumed with a warning
+    (they kept their initialization), and one without the LR schedule's state restarted the warmup. Both are one
+    error line naming the file; a checkpoint with everything resumes."""
+    from maskrcnn_benchmark.config import load_config
+    from maskrcnn_benchmark.solver import make_lr_scheduler, make_optimizer
+
+    def parts(model):
+        cfg = load_config("", [])
+        opt = make_optimizer(cfg, model)
+        return cfg, model, opt, make_lr_scheduler(cfg, opt)
+
+    cfg, model, opt, sched = parts(nn.Linear(3, 2))
+    path = DetectronCheckpointer(cfg, model, opt, sched, str(tmp_path), save_to_disk=True).save("m", iteration=5)
+    assert DetectronCheckpointer(*parts(nn.Linear(3, 2))).resume(path)["iteration"] == 5
+    bigger = nn.Sequential()
+    bigger.add_module("weight_holder", nn.Linear(3, 2))
+    data = torch.load(path, weights_only=True)
+    data["model"] = {"weight_holder.weight": data["model"]["weight"]}  # the bias left out
+    torch.save(data, tmp_path / "partial.pth")
+    with pytest.raises(WeightsError) as e:
+        DetectronCheckpointer(*parts(bigger)).resume(str(tmp_path / "partial.pth"))
+    assert "partial.pth" in str(e.value) and "weight_holder.bias" in str(e.value)
+    data = torch.load(path, weights_only=True)
+    data.pop("scheduler")
+    torch.save(data, tmp_path / "nosched.pth")
+    with pytest.raises(WeightsError) as e:
+        DetectronCheckpointer(*parts(nn.Linear(3, 2))).resume(str(tmp_path / "nosched.pth"))
+    assert "nosched.pth" in str(e.value) and "scheduler" in str(e.value)
