@@ -60,6 +60,7 @@ def test_mask_predictor_bench_prints_every_case_with_a_rounding_sized_difference
     assert all(float(r[-1]) < 1e-4 for r in rows)  # logits: float rounding, not a different function
 
 
+@pytest.mark.slow  # every op case twice (2 s): kept out of make test-fast
 def test_ops_ab_bench_runs_every_case_against_another_checkout(capsys):
     """Against this very checkout (the same code on both sides): every case runs and gives the same results."""
     sys.path.insert(0, os.path.join(REPO, "bench"))

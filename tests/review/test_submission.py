@@ -77,6 +77,7 @@ def test_runs_of_another_submitter_are_refused(tmp_path, capsys, monkeypatch):
     assert rc == 2 and "not logged by submitter 'OtherOrg'" in err and "result_0 says 'TESTORG'" in err
 
 
+@pytest.mark.slow  # the official checkers on a folder
 def test_an_existing_submission_is_never_overwritten(tmp_path, capsys):
     results = five_runs(tmp_path / "results")
     out = tmp_path / "s"
@@ -86,6 +87,7 @@ def test_an_existing_submission_is_never_overwritten(tmp_path, capsys):
     assert "never overwritten" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # the official checkers on a folder
 def test_the_verdict_follows_the_official_checker(tmp_path, capsys):
     """Two non-converged runs sink the set: the checker on the real folder says so."""
     results = five_runs(tmp_path / "results")
