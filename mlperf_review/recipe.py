@@ -141,14 +141,21 @@ def _same(want, got):
 
 
 def check_recipe(log_text: str, ruleset: str = "3.1.0", division: str = "closed",
-                 allow_non_rcp: bool = False, images_per_chip: Optional[int] = None) -> RecipeVerdict:
+                 allow_non_rcp: bool = False, images_per_chip: Optional[int] = None,
+                 warmup_method: Optional[str] = None) -> RecipeVerdict:
     """The verdict on the hyperparameter lines a run would log (``log_text``); ``images_per_chip``: the run's
-    images per GPU, when known (num_image_candidates is then judged exactly)."""
+    images per GPU, when known (num_image_candidates is then judged exactly); ``warmup_method``: the config's
+    SOLVER.WARMUP_METHOD, when known (the log does not hold it)."""
     hparams = hparams_from_log(log_text)
     verdict = RecipeVerdict(ruleset, division, hparams)
     verdict.refusals += compliance_refusals(log_text, ruleset, division)
     if division == "closed":
         verdict.refusals += closed_rule_refusals(hparams, ruleset, verdict.refusals, images_per_chip)
+    if division == "closed" and warmup_method not in (None, "mlperf_linear"):
+        verdict.refusals.append(
+            f"SOLVER.WARMUP_METHOD {warmup_method!r}: the logged opt_learning_rate_warmup_factor and _steps are "
+            "mlperf_linear's ramp (the RCPs' warmup; NVIDIA's configs set SOLVER.WARMUP_METHOD mlperf_linear), so "
+            "the run would train otherwise than its log says")
     if division == "closed" and at_least(ruleset, RCP_MIN_RULESET):
         refusals, warnings, verdict.rcp = rcp_check(hparams, ruleset)
         verdict.refusals += refusals

@@ -57,16 +57,7 @@ def judge_recipe(cfg, world_size, ruleset, division="closed", allow_non_rcp=Fals
     logger.close()
     per_chip, rest = divmod(cfg.SOLVER.IMS_PER_BATCH, world_size)  # not a whole number: the batch check's to say
     verdict = check_recipe(stream.getvalue(), ruleset, division, allow_non_rcp,
-                           images_per_chip=None if rest else per_chip)
-    if division == "closed" and cfg.SOLVER.WARMUP_METHOD != "mlperf_linear":  # not in the log: the config says
-        rule = (f"SOLVER.WARMUP_METHOD {cfg.SOLVER.WARMUP_METHOD!r}: the logged opt_learning_rate_warmup_factor and "
-                "_steps are mlperf_linear's ramp (the RCPs' warmup; NVIDIA's configs set SOLVER.WARMUP_METHOD "
-                "mlperf_linear), so the run would train otherwise than its log says")
-        if allow_non_rcp:
-            verdict.warnings.append(f"not an RCP recipe, allowed for a research run, not a closed submission: {rule}")
-            verdict.allowed.append(rule)
-        else:
-            verdict.refusals.append(rule)
+                           images_per_chip=None if rest else per_chip, warmup_method=cfg.SOLVER.WARMUP_METHOD)
     for w in verdict.warnings:
         print(f"check_recipe: WARNING: {w}", file=sys.stderr)
     for r in verdict.refusals[:-1]:
