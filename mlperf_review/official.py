@@ -240,21 +240,30 @@ def system_description(org: str, platform: str, division: str, status: str) -> D
 
 
 @contextlib.contextmanager
-def stage(results: Sequence[Tuple[str, Path]], org: Optional[str], platform: Optional[str],
-          division: Optional[str], status: Optional[str] = None):
-    """results: (staged file name, source path). ``.gz`` sources are decompressed; a truncated or unreadable
-    file keeps what could be read (the review's parser reports the problem). Removed on exit."""
+def _scratch_package(org_name: str, system: str):
+    """An empty ``<tmp>/<org>/results/<system>/maskrcnn`` and ``systems/`` as a :class:`Package`; removed on exit."""
     root = Path(tempfile.mkdtemp(prefix="mlperf_review_"))
     try:
-        org_name = safe_name(org, "unknown_org")
-        system = safe_name(platform, "unknown_system")
         org_dir = root / org_name
         bench = org_dir / "results" / system / rules.BENCHMARK
         bench.mkdir(parents=True)
         (org_dir / "systems").mkdir()
+        yield Package(root=root, org_dir=org_dir, system=system, benchmark_dir=bench)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def stage(results: Sequence[Tuple[str, Path]], org: Optional[str], platform: Optional[str],
+          division: Optional[str], status: Optional[str] = None):
+    """results: (staged file name, source path). ``.gz`` sources are decompressed; a truncated or unreadable
+    file keeps what could be read (the review's parser reports the problem). Removed on exit."""
+    org_name = safe_name(org, "unknown_org")
+    system = safe_name(platform, "unknown_system")
+    with _scratch_package(org_name, system) as pkg:
         desc = system_description(org or org_name, platform or system, division or "closed", status or "onprem")
-        (org_dir / "systems" / f"{system}.json").write_text(json.dumps(desc, indent=2))
-        pkg = Package(root=root, org_dir=org_dir, system=system, benchmark_dir=bench)
+        (pkg.org_dir / "systems" / f"{system}.json").write_text(json.dumps(desc, indent=2))
+        bench = pkg.benchmark_dir
         for name, src in results:
             dest = bench / name
             try:
@@ -266,8 +275,6 @@ def stage(results: Sequence[Tuple[str, Path]], org: Optional[str], platform: Opt
             pkg.files[Path(src).name] = dest
             pkg.shown[str(dest)] = Path(src).name
         yield pkg
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -276,24 +283,16 @@ def one_system(org_dir: Path, system: str):
     package checker and the result summarizer: on a folder of several systems their verdict is the whole folder's
     and their score rows are every system's. The RCP check's ``scaling.json`` is copied back beside the results.
     Removed on exit."""
-    root = Path(tempfile.mkdtemp(prefix="mlperf_review_"))
-    try:
-        org_copy = root / org_dir.name
-        src = org_dir / "results" / system
-        dest = org_copy / "results" / system
-        shutil.copytree(src, dest)
-        (org_copy / "systems").mkdir(parents=True)
-        shutil.copy2(org_dir / "systems" / f"{system}.json", org_copy / "systems" / f"{system}.json")
-        bench = dest / rules.BENCHMARK
-        pkg = Package(root=root, org_dir=org_copy, system=system, benchmark_dir=bench)
-        for f in bench.iterdir():
+    src = org_dir / "results" / system / rules.BENCHMARK
+    with _scratch_package(org_dir.name, system) as pkg:
+        shutil.copytree(src, pkg.benchmark_dir, dirs_exist_ok=True)
+        shutil.copy2(org_dir / "systems" / f"{system}.json", pkg.org_dir / "systems" / f"{system}.json")
+        for f in pkg.benchmark_dir.iterdir():
             pkg.shown[str(f)] = f.name
         yield pkg
-        scaling = bench / SCALING_FILE
+        scaling = pkg.benchmark_dir / SCALING_FILE
         if scaling.is_file():
-            shutil.copy2(scaling, src / rules.BENCHMARK / SCALING_FILE)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+            shutil.copy2(scaling, src / SCALING_FILE)
 
 
 # ------------------------------------------------------------------------------------------------ compliance
