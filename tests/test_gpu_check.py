@@ -1,4 +1,5 @@
 """make gpu-check (tools/gpu_check.py): one line without CUDA; the whole pipeline with tiny sizes on the CPU."""
+import argparse
 import json
 import os
 import re
@@ -730,17 +731,33 @@ def test_a_one_gpu_node_passes_with_the_all_reduce_skipped_not_measured(tmp_path
                     "node)")
 
 
-def test_a_parity_stage_cut_by_its_cap_counts_the_tests_it_ran():
-    """Cut by its cap, the parity stage has no summary line: it reported "0 passed, 0 failed", whatever ran."""
+def test_a_parity_stage_cut_by_its_cap_counts_the_tests_it_ran_and_names_the_one_it_was_running():
+    """Cut by its cap, the parity stage has no summary line: it reported "0 passed, 0 failed", whatever ran. On an
+    H100 (2026-11-27) it was cut at 131 s after 10 of its 30 tests, where an H200 had run 20 in 100 s; pytest -q's
+    marks did not say which test held it. The stage runs pytest -v: the report names the test the cap cut, and the
+    log has each test's outcome as it ended."""
+    head = "============================= test session starts ==============================\ncollected 30 items\n\n"
+    lines = ["tests/parity/test_device_against_the_cpu.py::test_nms_keep_sets_equal_the_cpus[0] PASSED [  3%]",
+             "tests/parity/test_golden_heads.py::test_anchors_and_visibility_match SKIPPED (no golden) [  6%]",
+             "tests/parity/test_golden_heads.py::test_rpn_post_processing_identical_including_order[eager] FAILED "
+             "[ 10%]",
+             "tests/parity/test_golden_heads.py::test_box_post_processing_identical[eager-per-group nms] PASSED "
+             "[ 13%]",
+             "tests/parity/test_golden_heads.py::test_box_post_processing_identical[compiled-per-group nms] "]
     c = gpu_check.Check("parity", "p", [], 60, status="NOT RUN (did not finish in its 78 s cap)",
-                        output="....s..F. [ 40%]\n..")
+                        output=head + "\n".join(lines))
     gpu_check.read_parity(c)
-    assert c.figures == [("parity tests (cut by the cap; pytest's progress marks)",
-                          "9 passed, 1 failed, 1 skipped before the cap")]
+    assert c.figures == [("parity tests (cut by the cap)",
+                          "2 passed, 1 failed, 1 skipped before the cap; running at the cap: "
+                          "test_golden_heads.py::test_box_post_processing_identical[compiled-per-group nms]")]
     assert c.status == "FAILED (1 failed before the cap: see parity.log)"
-    clean = gpu_check.Check("parity", "p", [], 60, status="NOT RUN (did not finish in its 78 s cap)", output="...")
+    clean = gpu_check.Check("parity", "p", [], 60, status="NOT RUN (did not finish in its 78 s cap)",
+                            output=head + "\n".join(lines[:2]) + "\n")
     gpu_check.read_parity(clean)
-    assert clean.status.startswith("NOT RUN") and clean.figures[0][1] == "3 passed, 0 failed, 0 skipped before the cap"
+    assert clean.status.startswith("NOT RUN")
+    assert clean.figures[0][1] == "1 passed, 0 failed, 1 skipped before the cap"  # cut between two tests
+    plan = gpu_check.plan(argparse.Namespace(quick=False, device="cuda", budget=1000.0, only="parity"), Path("."))
+    assert "-v" in plan[0].cmd and "-q" not in plan[0].cmd  # the lines read above
 
 
 @pytest.mark.slow  # starts processes

@@ -175,15 +175,20 @@ def _text(b):
 
 
 # ------------------------------------------------------------------------------------------------ what each reports
-PROGRESS = re.compile(r"^([.FEsxX]+)\s*(?:\[\s*\d+%\])?$", re.M)  # pytest -q's marks: one per test
+# pytest -v: a test's node id when it starts, its outcome (and the progress) on the same line when it ends
+VERBOSE_TEST = re.compile(r"^(\S+::.*?)(?: (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b.*)?\s*$", re.M)
 
 
 def read_parity(c):
-    if c.status.startswith("NOT RUN (did not finish"):  # cut: no summary line, only the marks of the tests run
-        marks = "".join(PROGRESS.findall(c.output))
-        passed, failed, skipped = marks.count("."), marks.count("F") + marks.count("E"), marks.count("s")
-        c.figures.append(("parity tests (cut by the cap; pytest's progress marks)",
-                          f"{passed} passed, {failed} failed, {skipped} skipped before the cap"))
+    if c.status.startswith("NOT RUN (did not finish"):  # cut: no summary line, only the lines of the tests run
+        outcomes = VERBOSE_TEST.findall(c.output)
+        done = [o for _, o in outcomes if o]
+        passed = sum(done.count(o) for o in ("PASSED", "XFAIL", "XPASS"))
+        failed, skipped = done.count("FAILED") + done.count("ERROR"), done.count("SKIPPED")
+        running = outcomes[-1][0].strip() if outcomes and not outcomes[-1][1] else None
+        c.figures.append(("parity tests (cut by the cap)",
+                          f"{passed} passed, {failed} failed, {skipped} skipped before the cap"
+                          + (f"; running at the cap: {running.removeprefix('tests/parity/')}" if running else "")))
         if failed:
             c.status = f"FAILED ({failed} failed before the cap: see parity.log)"
         return
@@ -596,7 +601,7 @@ def plan(args, out_dir):
     checks = [
         Check("parity", "parity tests on the device: against the node's CPU, and the golden outputs where present "
                         "(TF32 off)",
-              [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/parity"]
+              [py, "-m", "pytest", "-v", "-p", "no:cacheprovider", "--durations", "0", "tests/parity"]
               + (["-k", "nms and not compiled"] if q else []),
               60 if q else 120, env={"MASKRCNN_TEST_DEVICE": dev}, need=5 if q else 90),  # 87 s on an H200
         Check("model_step", "training step img/s: eager, compiled, CUDA-graphed, torchvision; peak memory",
