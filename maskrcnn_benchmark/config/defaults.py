@@ -270,11 +270,11 @@ _C.AMP_VERBOSE = False
 # channels_last memory format for the convolutions.
 _C.NHWC = False
 # Compile the training step (torch.compile on the static-shape step: fixed image sizes, padded targets, fused
-# SGD with a device-tensor learning rate). None (auto): off, the eager step, measured faster on the CPU and on an
-# H200 (docs/benchmarks.md). Also --compile / --no-compile. (added)
+# SGD with a device-tensor learning rate). None (auto): off, the eager step, measured faster on the CPU, an H200
+# and an H100 (docs/benchmarks.md). Also --compile / --no-compile. (added)
 _C.COMPILE = None
-# torch.compile mode: "auto" is "default" (no CUDA graphs: "reduce-overhead" failed on an H200 with torch 2.11,
-# docs/benchmarks.md). (added)
+# torch.compile mode: "auto" is "reduce-overhead" (CUDA graphs) when compiling on CUDA with inductor (1.30x
+# "default" on an H100, 1.38x on an H200, in the step bench: docs/benchmarks.md), else "default". (added)
 _C.COMPILE_MODE = "auto"
 # torch.compile backend: "inductor"; "aot_eager" or "eager" trace the same graphs without generating code (to tell
 # a tracing problem from a code-generation one, and for quick tests of the compiled path). (added)

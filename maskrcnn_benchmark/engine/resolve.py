@@ -7,10 +7,12 @@ check reads the resolved config, never the automatic value:
 key                                    automatic value               resolved to
 =====================================  ===========================  ==========================================
 ``COMPILE``                            None                          False: the eager step (measured faster on
-                                                                     the CPU and on an H200: docs/benchmarks.md)
-``COMPILE_MODE``                       "auto"                        "default" (inductor without CUDA graphs:
-                                                                     reduce-overhead, faster in the step bench,
-                                                                     has not run in a training run on a GPU)
+                                                                     the CPU, an H200 and an H100:
+                                                                     docs/benchmarks.md)
+``COMPILE_MODE``                       "auto"                        compiling on CUDA with inductor:
+                                                                     "reduce-overhead" (CUDA graphs: 1.30x
+                                                                     "default" on an H100, 1.38x on an H200);
+                                                                     else "default"
 ``DATALOADER.STATIC_POLYGON_SLOTS``    None                          (256, 8) with CUDA graphs (each polygon
                                                                      padding is one more recorded graph), else
                                                                      (16, 4): the least padding per mask
@@ -46,13 +48,18 @@ def resolve(cfg, device, world_size=1, is_train=True):
     cuda = _is_cuda(device)
     notes = []
     if out.COMPILE is None:
-        # H200, torch 2.11, 800x1333, 12 images, float16, cuDNN autotuner on (docs/benchmarks.md, 2026-11-27):
-        # eager 96.8 img/s, compiled static step 82.0 with CUDA graphs (reduce-overhead), 59.6 without (default)
+        # torch 2.11, 800x1333, 12 images, float16, channels_last (docs/benchmarks.md, 2026-11-27): H100 eager
+        # 85.3 img/s, compiled static step 70.3 with CUDA graphs (reduce-overhead), 54.1 without (default); H200
+        # (cuDNN autotuner on) 96.8, 82.0, 59.6
         out.COMPILE = False
         notes.append("COMPILE False (auto: the eager step, measured fastest)")
     if out.COMPILE_MODE == "auto":
-        out.COMPILE_MODE = "default"
-        notes.append("COMPILE_MODE default (auto: no CUDA graphs)")
+        # a 100-iteration training run on an H100 with reduce-overhead recorded its graphs in the warm-up only, fell
+        # back to nothing and tracked the eager run's loss (make gpu-check's compiled_training, docs/benchmarks.md)
+        graphs = out.COMPILE and cuda and out.COMPILE_BACKEND == "inductor"
+        out.COMPILE_MODE = "reduce-overhead" if graphs else "default"
+        notes.append(f"COMPILE_MODE {out.COMPILE_MODE} (auto: "
+                     + ("CUDA graphs)" if graphs else "no CUDA graphs: not compiling with inductor on CUDA)"))
     if out.DATALOADER.STATIC_POLYGON_SLOTS is None:
         out.DATALOADER.STATIC_POLYGON_SLOTS = polygon_slots(out, out.COMPILE_MODE if out.COMPILE else "none",
                                                             "cuda" if cuda else "cpu")
