@@ -7,6 +7,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: venv test test-fast demo bench gpu-check clean
 
+comma := ,
+
 venv: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
@@ -53,9 +55,11 @@ bench: venv
 # GPU_CHECK_RESULTS: the folder that receives gpu-check/ (default: results/ in the checkout).
 GPU_CHECK_RESULTS ?= $(CURDIR)/results
 ifdef IMAGE
+# ../shared (the golden outputs of the parity stage), where it is beside the checkout: beside the checkout's copy too
+SHARED_BIND = $(if $(realpath $(CURDIR)/../shared),$(realpath $(CURDIR)/../shared):/workspace/shared:ro)
 gpu-check:
 	mkdir -p $(GPU_CHECK_RESULTS)
-	CONTAINER=$(IMAGE) CONTAINER_BINDS=$(CURDIR):/workspace/object_detection:ro,$(GPU_CHECK_RESULTS):/results \
+	CONTAINER=$(IMAGE) CONTAINER_BINDS=$(CURDIR):/workspace/object_detection:ro,$(GPU_CHECK_RESULTS):/results$(if $(SHARED_BIND),$(comma)$(SHARED_BIND)) \
 	  MASKRCNN_GPU_CHECK_IMAGE=$(IMAGE) slurm/in_container.sh python3 tools/gpu_check.py --out /results/gpu-check \
 	  $(GPU_CHECK_ARGS)
 else

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import REPO, guard_processes
+from helpers import REPO, guard_processes, require_shared
 
 from maskrcnn_benchmark.cli import gpu_check
 from maskrcnn_benchmark.engine import preflight
@@ -310,6 +310,8 @@ def test_quick_cpu_run_in_the_image_writes_the_report_with_every_check_and_its_c
     assert "evaluation gap on one node: 625 images (COCO val / 8 GPUs) x" in report
     assert "background scoring of an epoch's results: " in report
     assert "| host syncs per step, 1 images | 0 |" in report
+    if os.path.isdir(os.path.join(os.path.dirname(REPO), "shared", "golden")):  # bound beside the image's checkout
+        assert re.search(r"\| parity tests \| [1-9]\d* passed, 0 failed, 0 skipped \|", report), report
     for name in ("parity", "model_step", "host_syncs", "input", "training", "compiled_training", "evaluation",
                  "scoring", "allreduce"):
         assert (out / f"{name}.log").read_text().strip()
@@ -344,6 +346,18 @@ def test_the_projection_shows_every_term_and_writes_the_trials_time_limits(tmp_p
     lines = gpu_check.projection(step)
     assert lines[0].startswith("per GPU: 120.0 img/s (static eager, the eager step, which a run takes, was not "
                                "measured: the slowest form measured;")
+
+
+@pytest.mark.slow  # starts make (a second)
+def test_make_gpu_check_in_an_image_binds_the_golden_outputs_beside_the_checkout():
+    """The parity stage finds the golden outputs at ../shared/golden beside the checkout; in the image the checkout
+    is /workspace/object_detection, and nothing was bound at /workspace/shared: every golden test skipped there and
+    the stage read NOT RUN, though the node had them. ../shared is bound read-only beside the checkout's copy."""
+    shared = os.path.join(os.path.dirname(REPO), "shared")
+    require_shared(os.path.join(shared, "golden"), "reference golden outputs")
+    r = subprocess.run(["make", "-n", "gpu-check", "IMAGE=/images/maskrcnn.sif"], cwd=REPO, capture_output=True,
+                       text=True, check=True)
+    assert f"{os.path.realpath(shared)}:/workspace/shared:ro" in r.stdout, r.stdout
 
 
 @pytest.mark.slow  # starts make (a second)
