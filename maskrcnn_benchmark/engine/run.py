@@ -32,7 +32,7 @@ from ..utils.checkpoint import DetectronCheckpointer
 from ..utils.host_memory import glibc_version, keep_freed_blocks
 from ..utils.logger import TRACEBACK_LOGGER, setup_logger
 from ..utils.mlperf_logger import MLPerfLogger
-from ..utils.rng import set_rng_state
+from ..utils.rng import PROCESS, derived_seed, set_rng_state
 from ..utils.run_folder import claim_output_folder
 from .compile import CompiledForward
 from .events import EpochScores
@@ -270,8 +270,14 @@ class MLPerfRun:
         return int(resumed.get("iteration", 0)), seed, resumed.get("rng_states")
 
 
+def process_seed(seed, rank):
+    """The seed of ``rank``'s Python, numpy and torch generators in the run with ``seed``: a mix of both (with
+    ``seed + rank``, rank 1 of the run with seed s drew what rank 0 of the run with seed s + 1 drew)."""
+    return derived_seed(PROCESS, seed, rank) % 2 ** 32
+
+
 def _seed_everything(seed, rank):
-    local = (seed + rank) % 2 ** 32
+    local = process_seed(seed, rank)
     random.seed(local)
     np.random.seed(local)
     torch.manual_seed(local)

@@ -30,6 +30,27 @@ def test_distributed_sampler_partitions_and_reshuffles():
     assert list(DistributedSampler(5, 2, 1, shuffle=False)) == [1, 3, 0]
 
 
+def test_runs_with_nearby_seeds_never_share_an_epochs_order():
+    """The shuffle was seeded with seed + epoch, so the run with seed s saw in epoch e + 1 the order the run with
+    seed s + 1 saw in epoch e: five runs launched with --seed 1..5 trained on shifted copies of one another's data
+    orders (NVIDIA's reference draws each pass's seed from a generator seeded with the run's seed). Every (seed,
+    epoch) pair of nearby seeds now has its own order; the process seeds of nearby (seed, rank) pairs likewise."""
+    from maskrcnn_benchmark.engine.run import process_seed
+
+    orders = {}
+    for seed in range(1, 6):
+        s = DistributedSampler(1000, 1, 0, shuffle=True, seed=seed)
+        for epoch in range(8):
+            s.set_epoch(epoch)
+            orders[(seed, epoch)] = tuple(s)
+    assert len(set(orders.values())) == len(orders)
+    again = DistributedSampler(1000, 1, 0, shuffle=True, seed=3)
+    again.set_epoch(5)
+    assert tuple(again) == orders[(3, 5)]  # still a function of (seed, epoch): a resumed run replays it
+    seeds = {process_seed(seed, rank) for seed in range(1, 6) for rank in range(64)}
+    assert len(seeds) == 5 * 64 and all(0 <= v < 2 ** 32 for v in seeds)
+
+
 def test_iteration_based_sampler_reiterates_with_new_epochs():
     s = DistributedSampler(6, 1, 0, shuffle=True, seed=0)
     batch = torch.utils.data.BatchSampler(s, 4, drop_last=False)

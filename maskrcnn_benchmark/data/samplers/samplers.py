@@ -4,9 +4,13 @@ import math
 import torch
 from torch.utils.data.sampler import BatchSampler, Sampler
 
+from ...utils.rng import SHUFFLE, derived_seed
+
 
 class DistributedSampler(Sampler):
-    """This rank's share of the (per-epoch shuffled) indices, padded so every rank gets the same count."""
+    """This rank's share of the (per-epoch shuffled) indices, padded so every rank gets the same count. Each epoch's
+    order is a function of the run's seed and the epoch (:func:`derived_seed`), the same on every rank, as NVIDIA's
+    reference draws each pass's seed from a generator seeded with the run's seed."""
 
     def __init__(self, dataset_len, num_replicas, rank, shuffle=True, seed=0):
         self.dataset_len = dataset_len
@@ -20,7 +24,7 @@ class DistributedSampler(Sampler):
 
     def __iter__(self):
         if self.shuffle:
-            g = torch.Generator().manual_seed(self.seed + self.epoch)
+            g = torch.Generator().manual_seed(derived_seed(SHUFFLE, self.seed, self.epoch))
             indices = torch.randperm(self.dataset_len, generator=g).tolist()
         else:
             indices = list(range(self.dataset_len))
@@ -79,7 +83,7 @@ class GroupedBatchSampler(BatchSampler):
 def augmentation_seed(seed, rank, iteration, slot):
     """The random seed of one training sample's augmentation: a function of where it sits in the run, so a
     resumed run (or a restarted loader worker) draws exactly what the uninterrupted run drew."""
-    return hash((int(seed), int(rank), int(iteration), int(slot))) & 0x7FFFFFFFFFFFFFFF
+    return derived_seed(seed, rank, iteration, slot)
 
 
 class IterationBasedBatchSampler(BatchSampler):
