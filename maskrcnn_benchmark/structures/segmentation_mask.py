@@ -84,8 +84,9 @@ class SegmentationMask:
     # -- construction helpers -------------------------------------------------------------------------------
     @classmethod
     def _from_polygons(cls, polygons, size):
+        """Polygons of an image of ``size``, as given: a crop's size is the box's, in float (:meth:`crop`)."""
         out = cls.__new__(cls)
-        out.size, out.mode, out.polygons, out.masks = (int(size[0]), int(size[1])), "poly", polygons, None
+        out.size, out.mode, out.polygons, out.masks = tuple(size), "poly", polygons, None
         out._packed = None
         return out
 
@@ -110,18 +111,22 @@ class SegmentationMask:
         return self._map_parts(flip, self.size)
 
     def crop(self, box):
-        x1, y1, x2, y2 = [float(v) for v in box]
-        w, h = max(x2 - x1, 1.0), max(y2 - y1, 1.0)
+        """The masks inside ``box`` (xyxy). Polygons as the 2018 reference crops them (NVIDIA's v0.7 mask targets):
+        shifted by the raw box corner, the crop's size the box's float32 width and height, at least 1, unrounded,
+        so a :meth:`resize` to ``(M, M)`` scales by ``M / max(x2 - x1, 1)`` (bit for bit the golden targets:
+        tests/parity/test_golden_layers.py)."""
+        box = torch.as_tensor(box, dtype=torch.float32).reshape(4).cpu()
+        w, h = max(float(box[2] - box[0]), 1.0), max(float(box[3] - box[1]), 1.0)
         if self.mode == "mask":
-            ix1, iy1 = int(round(x1)), int(round(y1))
+            ix1, iy1 = int(round(float(box[0]))), int(round(float(box[1])))
             masks = self.masks[:, iy1:iy1 + int(round(h)), ix1:ix1 + int(round(w))]
             return SegmentationMask(masks, (masks.shape[2], masks.shape[1]), "mask")
-        shift = torch.tensor([x1, y1])
+        shift = box[:2]
 
         def crop(p):
-            return (p.view(-1, 2) - shift).reshape(-1)
+            return (p.view(-1, 2) - shift.to(p.device)).reshape(-1)
 
-        return self._map_parts(crop, (int(round(w)), int(round(h))))
+        return self._map_parts(crop, (w, h))
 
     def resize(self, size, *args, **kwargs):
         size = (int(size[0]), int(size[1]))
@@ -131,7 +136,7 @@ class SegmentationMask:
             m = torch.nn.functional.interpolate(self.masks[:, None].float(), size=(size[1], size[0]),
                                                 mode="bilinear", align_corners=False)[:, 0]
             return SegmentationMask((m > 0.5).to(torch.uint8), size, "mask")
-        scale = torch.tensor([size[0] / self.size[0], size[1] / self.size[1]])
+        scale = torch.tensor([size[0] / float(self.size[0]), size[1] / float(self.size[1])])
 
         def resize(p):
             return (p.view(-1, 2) * scale).reshape(-1)
@@ -150,7 +155,7 @@ class SegmentationMask:
         """``(N, H, W)`` uint8 bitmaps."""
         if self.mode == "mask":
             return self.masks
-        width, height = self.size
+        width, height = (int(round(v)) for v in self.size)  # a crop's size is the box's, in float
         if not self.polygons:
             return torch.zeros((0, height, width), dtype=torch.uint8)
         out = []

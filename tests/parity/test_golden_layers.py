@@ -47,6 +47,21 @@ def test_mask_targets_identical_on_all_200_instances(golden, device, mode):
     assert torch.equal(current.cpu(), g["targets"].bool())
 
 
+def test_segmentation_mask_crop_then_resize_is_the_references_on_all_200_instances(golden):
+    """The public API the mask loss's docstring names, ``SegmentationMask.crop(box).resize((M, M))``, as the 2018
+    reference's ``Polygons`` computes it (the MLPerf semantics): shift by the raw box corner, scale by ``M / max(x2
+    - x1, 1)`` with the box's float32 width. The crop rounded its size to whole pixels, and the resize then scaled
+    by ``M / round(w)``: 119 of the 200 golden instances differed (a box 10.49 wide: 14 pixels)."""
+    from maskrcnn_benchmark.structures.segmentation_mask import SegmentationMask
+
+    g = golden("mask_targets")
+    m = int(g["resolution"])
+    for i, (parts, box, size) in enumerate(zip(g["polygons"], g["boxes_xyxy"], g["image_size_wh"])):
+        masks = SegmentationMask([[p for p in parts if len(p) >= 6]], tuple(size.tolist()))
+        got = masks.crop(box).resize((m, m)).get_mask_tensor()[0]
+        assert torch.equal(got.bool(), g["targets_legacy_2018"][i].bool()), f"instance {i}"
+
+
 def test_roi_align_forward_and_backward(golden, device, mode):
     for case in golden("roi_align")["cases"]:
         feats = case["features"].detach().clone().to(device).requires_grad_(True)
