@@ -61,18 +61,33 @@ def test_mask_predictor_bench_prints_every_case_with_a_rounding_sized_difference
 
 
 @pytest.mark.slow  # every op case twice (2 s): kept out of make test-fast
-def test_ops_ab_bench_runs_every_case_against_another_checkout(capsys):
-    """Against this very checkout (the same code on both sides): every case runs and gives the same results."""
+def test_ops_ab_bench_runs_every_case_against_another_checkout(capsys, tmp_path):
+    """Against this very checkout (the same code on both sides): every case runs and gives the same results.
+    Against a checkout whose NMS suppresses at another IoU: the NMS rows say NO, the others yes, and it exits 1."""
     sys.path.insert(0, os.path.join(REPO, "bench"))
     try:
         import ops_ab
     finally:
         sys.path.remove(os.path.join(REPO, "bench"))
-    assert ops_ab.main(["--before", REPO, "--repeats", "1", "--scale", "0.05", "--threads", "1"]) == 0
+    args = ["--repeats", "1", "--scale", "0.05", "--threads", "1"]
+    assert ops_ab.main(["--before", REPO, *args]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
     trained = sum("training" in case[0] for case in ops_ab.ROI_CASES)
     assert len(rows) == len(ops_ab.ROI_CASES) + trained + 2 * len(ops_ab.NMS_CASES) + 2, rows
     assert all(row.endswith("| yes |") for row in rows), rows
+    for name in ("layers/roi_align.py", "layers/nms.py", "layers/mask_paste.py", "evaluation/postprocess.py"):
+        copy = tmp_path / "maskrcnn_benchmark" / name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        source = open(os.path.join(REPO, "maskrcnn_benchmark", name)).read()
+        if name == "layers/nms.py":  # the bitmask's threshold lowered: other keep sets
+            source = source.replace("    thr = _threshold(iou_threshold)\n    out = ",
+                                    "    thr = _threshold(iou_threshold) - 0.2\n    out = ")
+            assert "- 0.2" in source
+        copy.write_text(source)
+    assert ops_ab.main(["--before", str(tmp_path), *args]) == 1
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
+    assert {row.endswith("| NO |") for row in rows if "NMS" in row} == {True}, rows
+    assert all(row.endswith("| yes |") for row in rows if "nms" not in row.lower()), rows
 
 
 @pytest.mark.slow

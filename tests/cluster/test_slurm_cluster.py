@@ -309,7 +309,7 @@ def test_4node_container_real_trainer_short_run(cluster, synthetic_data, image, 
     MLPerf log compliant, everything it wrote under the bound LOGDIR. One whole epoch (200 images at a global batch
     of 4: 50 iterations), evaluated: a MAX_ITER inside an epoch is not."""
     if not REAL_TRAINER:
-        pytest.skip("real-trainer cluster runs switched off (MASKRCNN_CLUSTER_REAL_TRAINER=1)")
+        pytest.skip("real-trainer cluster runs switched off (MASKRCNN_CLUSTER_REAL_TRAINER is not 1)")
     out = Path(cluster.workdir) / "jobs" / "real4"
     before = _git_state()
     env = job_env(NEXP=1, DGXNGPU=1, LOGDIR=out / "results", DATADIR=synthetic_data, OMP_NUM_THREADS=1,

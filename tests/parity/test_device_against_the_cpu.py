@@ -1,6 +1,7 @@
 """The package on the test device against the same code on this node's CPU: the parity oracle that is there on
-any node, with or without ../shared/golden (``make gpu-check`` runs it with ``MASKRCNN_TEST_DEVICE=cuda``; on a
-CPU run it compares the CPU with itself and must be exact).
+any node, with or without ../shared/golden (``make gpu-check`` runs it with ``MASKRCNN_TEST_DEVICE=cuda``). On a
+CPU run the tests that would compare the CPU with itself skip; the ROIAlign test still compares the op with
+torchvision's kernel level by level.
 
 Float32, TF32 off (conftest). Tolerances, stated once: NMS keep sets exact (the "+1" IoU is computed in float32 on
 both and compared with the same threshold; a last-bit difference at the threshold would show as a mismatch and is
@@ -32,8 +33,18 @@ def _boxes(g, k, seed):
     return torch.cat((xy, xy + wh), -1), scores, torch.rand(g, k, generator=gen) > 0.1
 
 
+@pytest.fixture
+def other_device(device):
+    """The test device, where it is not the CPU: a comparison of the CPU with itself cannot fail."""
+    if device.type == "cpu":
+        pytest.skip("compares the test device with this node's CPU, and the test device is the CPU "
+                    "(MASKRCNN_TEST_DEVICE=cuda, as make gpu-check sets it, runs it)")
+    return device
+
+
 @pytest.mark.parametrize("seed", [0, 1])
-def test_nms_keep_sets_equal_the_cpus(device, seed):
+def test_nms_keep_sets_equal_the_cpus(other_device, seed):
+    device = other_device
     boxes, scores, valid = _boxes(10, 700, seed)
     ours = nms_keep_padded(boxes.to(device), scores.to(device), valid.to(device), 0.7).cpu()
     assert torch.equal(ours, nms_keep_padded(boxes, scores, valid, 0.7))
@@ -60,7 +71,8 @@ def test_multilevel_roi_align_equals_the_cpus(device):
                                atol=0 if ours.device.type == "cpu" else 1e-4)
 
 
-def test_the_training_losses_equal_the_cpus(device):
+def test_the_training_losses_equal_the_cpus(other_device):
+    device = other_device
     take_all = ("MODEL.RPN.BATCH_SIZE_PER_IMAGE", 100000000, "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", 100000000,
                 "MODEL.RPN.PRE_NMS_TOP_N_TRAIN", 100000, "MODEL.RPN.POST_NMS_TOP_N_TRAIN", 100000,
                 "MODEL.RPN.FPN_POST_NMS_TOP_N_TRAIN", 100000, "MODEL.RPN.NMS_THRESH", 1.0)

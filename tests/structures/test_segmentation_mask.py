@@ -31,8 +31,10 @@ def test_polygons_and_bitmaps_agree():
     assert bitmaps.get_mask_tensor()[0].sum() == 25  # pycocotools: pixels 2..6 of a 2..7 square
     flipped_then_raster = m.transpose(FLIP_LEFT_RIGHT).convert("mask").get_mask_tensor()
     raster_then_flip = bitmaps.transpose(FLIP_LEFT_RIGHT).get_mask_tensor()
-    # Flipping with the "+1" convention moves the polygon by one pixel relative to a bitmap flip.
-    assert (flipped_then_raster.float() - raster_then_flip.float()).abs().sum() <= 2 * (5 + 9)
+    # Flipping with the "+1" convention (x -> w - x - 1) moves the polygon one pixel left of a bitmap flip
+    # (x -> w - 1 - x of a pixel whose polygon spans x..x+1): exactly a one-column shift, nothing at the borders.
+    assert torch.equal(flipped_then_raster[..., :-1], raster_then_flip[..., 1:])
+    assert flipped_then_raster[..., -1].sum() == 0 and raster_then_flip[..., 0].sum() == 0
 
 
 def test_invalid_polygon_is_rejected():

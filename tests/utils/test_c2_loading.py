@@ -46,6 +46,15 @@ def test_name_mapping_examples():
     assert c2_name_to_ours("res5_2_branch2c_bn_b") == "backbone.body.layer4.2.bn3.bias"
     assert c2_name_to_ours("res_conv1_bn_s") == "backbone.body.stem.bn1.weight"
     assert c2_name_to_ours("fc1000_w") is None
+    # the reference's renaming rules (maskrcnn-benchmark c2_model_loading._rename_basic_resnet_weights), written
+    # out for the blobs whose targets share a shape with others (a swap would load the synthetic file below fine)
+    assert c2_name_to_ours("conv1_w") == "backbone.body.stem.conv1.weight"
+    assert c2_name_to_ours("res2_1_branch2a_bn_s") == "backbone.body.layer1.1.bn1.weight"
+    assert c2_name_to_ours("res3_0_branch2b_bn_b") == "backbone.body.layer2.0.bn2.bias"
+    assert c2_name_to_ours("res3_3_branch2b_w") == "backbone.body.layer2.3.conv2.weight"
+    assert c2_name_to_ours("res4_0_branch1_w") == "backbone.body.layer3.0.downsample.0.weight"
+    assert c2_name_to_ours("res4_5_branch2c_bn_s") == "backbone.body.layer3.5.bn3.weight"
+    assert c2_name_to_ours("res4_5_branch2c_w") == "backbone.body.layer3.5.conv3.weight"
 
 
 def test_synthetic_r50_pkl_maps_completely(tmp_path, r50_model):
