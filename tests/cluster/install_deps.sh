@@ -1,7 +1,14 @@
 #!/bin/bash
 # Install the system packages the launch/cluster tests need, only if missing (idempotent).
-# Debian/Ubuntu + root only; elsewhere it prints what is missing and exits 0 (the tests then fail/skip with a reason).
+# Debian/Ubuntu + root only; elsewhere it prints what is missing and exits 0 (the tests then fail/skip with a reason),
+# except under CI=true: there a run without root, or without a package it cannot install, exits 1, since the
+# cluster, container and failure tests would skip and the run would pass having tested less.
 set -euo pipefail
+
+if [ "${CI:-}" = true ] && [ "$(id -u)" -ne 0 ]; then
+  echo "install_deps: CI=true but not root: the Slurm cluster, container and failure tests need root and would skip" >&2
+  exit 1
+fi
 
 want=(slurm-wlm slurmctld slurmd slurm-client munge numactl shellcheck iproute2 util-linux bubblewrap)
 missing=()
@@ -14,6 +21,7 @@ if [ "${#missing[@]}" -eq 0 ]; then
 fi
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "install_deps: missing ${missing[*]} (need root + apt-get to install); skipping" >&2
+  [ "${CI:-}" = true ] && { echo "install_deps: CI=true: the tests that need them would skip" >&2; exit 1; }
   exit 0
 fi
 

@@ -81,6 +81,22 @@ def test_executable_bits():
         assert os.access(ROOT / rel, os.X_OK), rel
 
 
+@pytest.mark.slow  # starts a process as another user
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the script as an unprivileged user: needs root to switch")
+def test_install_deps_fails_under_ci_where_the_root_only_tests_would_skip(tmp_path):
+    """Run without root, install_deps.sh printed what it could not install and exited 0, and the cluster, container
+    and failure tests then skipped: a CI run without root passed having tested less. Under CI=true it fails
+    instead (as a missing ../shared does, tests/helpers.require_shared); elsewhere it still only warns."""
+    script = str(ROOT / "tests" / "cluster" / "install_deps.sh")
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", script]
+    env = dict(clean_env(), HOME=str(tmp_path))
+    env.pop("CI", None)
+    ci = subprocess.run(nobody, env=dict(env, CI="true"), capture_output=True, text=True, cwd=tmp_path)
+    assert ci.returncode == 1 and "CI=true" in ci.stderr and "root" in ci.stderr, ci.stdout + ci.stderr
+    local = subprocess.run(nobody, env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert local.returncode == 0, local.stdout + local.stderr
+
+
 def source_config(name, **env):
     script = f"source ./config_{name}.sh && " + " && ".join(f'printf "%s=%s\\n" {v} "${{{v}-}}"' for v in
                                                           CONFIG_VARS + ["CONFIG_FILE", "DTYPE", "WEIGHTS"])
