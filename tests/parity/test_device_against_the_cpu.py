@@ -85,3 +85,24 @@ def test_the_training_losses_equal_the_cpus(other_device):
     assert ours.keys() == ref.keys()
     for k in ref:
         assert math.isclose(ours[k], ref[k], rel_tol=1e-3, abs_tol=1e-5), (k, ours[k], ref[k])
+
+
+def test_the_samplers_draws_do_not_depend_on_row_padding_on_the_device(device):
+    """The static step appends 96 ground-truth slots to each image's proposals where the eager step appends the
+    batch's largest count; the sampler's keys are drawn column-major so that the padding changes no draw
+    (tests/modeling/test_static_step.py checks it on the CPU at a small size). On CUDA torch's generator may hand
+    an element to another thread when the tensor's size changes; this checks it at the box head's size (12 images
+    x 2,000 proposals, as the DGX H100 recipe samples them) on the test device."""
+    from maskrcnn_benchmark.modeling.balanced_positive_negative_sampler import BalancedPositiveNegativeSampler
+
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(-1, 2, (12, 2000 + 7), generator=g).to(device)
+    padded = torch.cat((labels, torch.full((12, 96 - 7), -1, device=device)), 1)
+    sampler = BalancedPositiveNegativeSampler(512, 0.25)
+    torch.manual_seed(4)
+    pos, neg = sampler(labels)
+    torch.manual_seed(4)
+    pos_p, neg_p = sampler(padded)
+    assert pos.sum() > 0 and neg.sum() > 0
+    assert torch.equal(pos_p[:, :labels.shape[1]], pos) and torch.equal(neg_p[:, :labels.shape[1]], neg)
+    assert not pos_p[:, labels.shape[1]:].any() and not neg_p[:, labels.shape[1]:].any()
