@@ -26,12 +26,13 @@ def read_image(path):
 
 
 def class_names(ann_file):
-    """The category names of a COCO json, in id order (what labels 1..K stand for), or None without a file."""
+    """The category names of a COCO json in the file's order (what labels 1..K stand for: COCODataset's
+    numbering), or None without a file."""
     if not ann_file:
         return None
     try:
         with open(ann_file) as f:
-            cats = sorted(json.load(f)["categories"], key=lambda c: c["id"])
+            cats = json.load(f)["categories"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise DatasetError(f"cannot read the categories of '{ann_file}': {e}") from None
     return [c["name"] for c in cats]

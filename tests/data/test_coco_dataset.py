@@ -269,3 +269,23 @@ def test_annotation_files_of_the_wrong_shape_are_one_line_errors_naming_the_file
     with pytest.raises(DatasetError, match=needle) as e:
         COCODataset(path, root, True)
     assert "\n" not in str(e.value)
+
+
+def test_categories_map_to_labels_in_the_files_order_as_the_reference_maps_them(tmp_path):
+    """The reference numbers the categories as pycocotools lists them, the file's order
+    (``enumerate(self.coco.getCatIds())``); labels 1..K were given in sorted id order, so on a file whose categories
+    are not sorted a label meant another class than in the reference (its checkpoints, its label maps). The class
+    names the predictor prints follow the same order."""
+    from pycocotools.coco import COCO
+
+    from maskrcnn_benchmark.engine.predictor import class_names
+
+    cats = [{"id": 9, "name": "b"}, {"id": 5, "name": "a"}, {"id": 7, "name": "c"}]
+    ann, root = _write(tmp_path, [_img(1)], [_ann(1, 1, 5, [2, 3, 10, 8]), _ann(2, 1, 7, [1, 1, 9, 9])], cats)
+    dataset = COCODataset(ann, root, remove_images_without_annotations=True)
+    reference = {c: i + 1 for i, c in enumerate(COCO(ann).getCatIds())}
+    assert dataset.json_category_id_to_contiguous_id == reference == {9: 1, 5: 2, 7: 3}
+    assert dataset.contiguous_category_id_to_json_id == {1: 9, 2: 5, 3: 7}
+    assert class_names(ann) == ["b", "a", "c"]
+    _, target, _ = dataset[0]
+    assert target.get_field("labels").tolist() == [2, 3]

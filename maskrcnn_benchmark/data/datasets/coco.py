@@ -180,8 +180,9 @@ class COCODataset(torch.utils.data.Dataset):
             raise DatasetError(f"dataset '{ann_file}' has no images"
                                + (" with usable annotations" if remove_images_without_annotations else ""))
         self.ids = ids
-        cat_ids = sorted(self.coco.getCatIds())
-        self.json_category_id_to_contiguous_id = {c: i + 1 for i, c in enumerate(cat_ids)}
+        # labels 1..K in the file's order of the categories, as the reference numbers them (pycocotools lists them
+        # so; COCO's file is sorted by id)
+        self.json_category_id_to_contiguous_id = {c: i + 1 for i, c in enumerate(self.coco.getCatIds())}
         self.contiguous_category_id_to_json_id = {v: k for k, v in self.json_category_id_to_contiguous_id.items()}
         self.id_to_img_map = dict(enumerate(self.ids))
         self._warned_degenerate = False
