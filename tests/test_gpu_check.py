@@ -770,6 +770,21 @@ def test_a_parity_stage_cut_by_its_cap_counts_the_tests_it_ran_and_names_the_one
     gpu_check.read_parity(clean)
     assert clean.status.startswith("NOT RUN")
     assert clean.figures[0][1] == "1 passed, 0 failed, 1 skipped before the cap"  # cut between two tests
+    # an id that holds an outcome word; a test that passed and then failed its teardown (two lines, one test)
+    tricky = ["tests/parity/test_a.py::test_x[was PASSED] FAILED [  3%]",
+              "tests/parity/test_a.py::test_y PASSED [  6%]", "tests/parity/test_a.py::test_y ERROR [  6%]",
+              "tests/parity/test_a.py::test_z[SKIPPED case] "]
+    cut = gpu_check.Check("parity", "p", [], 60, status="NOT RUN (did not finish in its 78 s cap)",
+                          output=head + "\n".join(tricky))
+    gpu_check.read_parity(cut)
+    assert cut.figures[0][1] == ("0 passed, 2 failed, 0 skipped before the cap; running at the cap: "
+                                 "test_a.py::test_z[SKIPPED case]")
+    # a finished run: its last line counts, not a number in a traceback before it
+    done = gpu_check.Check("parity", "p", [], 60, status="FAILED (exit 1)",
+                           output=head + "E   assert '3 passed' == 7\n"
+                                         "===== 1 failed, 20 passed, 4 skipped, 2 warnings in 95.1s =====\n")
+    gpu_check.read_parity(done)
+    assert done.figures == [("parity tests", "20 passed, 1 failed, 4 skipped")]
     plan = gpu_check.plan(argparse.Namespace(quick=False, device="cuda", budget=1000.0, only="parity"), Path("."))
     assert "-v" in plan[0].cmd and "-q" not in plan[0].cmd  # the lines read above
 
