@@ -65,7 +65,8 @@ def make_device_loader(cfg, loader, device, is_train=True, static=False):
 
 # -- the datasets' categories ----------------------------------------------------------------------------------
 def categories_of(dataset):
-    """``[(id, name), ...]`` of a built dataset (all parts of a concatenated one must agree)."""
+    """``[(id, name), ...]`` of a built dataset in its file's order, which numbers its labels (all parts of a
+    concatenated one must agree, order included)."""
     if isinstance(dataset, torch.utils.data.ConcatDataset):
         parts = [categories_of(d) for d in dataset.datasets]
         for d, cats in zip(dataset.datasets[1:], parts[1:]):
@@ -74,13 +75,13 @@ def categories_of(dataset):
                                      f"different categories ({describe_categories(parts[0])} vs "
                                      f"{describe_categories(cats)})")
         return parts[0]
-    return sorted((c["id"], str(c.get("name", c["id"]))) for c in dataset.coco.dataset.get("categories", []))
+    return [(c["id"], str(c.get("name", c["id"]))) for c in dataset.coco.dataset.get("categories", [])]
 
 
 def check_num_classes(num_classes, train_dataset=None, test_datasets=()):
     """One line when the model's class count does not fit the data: ``NUM_CLASSES`` must be the number of
-    categories + 1 (background), and the training and test datasets must have the same categories (the model's
-    labels are positions in the sorted category ids)."""
+    categories + 1 (background), and the training and test datasets must have the same categories in the same order
+    (the model's labels are positions in the file's category list, as the reference numbers them)."""
     reference = train_dataset if train_dataset is not None else (test_datasets[0] if test_datasets else None)
     if reference is None:
         return

@@ -289,3 +289,22 @@ def test_categories_map_to_labels_in_the_files_order_as_the_reference_maps_them(
     assert class_names(ann) == ["b", "a", "c"]
     _, target, _ = dataset[0]
     assert target.get_field("labels").tolist() == [2, 3]
+
+
+def test_datasets_whose_categories_come_in_another_order_are_refused(tmp_path):
+    """Labels number the categories in each file's order, so a test file listing the training file's categories
+    in another order scores every class as another one; the checks compared the sorted lists and let it through."""
+    from maskrcnn_benchmark.data.build import check_num_classes
+    from maskrcnn_benchmark.data.catalog import read_categories
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, b = ({"id": 5, "name": "a"}, {"id": 9, "name": "b"})
+    train = COCODataset(*_write(tmp_path / "a", [_img(1)], [_ann(1, 1, 5, [2, 3, 10, 8])], [a, b]),
+                        remove_images_without_annotations=True)
+    test = COCODataset(*_write(tmp_path / "b", [_img(1)], [_ann(1, 1, 5, [2, 3, 10, 8])], [b, a]),
+                       remove_images_without_annotations=False)
+    assert read_categories(test.ann_file) == [(9, "b"), (5, "a")]  # the file's order
+    with pytest.raises(DatasetError, match="different categories"):
+        check_num_classes(3, train, [test])
+    check_num_classes(3, train, [train])

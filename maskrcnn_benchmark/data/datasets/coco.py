@@ -158,7 +158,8 @@ class COCODataset(torch.utils.data.Dataset):
     """Images and instance annotations of a COCO json.
 
     In training, images without a usable annotation are removed. Category ids are mapped to contiguous labels
-    ``1..K`` (0 is background) in sorted id order; ``contiguous_category_id_to_json_id`` maps back for eval.
+    ``1..K`` (0 is background) in the file's order of the categories, as the reference maps them;
+    ``contiguous_category_id_to_json_id`` maps back for eval.
     ``__getitem__`` returns ``(image, BoxList target with labels and masks, index)``.
     """
 
