@@ -273,8 +273,9 @@ _C.NHWC = False
 # SGD with a device-tensor learning rate). None (auto): off, the eager step, measured faster on the CPU, an H200
 # and an H100 (docs/benchmarks.md). Also --compile / --no-compile. (added)
 _C.COMPILE = None
-# torch.compile mode: "auto" is "reduce-overhead" (CUDA graphs) when compiling on CUDA with inductor (1.30x
-# "default" on an H100, 1.38x on an H200, in the step bench: docs/benchmarks.md), else "default". (added)
+# torch.compile mode: "auto" is "reduce-overhead" (CUDA graphs) when compiling on one GPU with inductor (1.30x
+# "default" on an H100, 1.38x on an H200, in the step bench: docs/benchmarks.md), else "default" (several GPUs
+# with CUDA graphs have not run). (added)
 _C.COMPILE_MODE = "auto"
 # torch.compile backend: "inductor"; "aot_eager" or "eager" trace the same graphs without generating code (to tell
 # a tracing problem from a code-generation one, and for quick tests of the compiled path). (added)

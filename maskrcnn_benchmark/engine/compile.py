@@ -12,8 +12,8 @@ the step. So with ``mode="reduce-overhead"`` the whole step can be one CUDA grap
 set explicitly on (older torch in NGC images has it off), and a failed capture falls back to the eager step with
 one warning, like any compile failure. On an H100 (torch 2.11) that mode ran at 70.3 img/s against the eager
 step's 85.3 and the compiled step's 54.1 without CUDA graphs (12 images of 800x1333, float16; on an H200: 82.0,
-96.8, 59.6; docs/benchmarks.md): ``COMPILE`` is off unless asked for, and asked for on CUDA it takes CUDA graphs
-(engine/resolve.py).
+96.8, 59.6; docs/benchmarks.md): ``COMPILE`` is off unless asked for, and asked for on one GPU it takes CUDA
+graphs (engine/resolve.py).
 
 Only the polygon buffers change size from batch to batch (the largest number of vertices and parts of a slot,
 rounded up to a power of two): those dimensions are marked dynamic, so they never cause a recompile. They only

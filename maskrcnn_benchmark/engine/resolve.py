@@ -9,10 +9,10 @@ key                                    automatic value               resolved to
 ``COMPILE``                            None                          False: the eager step (measured faster on
                                                                      the CPU, an H200 and an H100:
                                                                      docs/benchmarks.md)
-``COMPILE_MODE``                       "auto"                        compiling on CUDA with inductor:
+``COMPILE_MODE``                       "auto"                        compiling on one GPU with inductor:
                                                                      "reduce-overhead" (CUDA graphs: 1.30x
-                                                                     "default" on an H100, 1.38x on an H200);
-                                                                     else "default"
+                                                                     "default" on an H100, 1.38x on an H200;
+                                                                     docs/benchmarks.md); else "default"
 ``DATALOADER.STATIC_POLYGON_SLOTS``    None                          (256, 8) with CUDA graphs (each polygon
                                                                      padding is one more recorded graph), else
                                                                      (16, 4): the least padding per mask
@@ -54,12 +54,15 @@ def resolve(cfg, device, world_size=1, is_train=True):
         out.COMPILE = False
         notes.append("COMPILE False (auto: the eager step, measured fastest)")
     if out.COMPILE_MODE == "auto":
-        # a 100-iteration training run on an H100 with reduce-overhead recorded its graphs in the warm-up only, fell
-        # back to nothing and tracked the eager run's loss (make gpu-check's compiled_training, docs/benchmarks.md)
+        # one GPU: a 100-iteration training run on an H100 with reduce-overhead recorded its graphs in the warm-up
+        # only and fell back to nothing (make gpu-check's compiled_training, docs/benchmarks.md); several GPUs in
+        # that mode have not run, and a failed capture of the backward ends a run of several ranks
         graphs = out.COMPILE and cuda and out.COMPILE_BACKEND == "inductor"
-        out.COMPILE_MODE = "reduce-overhead" if graphs else "default"
-        notes.append(f"COMPILE_MODE {out.COMPILE_MODE} (auto: "
-                     + ("CUDA graphs)" if graphs else "no CUDA graphs: not compiling with inductor on CUDA)"))
+        out.COMPILE_MODE = "reduce-overhead" if graphs and world_size == 1 else "default"
+        notes.append(f"COMPILE_MODE {out.COMPILE_MODE} (auto: " + (
+            "CUDA graphs)" if out.COMPILE_MODE != "default" else
+            "no CUDA graphs: several processes, not yet run with them)" if graphs else
+            "no CUDA graphs: not compiling with inductor on CUDA)"))
     if out.DATALOADER.STATIC_POLYGON_SLOTS is None:
         out.DATALOADER.STATIC_POLYGON_SLOTS = polygon_slots(out, out.COMPILE_MODE if out.COMPILE else "none",
                                                             "cuda" if cuda else "cpu")
