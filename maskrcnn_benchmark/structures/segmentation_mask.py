@@ -4,11 +4,18 @@ Polygons follow COCO: each instance is a list of parts, each part a flat ``[x0, 
 Geometry uses the same "+1" convention as BoxList for flips (``x -> width - x - 1``) and the reference's
 crop/resize (a crop shifts points, a resize scales them by ``new / old``).
 """
+import math
+
 import numpy as np
 import torch
 from pycocotools import mask as mask_utils
 
 from .bounding_box import FLIP_LEFT_RIGHT, FLIP_TOP_BOTTOM, TO_REMOVE, by_value, from_value
+
+
+def _pixels(size):
+    """Whole pixels of a ``(width, height)`` that may be a crop's float size: rounded half up."""
+    return tuple(int(math.floor(float(v) + 0.5)) for v in size)
 
 
 def _as_part(part):
@@ -118,8 +125,8 @@ class SegmentationMask:
         box = torch.as_tensor(box, dtype=torch.float32).reshape(4).cpu()
         w, h = max(float(box[2] - box[0]), 1.0), max(float(box[3] - box[1]), 1.0)
         if self.mode == "mask":
-            ix1, iy1 = int(round(float(box[0]))), int(round(float(box[1])))
-            masks = self.masks[:, iy1:iy1 + int(round(h)), ix1:ix1 + int(round(w))]
+            (ix1, iy1), (iw, ih) = _pixels(box[:2].tolist()), _pixels((w, h))
+            masks = self.masks[:, iy1:iy1 + ih, ix1:ix1 + iw]
             return SegmentationMask(masks, (masks.shape[2], masks.shape[1]), "mask")
         shift = box[:2]
 
@@ -149,13 +156,13 @@ class SegmentationMask:
             return self
         if mode != "mask":
             raise NotImplementedError("converting binary masks back to polygons is not supported")
-        return SegmentationMask(self.get_mask_tensor(), self.size, "mask")
+        return SegmentationMask(self.get_mask_tensor(), _pixels(self.size), "mask")
 
     def get_mask_tensor(self):
         """``(N, H, W)`` uint8 bitmaps."""
         if self.mode == "mask":
             return self.masks
-        width, height = (int(round(v)) for v in self.size)  # a crop's size is the box's, in float
+        width, height = _pixels(self.size)  # a crop's size is the box's, in float
         if not self.polygons:
             return torch.zeros((0, height, width), dtype=torch.uint8)
         out = []

@@ -113,3 +113,15 @@ def test_targets_pickle_by_value_for_loader_workers():
 
 def polys_as_float(polys):
     return [[[float(v) for v in p] for p in inst] for inst in polys]
+
+
+def test_a_crop_to_a_fractional_box_rasterizes():
+    """A crop keeps the box's float size (the reference's, for the resize that follows); rasterized as it is, the
+    mask took the size rounded one way and the masks' stated size another (int() of 10.6 is 10): ValueError. Both
+    round half up now, whatever the parity (Python's round(10.5) is 10, round(11.5) 12)."""
+    for right, width in ((10.6, 11), (10.5, 11), (11.5, 12), (10.4, 10)):
+        cropped = SegmentationMask([SQUARE], (20, 10)).crop((0, 0, right, 8))
+        bitmaps = cropped.convert("mask")
+        assert bitmaps.size == (width, 8) and bitmaps.get_mask_tensor().shape == (1, 8, width)
+        assert torch.equal(bitmaps.get_mask_tensor(), cropped.get_mask_tensor())
+        assert bitmaps.get_mask_tensor().sum() == 25  # the square, whole inside the crop
