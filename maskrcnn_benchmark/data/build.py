@@ -7,6 +7,7 @@ import torch
 from ..utils import comm
 from ..utils.errors import BatchNotDivisible, ConfigError
 from ..utils.processes import die_with_parent, keep_freed_memory, quiet_when_requests_are_left
+from ..utils.rng import LOADER, derived_seed
 from . import datasets as D
 from .catalog import NUM_CLASSES_KEY, catalog_entries, describe_categories
 from .collate_batch import BatchCollator
@@ -175,7 +176,7 @@ def make_data_loader(cfg, is_train=True, is_distributed=False, start_iter=0, num
             # the demo's evaluation about 60 ms (its first batch 80 -> 20 ms)
             persistent_workers=workers > 0,
             # its own generator: creating the loader must not draw from the global RNG a resumed run restores
-            generator=torch.Generator().manual_seed(int(seed) + rank),
+            generator=torch.Generator().manual_seed(derived_seed(LOADER, seed, rank)),
             worker_init_fn=_worker_init if workers > 0 else None,
         ))
     return loaders[0] if is_train else loaders

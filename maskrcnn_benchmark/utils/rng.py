@@ -2,6 +2,7 @@
 restore on ``--resume`` so a resumed run draws what the uninterrupted one drew. Stored as tensors and plain
 Python values only, so checkpoints stay loadable with ``torch.load(weights_only=True)``. And the seeds derived
 from a run's seed (:func:`derived_seed`)."""
+import hashlib
 import random
 
 import numpy as np
@@ -9,14 +10,15 @@ import torch
 
 
 # the first key of a derived seed that is not a training sample's (whose keys are four): what the seed is for
-SHUFFLE, PROCESS = 1, 2
+SHUFFLE, PROCESS, LOADER = 1, 2, 3
 
 
 def derived_seed(*keys):
-    """A 63-bit seed mixed from integer ``keys`` (Python's tuple hash, the same in every process: integers are not
-    salted). Nearby keys give unrelated seeds, where ``seed + epoch`` gave the run with seed s + 1 in epoch e the
-    order of the run with seed s in epoch e + 1 (tests/data/test_samplers.py)."""
-    return hash(tuple(int(k) for k in keys)) & 0x7FFFFFFFFFFFFFFF
+    """A 63-bit seed mixed from integer ``keys`` (BLAKE2b of their decimal digits: the same on every machine and
+    interpreter, for any integers). Nearby keys give unrelated seeds, where ``seed + epoch`` gave the run with seed
+    s + 1 in epoch e the order of the run with seed s in epoch e + 1 (tests/data/test_samplers.py)."""
+    text = ",".join(str(int(k)) for k in keys).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") & 0x7FFFFFFFFFFFFFFF
 
 
 def get_rng_state():

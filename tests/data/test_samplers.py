@@ -51,6 +51,17 @@ def test_runs_with_nearby_seeds_never_share_an_epochs_order():
     assert len(seeds) == 5 * 64 and all(0 <= v < 2 ** 32 for v in seeds)
 
 
+def test_derived_seeds_are_a_fixed_function_of_any_integers():
+    """A resumed run replays its data order from (seed, epoch): the mix must not depend on the interpreter (Python's
+    hash of a tuple is CPython's, 64-bit builds only, and changes with it), and any --seed gives its own
+    (hash(-1) == hash(-2) in CPython: two runs with the same order)."""
+    from maskrcnn_benchmark.utils.rng import derived_seed
+
+    assert derived_seed(1, 5, 0) == 4872696139908373673  # pinned: a resumed run's order on any machine
+    assert derived_seed(-1) != derived_seed(-2) and derived_seed(1, 2) != derived_seed(12) != derived_seed(2, 1)
+    assert 0 <= derived_seed(2 ** 100, -(2 ** 70)) < 2 ** 63
+
+
 def test_iteration_based_sampler_reiterates_with_new_epochs():
     s = DistributedSampler(6, 1, 0, shuffle=True, seed=0)
     batch = torch.utils.data.BatchSampler(s, 4, drop_last=False)
