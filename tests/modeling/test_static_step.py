@@ -116,6 +116,7 @@ def test_training_forward_has_no_graph_break():
     assert (breaks, graphs, reasons) == (0, 1, [])
 
 
+@pytest.mark.slow  # dynamo traces the trunk (3 s): kept out of make test-fast, which must stay under a minute
 def test_backbone_fpn_and_rpn_head_compile_as_one_graph():
     torch.manual_seed(0)
     model = build_detection_model(small_cfg()).train()
@@ -151,6 +152,7 @@ def _disc_targets(n, width, height, vertices):
     return out
 
 
+@pytest.mark.slow  # dynamo traces the step twice (3.6 s): kept out of make test-fast, which must stay under a minute
 def test_static_step_compiles_once_per_image_size(shape=(96, 128)):
     """Batches of one padded size, with different image sizes inside it and polygon buffers of different sizes
     (16 ... 128 vertices per slot): dynamo compiles the training forward once, never again. (One padded size
