@@ -90,6 +90,25 @@ def test_sampler_draws_do_not_depend_on_padding_at_the_end_of_the_rows():
     assert not pos_p[:, 300:].any() and not neg_p[:, 300:].any()
 
 
+def test_the_samplers_keys_are_a_function_of_the_position_alone():
+    """The keys were torch.rand((P, N)) read column-major: prefix-stable on the CPU, but on CUDA torch's generator
+    hands elements to threads by the tensor's size, so padding the rows changed the draws, and it advanced the
+    generator by P x N, so every later draw moved too. The keys are now a hash of one random base and each
+    candidate's position: the padding changes neither the draws nor what the generator gives next."""
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(-1, 2, (12, 2007), generator=g)
+    padded = torch.cat((labels, torch.full((12, 89), -1)), 1)
+    sampler = BalancedPositiveNegativeSampler(512, 0.25)
+    torch.manual_seed(4)
+    pos, neg = sampler(labels)
+    after = torch.rand(3)
+    torch.manual_seed(4)
+    pos_p, neg_p = sampler(padded)
+    assert torch.equal(torch.rand(3), after)
+    assert torch.equal(pos_p[:, :2007], pos) and torch.equal(neg_p[:, :2007], neg)
+    assert int(pos.sum()) == 12 * 128 and torch.equal(neg.sum(1), 512 - pos.sum(1))
+
+
 def test_more_annotations_than_the_cap_keep_all_of_them():
     boxes = torch.tensor([[float(i), 0.0, i + 5.0, 5.0] for i in range(100)])
     t = BoxList(boxes, (200, 10))

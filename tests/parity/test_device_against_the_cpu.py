@@ -89,10 +89,10 @@ def test_the_training_losses_equal_the_cpus(other_device):
 
 def test_the_samplers_draws_do_not_depend_on_row_padding_on_the_device(device):
     """The static step appends 96 ground-truth slots to each image's proposals where the eager step appends the
-    batch's largest count; the sampler's keys are drawn column-major so that the padding changes no draw
-    (tests/modeling/test_static_step.py checks it on the CPU at a small size). On CUDA torch's generator may hand
-    an element to another thread when the tensor's size changes; this checks it at the box head's size (12 images
-    x 2,000 proposals, as the DGX H100 recipe samples them) on the test device."""
+    batch's largest count; the sampler's keys are a hash of each candidate's position, so that the padding changes
+    no draw (tests/modeling/test_static_step.py checks it on the CPU). torch.rand keys did not on CUDA, whose
+    generator hands an element to another thread when the tensor's size changes; this checks it at the box head's
+    size (12 images x 2,000 proposals, as the DGX H100 recipe samples them) on the test device."""
     from maskrcnn_benchmark.modeling.balanced_positive_negative_sampler import BalancedPositiveNegativeSampler
 
     g = torch.Generator().manual_seed(0)
