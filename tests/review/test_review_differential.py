@@ -20,6 +20,10 @@ from review_loggen import KEYS_NEWER_THAN_0_7_0, make_lines, write_log, write_ru
 from mlperf_review import report, review_folder  # noqa: E402
 from mlperf_review.cli import main  # noqa: E402
 
+# Each test runs the official checkers on whole result folders (0.4-2.3 s each, 21 s in all): in make test's slow
+# set, so that make test-fast stays under its minute (it took 54-67 s on 2 cores on 2026-11-27 with them)
+pytestmark = pytest.mark.slow
+
 TTTS = [100.0, 101.0, 102.0, 103.0, 110.0]
 V1_GBS64 = dict(ruleset="1.0.0", gbs=64, lr=0.08, warmup_steps=800, warmup_factor=1e-4, decay_steps=(18000, 24000),
                 num_image_candidates=8000)
