@@ -25,7 +25,7 @@ test: venv
 	@rc=0; $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests || rc=$$?; \
 	  $(PY) -m pytest -q -ra --durations=12 -n $(SLOW_TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m slow tests || rc=$$?; exit $$rc
 
-# The fast loop (40 s on 2 cores on 2026-11-27; the same tests took 42-67 s as the machine's speed drifted): every test that neither trains nor starts a process, in
+# The fast loop (40 s on 2 cores on 2026-11-27, the official checkers' tests in the slow set; 42-67 s before them): every test that neither trains nor starts a process, in
 # TEST_WORKERS pytest-xdist workers (they share the cores: tests/conftest.py gives each cores / workers torch
 # threads, and the programs the tests start one OpenMP thread). make test runs it first, then the slow tests in
 # SLOW_TEST_WORKERS workers, one test module per work unit (a module's fixtures, such as the Slurm sandbox cluster, are
