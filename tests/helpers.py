@@ -123,3 +123,18 @@ def guard_processes(environ):
     processes of its own to find the driver (``ldconfig -p``, seen on an H200 with torch 2.11 and Triton 3.6) and
     no make target's time is at stake."""
     return (environ.get("MASKRCNN_TEST_DEVICE") or "cpu") == "cpu"
+
+
+def sample_with_and_without_padding(labels, pad):
+    """The box head's sampler (512 per image, a quarter positive) on ``labels (N, P)`` and on the same rows padded
+    with ``pad`` ignored slots, each from seed 4: ``(pos, neg, padded pos, padded neg, whether the generator then
+    gave the same numbers)``."""
+    from maskrcnn_benchmark.modeling.balanced_positive_negative_sampler import BalancedPositiveNegativeSampler
+
+    sampler = BalancedPositiveNegativeSampler(512, 0.25)
+    torch.manual_seed(4)
+    pos, neg = sampler(labels)
+    after = torch.rand(3, device=labels.device)
+    torch.manual_seed(4)
+    pos_p, neg_p = sampler(torch.cat((labels, labels.new_full((labels.shape[0], pad), -1)), 1))
+    return pos, neg, pos_p, neg_p, torch.equal(torch.rand(3, device=labels.device), after)

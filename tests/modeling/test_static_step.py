@@ -3,10 +3,9 @@ break, bounded recompiles. docs/numerics.md, "A step with static shapes"."""
 import pytest
 import torch
 
-from helpers import r50_cfg, shapes_image, small_cfg
+from helpers import r50_cfg, sample_with_and_without_padding, shapes_image, small_cfg
 from maskrcnn_benchmark.engine.compile import graph_breaks
 from maskrcnn_benchmark.modeling import build_detection_model
-from maskrcnn_benchmark.modeling.balanced_positive_negative_sampler import BalancedPositiveNegativeSampler
 from maskrcnn_benchmark.modeling.roi_heads.mask_head.loss import polygon_mask_targets
 from maskrcnn_benchmark.modeling.roi_heads.mask_head.mask_head import batch_mask_targets
 from maskrcnn_benchmark.modeling.compat import target_batch
@@ -76,36 +75,16 @@ def test_padded_polygon_buffers_give_the_same_mask_targets():
         assert torch.equal(one[0], tight[k])
 
 
-def test_sampler_draws_do_not_depend_on_padding_at_the_end_of_the_rows():
-    g = torch.Generator().manual_seed(0)
-    labels = torch.randint(-1, 2, (3, 300), generator=g)
-    padded = torch.cat((labels, torch.full((3, 96), -1)), 1)
-    sampler = BalancedPositiveNegativeSampler(64, 0.25)
-    torch.manual_seed(4)
-    pos, neg = sampler(labels)
-    torch.manual_seed(4)
-    pos_p, neg_p = sampler(padded)
-    assert pos.sum() > 0 and neg.sum() > 0
-    assert torch.equal(pos_p[:, :300], pos) and torch.equal(neg_p[:, :300], neg)
-    assert not pos_p[:, 300:].any() and not neg_p[:, 300:].any()
-
-
 def test_the_samplers_keys_are_a_function_of_the_position_alone():
     """The keys were torch.rand((P, N)) read column-major: prefix-stable on the CPU, but on CUDA torch's generator
     hands elements to threads by the tensor's size, so padding the rows changed the draws, and it advanced the
     generator by P x N, so every later draw moved too. The keys are now a hash of one random base and each
     candidate's position: the padding changes neither the draws nor what the generator gives next."""
-    g = torch.Generator().manual_seed(0)
-    labels = torch.randint(-1, 2, (12, 2007), generator=g)
-    padded = torch.cat((labels, torch.full((12, 89), -1)), 1)
-    sampler = BalancedPositiveNegativeSampler(512, 0.25)
-    torch.manual_seed(4)
-    pos, neg = sampler(labels)
-    after = torch.rand(3)
-    torch.manual_seed(4)
-    pos_p, neg_p = sampler(padded)
-    assert torch.equal(torch.rand(3), after)
+    labels = torch.randint(-1, 2, (12, 2007), generator=torch.Generator().manual_seed(0))
+    pos, neg, pos_p, neg_p, same_after = sample_with_and_without_padding(labels, 89)
+    assert same_after
     assert torch.equal(pos_p[:, :2007], pos) and torch.equal(neg_p[:, :2007], neg)
+    assert not pos_p[:, 2007:].any() and not neg_p[:, 2007:].any()
     assert int(pos.sum()) == 12 * 128 and torch.equal(neg.sum(1), 512 - pos.sum(1))
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torchvision.ops import roi_align
 
-from helpers import shapes_image, small_cfg
+from helpers import sample_with_and_without_padding, shapes_image, small_cfg
 from maskrcnn_benchmark.layers.nms import nms_keep_padded
 from maskrcnn_benchmark.layers.roi_align import multilevel_roi_align
 from maskrcnn_benchmark.modeling import build_detection_model
@@ -93,16 +93,8 @@ def test_the_samplers_draws_do_not_depend_on_row_padding_on_the_device(device):
     no draw (tests/modeling/test_static_step.py checks it on the CPU). torch.rand keys did not on CUDA, whose
     generator hands an element to another thread when the tensor's size changes; this checks it at the box head's
     size (12 images x 2,000 proposals, as the DGX H100 recipe samples them) on the test device."""
-    from maskrcnn_benchmark.modeling.balanced_positive_negative_sampler import BalancedPositiveNegativeSampler
-
-    g = torch.Generator().manual_seed(0)
-    labels = torch.randint(-1, 2, (12, 2000 + 7), generator=g).to(device)
-    padded = torch.cat((labels, torch.full((12, 96 - 7), -1, device=device)), 1)
-    sampler = BalancedPositiveNegativeSampler(512, 0.25)
-    torch.manual_seed(4)
-    pos, neg = sampler(labels)
-    torch.manual_seed(4)
-    pos_p, neg_p = sampler(padded)
-    assert pos.sum() > 0 and neg.sum() > 0
+    labels = torch.randint(-1, 2, (12, 2000 + 7), generator=torch.Generator().manual_seed(0)).to(device)
+    pos, neg, pos_p, neg_p, same_after = sample_with_and_without_padding(labels, 96 - 7)
+    assert pos.sum() > 0 and neg.sum() > 0 and same_after
     assert torch.equal(pos_p[:, :labels.shape[1]], pos) and torch.equal(neg_p[:, :labels.shape[1]], neg)
     assert not pos_p[:, labels.shape[1]:].any() and not neg_p[:, labels.shape[1]:].any()
