@@ -39,9 +39,16 @@ def mode(request):
     """How the code under test runs: ``mode(fn)`` is ``fn`` itself (eager), or ``fn`` under ``torch.compile``
     with inductor and static shapes, as a compiled training step runs it (marked slow: inductor starts the C++
     compiler). The assertions are the same in both modes."""
+    def eager(fn):
+        return fn
+
+    def compiled(fn):
+        return torch.compile(fn, dynamic=False)
+
+    eager.compiled, compiled.compiled = False, True  # what a test that only a compiled step runs asks
     if request.param == "eager":
-        yield lambda fn: fn
+        yield eager
         return
     torch._dynamo.reset()
-    yield lambda fn: torch.compile(fn, dynamic=False)
+    yield compiled
     torch._dynamo.reset()
