@@ -77,6 +77,16 @@ class _FileLineHandler(logging.Handler):
         super().close()
 
 
+def _frames_in_this_module():
+    """How many of the innermost frames (from the caller of this function out) run this module's code: mllog
+    then skips them, so a line's ``file``/``lineno`` name the code that logged the event (the trainer's line, as
+    in NVIDIA's published logs), whether it called a named method (``init_start``) or ``event`` directly."""
+    frame, depth = sys._getframe(1), 0
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame, depth = frame.f_back, depth + 1
+    return depth
+
+
 class MLPerfLogger:
     def __init__(self, filename=None, rank=0, ruleset="3.1.0", stream=None):
         try:
@@ -106,7 +116,7 @@ class MLPerfLogger:
     def _emit(self, fn, key, value=None, metadata=None, all_ranks=False):
         self.logged.add(key)
         if self.rank == 0 or all_ranks:
-            fn(key=key, value=value, metadata=metadata, stack_offset=3)
+            fn(key=key, value=value, metadata=metadata, stack_offset=1 + _frames_in_this_module())
 
     # -- any key (the named methods below are the package's; these write other logs, e.g. the tests' fixtures) --
     def event(self, key, value=None, metadata=None, all_ranks=False):
