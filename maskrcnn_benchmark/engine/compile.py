@@ -47,8 +47,8 @@ logger = logging.getLogger(__name__)
 # graph, which names such an op but holds none of its code: after a change to an op a warm cache would serve code
 # compiled for the old one (an op whose output strides changed: the compiled step fails its first iteration on
 # inductor's stride assertion; tests/engine/test_compile_cache.py). :func:`tag_compile_caches` adds their source
-# to the key.
-CUSTOM_OP_MODULES = ("layers.roi_align", "layers.nms", "layers.nms_triton", "layers.rasterize", "layers.op_tags",
+# to the key (with the modules that run inside their bodies: the rasterizer, the Triton scan).
+CUSTOM_OP_MODULES = ("layers.roi_align", "layers.nms", "layers.nms_triton", "layers.rasterize",
                      "modeling.roi_heads.mask_head.loss")
 _TAG_PREFIX = "maskrcnn-ops-"
 

@@ -165,4 +165,5 @@ class HostSyncCounter(TorchDispatchMode):
     def report(self):
         """Lines ``count  kind  op  where``, most frequent first."""
         rows = sorted(self.sites.items(), key=lambda kv: (kv[0].kind == MASKED_WRITE, -kv[1], kv[0].where))
-        return [f"{n:5d}  {s.kind:24.24}  {s.op:24.24}  {s.where}" for s, n in rows]
+        kind = max((len(s.kind) for s in self.sites), default=0)
+        return [f"{n:5d}  {s.kind:{kind}}  {s.op:24.24}  {s.where}" for s, n in rows]

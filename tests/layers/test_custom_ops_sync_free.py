@@ -45,6 +45,17 @@ def _mask_targets():
             torch.tensor([0, 1, 2, 0, 1, 2]), rois, 28, torch.tensor([[96.0, 96.0]]).expand(6, 2), "legacy_2018"), {}
 
 
+def _roi_align_kernel_path():
+    """Adaptive sampling (ratio 0): the path that runs torchvision's kernel per level, as on CUDA."""
+    args, kwargs = _roi_align()
+    return args[:-1] + (0,), kwargs
+
+
+def _roi_align_backward_kernel_path():
+    args, kwargs = _roi_align_backward()
+    return args[:-1] + (0,), kwargs
+
+
 CASES = {
     "maskrcnn::nms_keep_padded": _nms,
     "maskrcnn::multilevel_roi_align": _roi_align,
@@ -58,9 +69,15 @@ def test_every_custom_op_has_a_case():
     assert ours == set(CASES), "a custom op without a host-sync case (or a case for an op that is gone)"
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_custom_op_never_waits_for_the_host(name):
-    args, kwargs = CASES[name]()
+# Each op's other path, where it has one: the ROIAlign ops' per-level kernel (CUDA's, and the CPU's for ratio 0).
+OTHER_PATHS = [("maskrcnn::multilevel_roi_align", _roi_align_kernel_path),
+               ("maskrcnn::multilevel_roi_align_backward", _roi_align_backward_kernel_path)]
+
+
+@pytest.mark.parametrize("name,case", sorted(CASES.items()) + OTHER_PATHS,
+                         ids=[*sorted(CASES), *(f"{n} (kernel path)" for n, _ in OTHER_PATHS)])
+def test_custom_op_never_waits_for_the_host(name, case):
+    args, kwargs = case()
     op = getattr(torch.ops.maskrcnn, name.split("::")[1]).default
     with HostSyncCounter() as counter:
         out = op(*args, **kwargs)

@@ -50,6 +50,25 @@ def test_nms_keep_sets_equal_the_cpus(other_device, seed):
     assert torch.equal(ours, nms_keep_padded(boxes, scores, valid, 0.7))
 
 
+def _nms_cases():
+    """tests/layers/test_nms_device.py's adversarial cases, its oracle, and the MLPerf step's size."""
+    import os
+    import runpy
+
+    cases = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(__file__)), "layers", "test_nms_device.py"))
+    boxes, scores, valid = cases["random_groups"](60, 2000, 7, spread=1200.0, size=200.0)
+    return cases["adversarial"]() + [("2000 boxes x 5 levels x 12 images", boxes, scores, valid, 0.7)], cases["oracle"]
+
+
+def test_nms_on_the_adversarial_cases_keeps_what_batched_nms_keeps_on_the_cpu(other_device):
+    """On the device (the Triton scan on CUDA), each adversarial case and the MLPerf step's size against the CPU's
+    batched_nms (torchvision's CPU kernel): the same keep mask."""
+    cases, oracle = _nms_cases()
+    for name, boxes, scores, valid, thr in cases:
+        ours = nms_keep_padded(boxes.to(other_device), scores.to(other_device), valid.to(other_device), thr).cpu()
+        assert torch.equal(ours, oracle(boxes, scores, valid, thr)), name
+
+
 def test_multilevel_roi_align_equals_the_cpus(device):
     gen = torch.Generator().manual_seed(0)
     features = [torch.randn(2, 8, 64 // 2 ** i, 96 // 2 ** i, generator=gen) for i in range(4)]

@@ -4,6 +4,7 @@ import torch
 from maskrcnn_benchmark.layers import nms, roi_align
 from maskrcnn_benchmark.layers.nms import nms_keep_padded
 from maskrcnn_benchmark.layers.rasterize import pad_polygons
+from maskrcnn_benchmark.layers.roi_align import multilevel_roi_align
 from maskrcnn_benchmark.modeling.roi_heads.mask_head.loss import (CURRENT, LEGACY_2018, padded_mask_targets,
                                                                   polygon_mask_targets)
 
@@ -81,6 +82,25 @@ def test_roi_align_forward_and_backward(golden, device, mode):
         out64.backward(case["grad_output"].double().to(device))
         torch.testing.assert_close(out64.detach().cpu(), case["output_fp64"], atol=1e-12, rtol=0)
         torch.testing.assert_close(feats64.grad.cpu(), case["grad_input_fp64"], atol=1e-12, rtol=0)
+
+
+def test_the_static_steps_multilevel_roi_align_forward_and_backward(golden, device, mode):
+    """The op the training step runs (``maskrcnn::multilevel_roi_align``, one call over every FPN level, and its
+    backward) on each golden case as a one-level pyramid (every ROI on level 0): the reference's outputs and input
+    gradients, bitwise on the CPU (its sparse products sum torchvision's kernel's terms in the same order)."""
+    for case in golden("roi_align")["cases"]:
+        feats = case["features"].detach().clone().to(device).requires_grad_(True)
+        rois = case["rois"].to(device)
+        levels = torch.zeros(len(rois), dtype=torch.int64, device=device)
+        out = mode(multilevel_roi_align)([feats], rois, levels, case["output_size"], [case["spatial_scale"]],
+                                         case["sampling_ratio"])
+        out.backward(case["grad_output"].to(device))
+        if device.type == "cpu":
+            assert torch.equal(out.detach(), case["output"])
+            assert torch.equal(feats.grad, case["grad_input"])
+        else:  # as test_roi_align_forward_and_backward: the README's bound for another fp32 kernel
+            torch.testing.assert_close(out.detach().cpu(), case["output"], atol=1e-4, rtol=0)
+            torch.testing.assert_close(feats.grad.cpu(), case["grad_input"], atol=1e-4, rtol=0)
 
 
 def _iou_plus_one(a, b):

@@ -1,0 +1,77 @@
+"""The host-sync counter (utils/host_syncs.py) sees every kind of wait it lists, and the static training step, as
+the trainer runs it, has none: what bench/host_syncs.py reports, kept by a test."""
+import os
+import sys
+
+import pytest
+import torch
+import torchvision
+
+from helpers import REPO, SMALL_OVERRIDES
+from maskrcnn_benchmark.utils.host_syncs import DATA_SHAPE, HOST_READ, MASKED_WRITE, HostSyncCounter
+
+_x = torch.tensor([3.0, 0.0, 2.0, 2.0])
+_mask = _x > 1
+_boxes = torch.tensor([[0.0, 0, 10, 10], [1, 1, 11, 11], [50, 50, 60, 60]])
+
+# (what, kind, code): one wait each
+WAITS = [
+    ("item", HOST_READ, lambda: _x[0].item()),
+    ("int()", HOST_READ, lambda: int(_x[0])),
+    ("float()", HOST_READ, lambda: float(_x.sum())),
+    ("bool()", HOST_READ, lambda: bool(_x.any())),
+    ("torch.equal", HOST_READ, lambda: torch.equal(_x, _x)),
+    ("tolist", HOST_READ, lambda: _x.tolist()),
+    ("numpy", HOST_READ, lambda: _x.numpy()),
+    ("nonzero", DATA_SHAPE, lambda: _x.nonzero()),
+    ("argwhere", DATA_SHAPE, lambda: torch.argwhere(_x)),
+    ("boolean-mask read", DATA_SHAPE, lambda: _x[_mask]),
+    ("masked_select", DATA_SHAPE, lambda: torch.masked_select(_x, _mask)),
+    ("unique", DATA_SHAPE, lambda: torch.unique(_x)),
+    ("unique_consecutive", DATA_SHAPE, lambda: torch.unique_consecutive(_x)),
+    ("bincount", DATA_SHAPE, lambda: torch.bincount(_x.long())),
+    ("repeat_interleave without output_size", DATA_SHAPE,
+     lambda: torch.repeat_interleave(torch.arange(4), _x.long())),
+    ("torchvision nms", DATA_SHAPE, lambda: torchvision.ops.nms(_boxes, torch.tensor([0.9, 0.8, 0.7]), 0.5)),
+]
+
+
+@pytest.mark.parametrize("what,kind,code", WAITS, ids=[w[0] for w in WAITS])
+def test_each_listed_wait_is_counted_once(what, kind, code):
+    with HostSyncCounter() as counter:
+        code()
+    assert counter.total == 1, counter.report()
+    assert counter.by_kind() == {kind: 1}, counter.report()
+
+
+def test_what_is_not_a_wait_is_not_counted():
+    """A masked write is listed (inductor lowers it to a select) but not counted, and the report says why; a
+    repeat_interleave given its output size, a where, a sort and a top-k wait for nothing."""
+    y = _x.clone()
+    with HostSyncCounter() as counter:
+        y[_mask] = 0.0
+        torch.repeat_interleave(torch.arange(4), _x.long(), output_size=7)
+        torch.where(_mask, _x, 0.0).sort()
+        _x.topk(2)
+    assert counter.total == 0, counter.report()
+    assert counter.by_kind() == {MASKED_WRITE: 1}
+    (line,) = counter.report()
+    assert MASKED_WRITE in line  # the whole reason, not cut to a column's width
+    assert "tests/utils/test_host_syncs.py" in line
+
+
+@pytest.mark.slow  # builds and steps a small R-FPN twice (about 5 s)
+def test_the_static_training_step_waits_for_the_host_nowhere():
+    """bench/host_syncs.py's count (forward, backward, optimizer step, LR schedule: ``Trainer.run_step`` on a
+    static batch, the fused SGD of a compiled run) on the tests' small model: 0, each site named otherwise. The
+    non-finite loss check and the metrics line run outside the step; the bench lists them apart."""
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    try:
+        import host_syncs
+    finally:
+        sys.path.remove(os.path.join(REPO, "bench"))
+    opts = [str(v) for v in SMALL_OVERRIDES] + ["MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", "64"]
+    for images in (1, 2):
+        step, finite, metrics, _ = host_syncs.count_step(images, 64, 96, "float32", opts=opts)
+        assert step.total == 0, "\n".join(step.report())
+        assert finite.total >= 1  # the checks outside the step do read the loss: the counter is not blind here
