@@ -81,8 +81,9 @@ def _frames_in_this_module():
     """How many of the innermost frames (from the caller of this function out) run this module's code: mllog
     then skips them, so a line's ``file``/``lineno`` name the code that logged the event (the trainer's line, as
     in NVIDIA's published logs), whether it called a named method (``init_start``) or ``event`` directly."""
+    here = _frames_in_this_module.__code__.co_filename  # not __file__: a .pyc or zipped install names it otherwise
     frame, depth = sys._getframe(1), 0
-    while frame is not None and frame.f_code.co_filename == __file__:
+    while frame is not None and frame.f_code.co_filename == here:
         frame, depth = frame.f_back, depth + 1
     return depth
 

@@ -3,6 +3,8 @@ import os
 
 import pytest
 
+from maskrcnn_benchmark.cli.gpu_check import FELL_BACK
+
 from train_runs import (checker_failures, compliance, lines_after_last_log_line, mllog_events, run_in_process,
                         run_merged, run_train)
 
@@ -39,6 +41,7 @@ def test_short_run_early_stops_at_low_target_and_passes_checker(tiny_data, tmp_p
     compiled = [line for line in r.stdout.splitlines() if "compiled the training step" in line]
     if mode:  # compiled once, during initialization: before the clock starts
         assert len(compiled) == 1 and "failed" not in compiled[0], r.stdout[-3000:]
+        assert not FELL_BACK.search(r.stdout), r.stdout[-3000:]  # and every full batch after it ran compiled
         assert r.stdout.index("compiled the training step") < r.stdout.index('"key": "run_start"')
     else:
         assert compiled == []  # the CPU default is eager
