@@ -25,7 +25,8 @@ or CUDA-graph capture error) is reported with its reason and the others go on. `
 (``{"event": "setup" | "failed" | "round" | "summary" | "memory", ...}``) that make gpu-check reads. ``--memory``:
 the peak GPU memory of each of ``--memory-models`` (default: ``--models``), measured alone (one process per model
 and batch, one step at each of ``--memory-batches``, default ``--batch``). On CUDA ``compiled`` defaults to
-``reduce-overhead``: the bench measures the CUDA-graph mode, which no automatic value of a run picks yet.
+``reduce-overhead``: the bench measures the CUDA-graph mode, what ``COMPILE_MODE`` auto picks for a compiled run
+on one GPU (engine/resolve.py).
 ``KEY VALUE`` pairs override the COCO config of the package's models; torchvision's model samples the same
 ``MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE`` ROIs per image (the tests pass 64: the static step's mask head then has 16
 rows per image instead of 128, the most of a CPU smoke run's time).

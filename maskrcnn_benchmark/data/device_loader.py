@@ -3,8 +3,9 @@
 :class:`DeviceLoader` wraps a DataLoader. Each batch is copied to the device, and a raw ``uint8`` batch of the
 hybrid path (:class:`~maskrcnn_benchmark.structures.image_list.RawImageBatch`) is resized, flipped and normalized
 there by :class:`~maskrcnn_benchmark.data.transforms.device.DeviceTransform`, in one call. On CUDA this happens on
-a side stream, one batch ahead: the copy of batch i + 1 (from pinned memory) and its transform run while step i
-trains, and the step waits for them only when it needs them. On the CPU everything happens in line.
+a side stream, one batch ahead: the copy of batch i + 1 (from pinned memory) and its transform are issued to run
+while step i trains, and the step waits for them only when it needs them (the overlap has not been measured on a
+GPU; gpu-check's input check times the device side alone). On the CPU everything happens in line.
 
 ``cache=True`` (``DATALOADER.CACHE_EVAL_IMAGES``, for the evaluation loader of the hybrid path) keeps the raw
 device batches of the first pass; later passes skip decoding and copying and only transform again (NVIDIA's

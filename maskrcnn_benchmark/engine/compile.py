@@ -8,12 +8,13 @@ traces the whole forward as one graph per image size, with ``dynamic=False``. Th
 nowhere: ``bench/host_syncs.py`` counts 0 host reads and 0 data-dependent shapes in one step (forward, backward,
 loss scaling, optimizer) for 2 and for 12 images, the package's custom ops (NMS, multi-level ROIAlign, the mask
 targets) included; the non-finite loss check and the metrics line read the device every 20 iterations, outside
-the step. So with ``mode="reduce-overhead"`` the whole step can be one CUDA graph; inductor's graph partition is
-set explicitly on (older torch in NGC images has it off), and a failed capture falls back to the eager step with
-one warning, like any compile failure. On an H100 (torch 2.11) that mode ran at 70.3 img/s against the eager
-step's 85.3 and the compiled step's 54.1 without CUDA graphs (12 images of 800x1333, float16; on an H200: 82.0,
-96.8, 59.6; docs/benchmarks.md): ``COMPILE`` is off unless asked for, and asked for on one GPU it takes CUDA
-graphs (engine/resolve.py).
+the step. So with ``mode="reduce-overhead"`` CUDA graphs can hold the compiled model's forward and backward (on an
+H100 gpu-check's compiled run recorded 2, in its warm-up, and none after; loss scaling, the fused SGD and the LR
+schedule run eagerly after them, also without a host read); inductor's graph partition is set explicitly on (older
+torch in NGC images has it off), and a failed capture falls back to the eager step with one warning, like any compile
+failure. On an H100 (torch 2.11) that mode ran at 70.3 img/s against the eager step's 85.3 and the compiled step's 54.1
+without CUDA graphs (12 images of 800x1333, float16; on an H200: 82.0, 96.8, 59.6; docs/benchmarks.md): ``COMPILE`` is
+off unless asked for, and asked for on one GPU it takes CUDA graphs (engine/resolve.py).
 
 Only the polygon buffers change size from batch to batch (the largest number of vertices and parts of a slot,
 rounded up to a power of two): those dimensions are marked dynamic, so they never cause a recompile. They only
@@ -25,8 +26,8 @@ one of them a warm cache would otherwise serve code compiled for the old version
 
 Compiling happens before ``run_start``: :meth:`CompiledForward.warm_up` runs forward and backward once per image
 size on a synthetic batch (no dataset access, no optimizer step, the random state restored), twice with CUDA
-graphs (the second call records them), as NVIDIA's submissions capture their CUDA graphs during initialization. Evaluation runs the eager model (its shapes depend
-on the detections).
+graphs (the second call records them), as NVIDIA's submissions capture their CUDA graphs during initialization.
+Evaluation runs the eager model (its shapes depend on the detections).
 """
 import hashlib
 import importlib.util

@@ -38,7 +38,9 @@ class MetricsHook(HookBase):
         if comm.is_main_process():
             values = {k: float(v) for k, v in sorted(losses.items())}
             parts = "  ".join(f"{k}: {v:.4f}" for k, v in values.items())
-            lr = self.trainer.optimizer.param_groups[0]["lr"]
+            # a device tensor with the fused SGD: read once here (left to the log record, each handler that
+            # formats it would read it again, and a count of the line's reads would miss it when none does)
+            lr = float(self.trainer.optimizer.param_groups[0]["lr"])
             scaler = getattr(self.trainer, "scaler", None)
             # float16: the GradScaler's scale (it halves at each skipped step; make gpu-check counts them)
             scale = f"  loss scale: {scaler.get_scale():g}" if scaler is not None and scaler.is_enabled() else ""

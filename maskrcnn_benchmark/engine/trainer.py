@@ -54,8 +54,8 @@ class Trainer:
     MIN_LOSS_SCALE. The scaler reads the gradients, not the loss: a NaN loss as a rule has NaN gradients
     (skipped), an infinite one need not (binary cross-entropy at a float16 logit that overflowed is infinite with
     a gradient of +-1), and that step is taken, as the reference's apex scaler takes it; the metrics line shows
-    the inf. Both rules are checked every ``nan_check_period`` iterations from device-side state, so GPU steps do
-    not sync for it.
+    the inf. Both rules are checked every ``nan_check_period`` iterations from device-side state: one host read per
+    check, none in the other steps (bench/host_syncs.py lists it apart from the step).
 
     ``forward(images, targets) -> loss dict`` runs the step's forward: the model itself, or the compiled step
     (:class:`~maskrcnn_benchmark.engine.compile.CompiledForward`); the loop is the same for both, and ``model``

@@ -4,10 +4,13 @@ Boxes are rescaled to the original image and written as ``[x, y, w, h]`` with th
 probabilities are pasted with the reference's geometry (pad by one pixel, expand the box by ``(M + 2) / M``,
 truncate to integers, bilinear resize to the box, threshold 0.5) and run-length encoded as COCO RLE.
 
-Everything runs where the model ran, image by image (each image's size and windows differ); the host reads are
-batched: three transfers per batch bring the boxes, scores and labels, the RLE change points and their counts to
-the host, which only turns the runs into COCO's compressed strings. Finding an image's change points is a
-``nonzero`` (its output size is the data's), so on a GPU each image with masks waits for the device there.
+Everything runs where the model ran, image by image (each image's size and windows differ); three transfers per
+batch bring the boxes, scores and labels, the RLE change points and their counts to the host, which only turns the
+runs into COCO's compressed strings. Each image with masks also waits for the device: its paste windows' sizes
+come to the host (one copy, for the chunking), and finding its change points is a ``nonzero``, two boolean-mask
+reads and a ``bincount`` (their sizes are the data's). Counted with ``utils.host_syncs.HostSyncCounter`` on the
+CPU (2026-11-28): 3 per batch and 6 per image with masks (4 data-dependent shapes, and two ``tolist`` of the
+window sizes' host copy, which the counter lists although on a GPU the wait is the copy before them).
 
 Two ways to paste and encode (``method``), measured by ``bench/coco_eval.py``:
 
@@ -114,7 +117,7 @@ def detections_to_coco(predictions, image_ids, image_sizes_wh, category_ids, mas
     resized images' coordinates), ``image_sizes_wh``: each original image ``(width, height)``, ``category_ids``:
     a tensor or sequence mapping contiguous labels to COCO category ids. Everything is computed on the
     predictions' device, image by image; three transfers per batch bring boxes, scores, categories and mask change
-    points over."""
+    points over (and each image with masks waits for the device within: the module's docstring)."""
     if method not in METHODS:
         raise ValueError(f"mask encoding method must be one of {METHODS}, got {method!r}")
     rows, change_points, change_counts, has_masks = [], [], [], []

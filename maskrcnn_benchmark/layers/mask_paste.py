@@ -51,8 +51,10 @@ def paste_mask_windows(probs, boxes, height, width, threshold=0.5, padding=1, wi
     wh = (y1 - y0 + 1).clamp(min=0)
     if d == 0:
         return torch.zeros((0, 0, 0), dtype=torch.bool, device=device), x0.long(), y0.long()
-    sizes = torch.stack((wh, ww), 1).long().cpu()  # the one sync: window sizes for chunking
+    # One read back (the window sizes, for chunking on the host) and one copy of their order to the device.
+    sizes = torch.stack((wh, ww), 1).long().cpu()
     order = torch.argsort(sizes[:, 0] * sizes[:, 1])
+    order_on_device = order.to(device)
     heights, widths = (v.tolist() for v in sizes[order].unbind(1))  # the chunking below reads Python ints
     out = torch.zeros((d, max(heights), max(widths)), dtype=torch.bool, device=device)
     start = 0
@@ -65,7 +67,7 @@ def paste_mask_windows(probs, boxes, height, width, threshold=0.5, padding=1, wi
             if (end - start + 1) * max(h_next, 1) * max(w_next, 1) > max_elements:
                 break
             h_max, w_max, end = h_next, w_next, end + 1
-        idx = order[start:end].to(device)
+        idx = order_on_device[start:end]
         start = end
         if h_max == 0 or w_max == 0:
             continue

@@ -114,7 +114,7 @@ def _bits_after_each_box(k, w, device):
 
 
 def _scan_torch(mask, valid):
-    """The sequential scan of every group at once, one box at a time (tensor ops only: no sync).
+    """The sequential scan of every group at once, one box at a time (tensor ops only: no sync; counted with the op).
 
     ``alive`` holds, as the mask's words, the valid boxes that no kept box before them suppresses: box ``i``'s bit
     is final when the scan reaches it (only boxes before it clear it), and a kept box clears the bits of the boxes
@@ -163,7 +163,7 @@ def nms_keep_padded(boxes: torch.Tensor, scores: torch.Tensor, valid: torch.Tens
     """Keep mask ``(G, K)`` of NMS within each row of ``boxes (G, K, 4)`` (xyxy), ``scores (G, K)``, ``valid
     (G, K)``: the reference's "+1" IoU and float32 threshold, suppression at IoU > threshold, boxes processed by
     decreasing score (equal scores in row order); invalid entries are never kept and suppress nothing. No host
-    sync, fixed shapes (a compiled step's NMS)."""
+    sync (counted, tests/layers/test_custom_ops_sync_free.py: 0), fixed shapes (a compiled step's NMS)."""
     g, k = scores.shape
     if g == 0 or k == 0:
         return torch.zeros((g, k), dtype=torch.bool, device=scores.device)

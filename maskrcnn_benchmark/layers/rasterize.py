@@ -107,8 +107,9 @@ def rasterize_padded(vertices, next_index, part, num_parts, height, width):
 
     ``vertices (K, V, 2)`` in output-grid coordinates; ``next_index (K, V)`` the vertex each vertex's edge goes to
     (within the row); ``part (K, V)`` the part of that edge (``-1``: no edge); ``num_parts`` bounds ``part``.
-    Returns ``(K, height, width)`` bool. Fixed shapes throughout, no host sync. Rows go in passes of at most
-    :data:`ROW_VERTEX_SLOTS_PER_PASS` row x vertex slots (bounded memory, the same masks).
+    Returns ``(K, height, width)`` bool. Fixed shapes throughout, no host sync (counted within the mask-target op,
+    tests/layers/test_custom_ops_sync_free.py: 0). Rows go in passes of at most :data:`ROW_VERTEX_SLOTS_PER_PASS` row x
+    vertex slots (bounded memory, the same masks).
     """
     device = vertices.device
     h, w = int(height), int(width)

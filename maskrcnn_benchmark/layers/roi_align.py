@@ -245,7 +245,7 @@ def _roi_align_scatter(grad, rois, levels, shapes, scales, sampling_ratio, chunk
 
 def _roi_align_masked(features, rois, levels, output_size, scales, sampling_ratio):
     """Forward on CUDA: torchvision's kernel on every ROI at every level, each ROI's own level selected (the
-    other levels' work, L-fold, is cheap on a GPU; no sizes read back)."""
+    other levels' work, L-fold, not timed apart on a GPU; no sizes read back)."""
     dtype = _compute_dtype(features[0].dtype)
     out = None
     for lvl, (feature, scale) in enumerate(zip(features, scales)):
@@ -265,8 +265,9 @@ def _uses_kernel(device, sampling_ratio):
 def multilevel_roi_align(features: List[torch.Tensor], rois: torch.Tensor, levels: torch.Tensor, output_size: int,
                          scales: List[float], sampling_ratio: int) -> torch.Tensor:
     """``(K, C, S, S)``: ROI ``k`` pooled from ``features[levels[k]]`` (legacy ROIAlign, fp32); zeros where
-    ``levels[k]`` is -1. No host sync: on the CPU sparse products over all levels (bitwise torchvision's
-    kernel; the output channels-last), on CUDA torchvision's kernel per level with each ROI's level selected."""
+    ``levels[k]`` is -1. No host sync (counted, tests/layers/test_custom_ops_sync_free.py: 0): on the CPU sparse
+    products over all levels (bitwise torchvision's kernel; the output channels-last), on CUDA torchvision's kernel per
+    level with each ROI's level selected."""
     if _uses_kernel(features[0].device, sampling_ratio):
         return _roi_align_masked(features, rois, levels, output_size, scales, sampling_ratio)
     return _roi_align_gather(features, rois, levels, output_size, scales, sampling_ratio)
@@ -285,7 +286,7 @@ def multilevel_roi_align_backward(grad: torch.Tensor, rois: torch.Tensor, levels
                                   feature_shapes: List[int], scales: List[float],
                                   sampling_ratio: int) -> List[torch.Tensor]:
     """The gradient of :func:`multilevel_roi_align` with respect to each feature map (fp32); ``feature_shapes``
-    holds their ``(N, C, H, W)`` one after the other. No host sync (as the forward)."""
+    holds their ``(N, C, H, W)`` one after the other. No host sync (counted as the forward)."""
     shapes = [tuple(feature_shapes[i:i + 4]) for i in range(0, len(feature_shapes), 4)]
     if not _uses_kernel(grad.device, sampling_ratio):
         return _roi_align_scatter(grad, rois, levels, shapes, scales, sampling_ratio)

@@ -6,9 +6,9 @@ class BalancedPositiveNegativeSampler:
 
     Works on a padded ``(N, P)`` label matrix (``1`` positive, ``0`` negative, ``-1`` ignored) and returns boolean
     ``(pos_mask, neg_mask)`` of the same shape: a random subset via random keys (:func:`position_keys`) + ``topk``
-    per row, so the whole batch is sampled in a few kernels without a host sync. Like the reference, negatives fill
-    what positives leave of the per-image budget. The sample does not depend on padding at the end of the rows,
-    on any device.
+    per row, so the whole batch is sampled in a few kernels without a host sync (0 in the whole step:
+    tests/utils/test_host_syncs.py, bench/host_syncs.py). Like the reference, negatives fill what positives leave of
+    the per-image budget. The sample does not depend on padding at the end of the rows, on any device.
     """
 
     def __init__(self, batch_size_per_image, positive_fraction):

@@ -30,9 +30,9 @@ class LevelMapper:
 class Pooler(nn.Module):
     """Multi-level ROIAlign: each ROI is pooled from its FPN level.
 
-    One op for all levels (:func:`~maskrcnn_benchmark.layers.roi_align.multilevel_roi_align`): inside, the ROIs are
-    grouped by level with one sort and pooled on contiguous slices; outside, its output shape is fixed, so a
-    compiled step sees one node, not a graph break per level.
+    One op for all levels (:func:`~maskrcnn_benchmark.layers.roi_align.multilevel_roi_align`): inside, on the CPU
+    sparse products over every level, on CUDA torchvision's kernel per level with each ROI's own level selected;
+    outside, its output shape is fixed, so a compiled step sees one node, not a graph break per level.
     """
 
     def __init__(self, output_size, scales, sampling_ratio):

@@ -20,10 +20,10 @@ def make_optimizer(cfg, model, fused=None):
 
     ``fused`` (default: ``SOLVER.USE_FUSED_SGD``; a compiled run asks for it): apex's FusedSGD when apex imports
     (NGC images), else torch's fused SGD with the learning rate as a tensor on the parameters' device, so the LR
-    schedule writes it in place (no host sync) and the gradient scaler's unscale and inf check stay on the
-    device (torch's fused SGD takes them as tensors; with apex the scaler reads its inf flag once per float16
-    step). Unfused: torch's SGD with its multi-tensor ``foreach`` implementation, as before. The three compute
-    the same update.
+    schedule writes it in place (no host sync; 0 in the whole step: tests/utils/test_host_syncs.py,
+    bench/host_syncs.py) and the gradient scaler's unscale and inf check stay on the device (torch's fused SGD takes
+    them as tensors; with apex the scaler reads its inf flag once per float16 step). Unfused: torch's SGD with its
+    multi-tensor ``foreach`` implementation, as before. The three compute the same update.
     """
     s = cfg.SOLVER
     weights, biases = [], []

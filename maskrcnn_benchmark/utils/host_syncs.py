@@ -14,7 +14,8 @@ the value reaches the host, and cuts a CUDA graph. The same ops run on the CPU, 
 Tensor methods that read memory without dispatching an op on the CPU (``tolist``, ``numpy``). It also looks *inside*
 the package's custom ops (``maskrcnn::...``): their Python bodies run under the counter, so a sync hidden in an op
 that ``torch.compile`` treats as opaque is counted too. Masked writes (``x[mask] = v``) are listed apart and not
-counted: inductor lowers them to a select (``torch.where``) with no sync.
+counted: inductor lowers them to a select (``torch.where``), and run eagerly on an H100 the static step's (the
+matchers' labels) made no synchronizing CUDA call (bench/host_syncs.py --device cuda, docs/benchmarks.md).
 """
 import collections
 import os

@@ -1,5 +1,7 @@
 """The host-sync counter (utils/host_syncs.py) sees every kind of wait it lists, and the static training step, as
 the trainer runs it, has none: what bench/host_syncs.py reports, kept by a test."""
+import io
+import logging
 import os
 import sys
 
@@ -71,7 +73,25 @@ def test_the_static_training_step_waits_for_the_host_nowhere():
     finally:
         sys.path.remove(os.path.join(REPO, "bench"))
     opts = [str(v) for v in SMALL_OVERRIDES] + ["MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", "64"]
-    for images in (1, 2):
-        step, finite, metrics, _ = host_syncs.count_step(images, 64, 96, "float32", opts=opts)
+    metrics_reads = []
+    logger = logging.getLogger("maskrcnn_benchmark")
+    for images, log_lines in ((1, False), (2, True)):
+        # the second time the metrics line is written (as in a run), the first time it is not: the count of its
+        # reads must not depend on it (a value read only while a log record is formatted went uncounted)
+        handler = logging.StreamHandler(io.StringIO()) if log_lines else None
+        level = logger.level
+        if handler:
+            logger.addHandler(handler)
+            logger.setLevel(logging.INFO)
+        try:
+            step, finite, metrics, _ = host_syncs.count_step(images, 64, 96, "float32", opts=opts)
+        finally:
+            if handler:
+                logger.removeHandler(handler)
+                logger.setLevel(level)
         assert step.total == 0, "\n".join(step.report())
         assert finite.total >= 1  # the checks outside the step do read the loss: the counter is not blind here
+        metrics_reads.append(metrics.total)
+        if handler:
+            assert "lr: " in handler.stream.getvalue()
+    assert metrics_reads[0] == metrics_reads[1], metrics_reads

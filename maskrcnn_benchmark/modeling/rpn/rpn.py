@@ -100,10 +100,11 @@ class RPNPostProcessor:
     level order, unsorted, as the reference's boolean-mask selection leaves them), otherwise per image, sorted by
     probability. In training the ground-truth boxes are appended with objectness 1 (``add_gt_proposals``).
 
-    :meth:`select` computes on fixed shapes with no host sync (what a compiled step needs): the candidates of all
-    images and levels stay in one ``(N, K)`` layout, the data-dependent steps are masks (NMS is one op returning a
-    keep mask, computed on the device), and the survivors are compacted to the front of ``P`` slots per image.
-    ``__call__`` returns the reference's per-image BoxLists.
+    :meth:`select` computes on fixed shapes with no host sync (0 in the whole step: tests/utils/test_host_syncs.py,
+    bench/host_syncs.py; what a compiled step needs): the candidates of all images and levels stay in one ``(N, K)``
+    layout, the data-dependent steps are masks (NMS is one op returning a keep mask, computed on the device), and the
+    survivors are compacted to the front of ``P`` slots per image. ``__call__`` returns the reference's per-image
+    BoxLists.
     """
 
     def __init__(self, pre_nms_top_n, post_nms_top_n, nms_thresh, min_size, fpn_post_nms_top_n,

@@ -5,10 +5,11 @@ are matched to the ground truth at IoU 0.5 (no low-quality matches), up to BATCH
 are sampled with at most POSITIVE_FRACTION foreground; the classifier is trained on all sampled ROIs, the box
 regression on the foreground ones, normalized by the number of sampled ROIs. Matching and sampling run on
 padded ``(N, P)`` tensors and the samples fill ``BATCH_SIZE_PER_IMAGE`` slots per image with a validity mask:
-fixed shapes, no host sync (a static batch, ``TargetBatch.static``: the compiled step). The eager step trims the
-slots to the largest number of samples of an image in the batch (one host sync): when the RPN finds fewer proposals than
-``BATCH_SIZE_PER_IMAGE`` (small images, early training) the box head then runs on the rows that exist, as the
-reference's does, instead of on padding (measured: 1.6x the eager step time on 256x384 images otherwise).
+fixed shapes, no host sync (0 in the whole step: tests/utils/test_host_syncs.py, bench/host_syncs.py; a static batch,
+``TargetBatch.static``: the compiled step). The eager step trims the slots to the largest number of samples of an image
+in the batch (one host sync): when the RPN finds fewer proposals than ``BATCH_SIZE_PER_IMAGE`` (small images, early
+training) the box head then runs on the rows that exist, as the reference's does, instead of on padding (measured: 1.6x
+the eager step time on 256x384 images otherwise).
 """
 import torch
 import torch.nn.functional as F

@@ -55,7 +55,7 @@ def padded_mask_targets(poly_vertices, poly_next, poly_part, poly_parts, roi_ins
     """``(K, M, M)`` bool mask targets of K ROIs from padded polygons (the layout of
     :class:`~maskrcnn_benchmark.structures.target_batch.TargetBatch`): ROI ``k`` crops and resizes the polygons
     of row ``roi_instance[k]``. One opaque op for ``torch.compile`` (``maskrcnn::polygon_mask_targets``), with no
-    host sync: every size is a shape."""
+    host sync (tests/layers/test_custom_ops_sync_free.py: 0): every size is a shape."""
     if convention not in (LEGACY_2018, CURRENT):
         raise ValueError(f"unknown mask target convention {convention!r}")
     if convention == CURRENT and image_widths_heights is None:
