@@ -7,13 +7,15 @@ head's fixed rows), in the eager form (tightly padded targets, the mask head siz
 torchvision's ``maskrcnn_resnet50_fpn`` on the same batch for scale. The last line is
 ``graph breaks: N (G graphs)`` for ours.
 
-    python bench/graph_breaks.py [--no-torchvision]
+    python bench/graph_breaks.py [--no-torchvision] [--size 320x480] [KEY VALUE ...]   (config overrides)
 """
 import argparse
 import os
+import sys
 
 import torch
 
+from maskrcnn_benchmark.cli.common import parse_with_overrides
 from maskrcnn_benchmark.config import load_config
 from maskrcnn_benchmark.engine.compile import graph_breaks
 from maskrcnn_benchmark.modeling import build_detection_model
@@ -27,11 +29,13 @@ CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--no-torchvision", action="store_true")
-    args = p.parse_args(argv)
+    p.add_argument("--size", default="320x480", help="HxW of the two images")
+    args, opts = parse_with_overrides(p, argv)
+    height, width = (int(v) for v in args.size.split("x"))
     torch.manual_seed(0)
-    cfg = load_config(CONFIG, ["MODEL.DEVICE", "cpu", "DTYPE", "float32"])
+    cfg = load_config(CONFIG, ["MODEL.DEVICE", "cpu", "DTYPE", "float32", *opts])
     model = build_detection_model(cfg).train()
-    images, targets, tv_targets = synthetic_batch(2, 320, 480, 81)
+    images, targets, tv_targets = synthetic_batch(2, height, width, cfg.MODEL.ROI_BOX_HEAD.NUM_CLASSES)
     d = cfg.DATALOADER.SIZE_DIVISIBILITY
     static = BatchCollator(d, max_gt=cfg.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE)
     rows = [("maskrcnn_benchmark (ours, static step)", graph_breaks(model, *static.collate(images, targets)))]
@@ -44,7 +48,8 @@ def main(argv=None):
         tv = maskrcnn_resnet50_fpn(weights=None, weights_backbone=None, num_classes=81).train()
         rows.append(("torchvision maskrcnn_resnet50_fpn",
                      graph_breaks(tv, [i / 255 for i in images], tv_targets)))
-    print(f"torch {torch.__version__}, training forward, two 320x480 images, torch._dynamo.explain")
+    print(f"torch {torch.__version__}, training forward, two {height}x{width} images, torch._dynamo.explain"
+          + (f", {' '.join(opts)}" if opts else ""))
     print()
     print(f"| {'model':40} | {'graph breaks':>12} | {'graphs':>6} |")
     print(f"|{'-' * 42}|{'-' * 14}|{'-' * 8}|")

@@ -265,3 +265,19 @@ def test_the_bench_pads_polygons_as_a_run_in_its_mode():
         shapes[mode] = (batch.poly_vertices.shape[1], batch.poly_parts.shape[1])
     assert shapes["reduce-overhead"] == (256, 8)
     assert shapes[None] == shapes["default"] != (256, 8)
+
+
+@pytest.mark.slow
+def test_graph_breaks_bench_runs_to_its_last_line():
+    """bench/graph_breaks.py at a small size, with the tests' small model (KEY VALUE overrides): the table and the
+    last line ``graph breaks: N (G graphs)``, 0 for the static step. (It had stopped at its last line with a
+    NameError: an import removed with a sys.path change.)"""
+    from helpers import SMALL_OVERRIDES
+
+    out = subprocess.run(
+        [sys.executable, "bench/graph_breaks.py", "--no-torchvision", "--size", "64x96",
+         *[str(v) for v in SMALL_OVERRIDES], *SMALL_ROI_BUDGET],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "| maskrcnn_benchmark (ours, static step)" in out.stdout
+    assert out.stdout.splitlines()[-1] == "graph breaks: 0 (1 graphs)", out.stdout
