@@ -1,4 +1,5 @@
 """Small models and hand-made images shared by the tests."""
+import importlib
 import math
 import os
 import struct
@@ -138,3 +139,15 @@ def sample_with_and_without_padding(labels, pad):
     torch.manual_seed(4)
     pos_p, neg_p = sampler(torch.cat((labels, labels.new_full((labels.shape[0], pad), -1)), 1))
     return pos, neg, pos_p, neg_p, torch.equal(torch.rand(3, device=labels.device), after)
+
+
+def bench_module(name):
+    """A script of bench/ imported as a module (bench/ is not a package; it stays off sys.path afterwards)."""
+    import sys
+
+    folder = os.path.join(REPO, "bench")
+    sys.path.insert(0, folder)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(folder)

@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from helpers import REPO
+from helpers import REPO, bench_module
 from maskrcnn_benchmark.cli.gpu_check import SMALL_ROI_BUDGET  # 16 mask-head rows per image: every form still runs
 
 
@@ -48,11 +48,7 @@ def test_a_compile_failure_keeps_the_other_figures():
 
 
 def test_mask_predictor_bench_prints_every_case_with_a_rounding_sized_difference(capsys):
-    sys.path.insert(0, os.path.join(REPO, "bench"))
-    try:
-        import mask_predictor
-    finally:
-        sys.path.remove(os.path.join(REPO, "bench"))
+    mask_predictor = bench_module("mask_predictor")
     assert mask_predictor.main(["--scale", "0.02", "--repeats", "1", "--threads", "1"]) == 0
     rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
     assert [r[0].strip() for r in rows] == [what + (" fwd + bwd" if bwd else "")
@@ -64,11 +60,7 @@ def test_mask_predictor_bench_prints_every_case_with_a_rounding_sized_difference
 def test_ops_ab_bench_runs_every_case_against_another_checkout(capsys, tmp_path):
     """Against this very checkout (the same code on both sides): every case runs and gives the same results.
     Against a checkout whose NMS suppresses at another IoU: the NMS rows say NO, the others yes, and it exits 1."""
-    sys.path.insert(0, os.path.join(REPO, "bench"))
-    try:
-        import ops_ab
-    finally:
-        sys.path.remove(os.path.join(REPO, "bench"))
+    ops_ab = bench_module("ops_ab")
     args = ["--repeats", "1", "--scale", "0.05", "--threads", "1"]
     assert ops_ab.main(["--before", REPO, *args]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
@@ -117,11 +109,7 @@ def test_a_model_step_killed_while_compiling_still_gives_the_eager_figure():
 
 
 def test_eval_gather_bench_merges_both_forms_into_every_detection(capsys):
-    sys.path.insert(0, os.path.join(REPO, "bench"))
-    try:
-        import eval_gather
-    finally:
-        sys.path.remove(os.path.join(REPO, "bench"))
+    eval_gather = bench_module("eval_gather")
     assert eval_gather.main(["--ranks", "3", "--images", "20", "--dets", "4", "--rounds", "1"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
     assert [r.split("|")[1].strip() for r in rows] == ["one object per image", "each rank's images concatenated"]
@@ -146,11 +134,7 @@ def test_host_syncs_counts_the_sync_warning_and_not_the_modes_notice(monkeypatch
     """torch's sync debug mode warns at each synchronizing call, and once per process, when it is turned on, that it
     "does not yet detect all synchronizing operations" (seen on an H200: counted as a sync, gpu-check failed the
     step). Both texts are read from torch's own libraries."""
-    sys.path.insert(0, os.path.join(REPO, "bench"))
-    try:
-        import host_syncs
-    finally:
-        sys.path.remove(os.path.join(REPO, "bench"))
+    host_syncs = bench_module("host_syncs")
     (sync,) = _torch_library_strings("libc10_cuda.so", host_syncs.SYNC_WARNING)
     (notice,) = _torch_library_strings("libtorch_python.so", "Synchronization debug mode is a prototype")
     monkeypatch.chdir(REPO)  # sites are named relative to the working directory
@@ -170,11 +154,7 @@ def test_model_step_reports_a_later_fallback_and_skipped_cuda_graphs(monkeypatch
     from maskrcnn_benchmark.cli import gpu_check
     from maskrcnn_benchmark.engine import compile as compile_module
 
-    sys.path.insert(0, os.path.join(REPO, "bench"))
-    try:
-        import model_step
-    finally:
-        sys.path.remove(os.path.join(REPO, "bench"))
+    model_step = bench_module("model_step")
 
     class StandIn:
         def __init__(self, model, mode, backend="inductor", batch_size=None):
@@ -215,11 +195,7 @@ def test_model_step_gives_its_cudnn_setting_to_every_process(monkeypatch):
     import argparse
     import io
 
-    sys.path.insert(0, os.path.join(REPO, "bench"))
-    try:
-        import model_step
-    finally:
-        sys.path.remove(os.path.join(REPO, "bench"))
+    model_step = bench_module("model_step")
     commands = []
 
     class Process:
@@ -250,11 +226,7 @@ def test_the_bench_pads_polygons_as_a_run_in_its_mode():
 
     from maskrcnn_benchmark.synthetic.batch import synthetic_batch
 
-    sys.path.insert(0, os.path.join(REPO, "bench"))
-    try:
-        import model_step
-    finally:
-        sys.path.remove(os.path.join(REPO, "bench"))
+    model_step = bench_module("model_step")
     args = argparse.Namespace(height=64, width=96, batch=1, nhwc=False, compile_backend="inductor",
                               opts=["MODEL.DEVICE", "cuda"])  # the config a CUDA bench builds; the batch stays here
     cpu = torch.device("cpu")

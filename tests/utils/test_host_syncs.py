@@ -2,14 +2,12 @@
 the trainer runs it, has none: what bench/host_syncs.py reports, kept by a test."""
 import io
 import logging
-import os
-import sys
 
 import pytest
 import torch
 import torchvision
 
-from helpers import REPO, SMALL_OVERRIDES
+from helpers import SMALL_OVERRIDES, bench_module
 from maskrcnn_benchmark.utils.host_syncs import DATA_SHAPE, HOST_READ, MASKED_WRITE, HostSyncCounter
 
 _x = torch.tensor([3.0, 0.0, 2.0, 2.0])
@@ -67,11 +65,7 @@ def test_the_static_training_step_waits_for_the_host_nowhere():
     """bench/host_syncs.py's count (forward, backward, optimizer step, LR schedule: ``Trainer.run_step`` on a
     static batch, the fused SGD of a compiled run) on the tests' small model: 0, each site named otherwise. The
     non-finite loss check and the metrics line run outside the step; the bench lists them apart."""
-    sys.path.insert(0, os.path.join(REPO, "bench"))
-    try:
-        import host_syncs
-    finally:
-        sys.path.remove(os.path.join(REPO, "bench"))
+    host_syncs = bench_module("host_syncs")
     opts = [str(v) for v in SMALL_OVERRIDES] + ["MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", "64"]
     metrics_reads = []
     logger = logging.getLogger("maskrcnn_benchmark")
