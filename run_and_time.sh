@@ -7,7 +7,8 @@
 #   [profiler] python -m bind_launch ... ${TRAIN_SCRIPT} ${EXTRA_PARAMS} --config-file ... ${EXTRA_CONFIG} "$@"
 # Variables (docs/cluster.md): DGXSYSTEM CONFIG_FILE DTYPE PATHS_CATALOG WEIGHTS DATADIR TRAIN_SCRIPT PYTHON
 # NPROC_PER_NODE BIND_LAUNCH_ARGS EXTRA_PARAMS EXTRA_CONFIG LOGDIR TRIAL_NAME OUTPUT_DIR PROFILE
-# MLPERF_SUBMISSION_ORG ALLOW_NON_RCP PREFLIGHT_ONLY PREFLIGHT_NNODES PREFLIGHT_DONE NOT_CONVERGED_EXIT_CODE.
+# MLPERF_SUBMISSION_ORG ALLOW_NON_RCP PREFLIGHT_ONLY PREFLIGHT_NNODES PREFLIGHT_DONE PREFLIGHT_GPUS_ELSEWHERE
+# NOT_CONVERGED_EXIT_CODE.
 # Before training, tools/preflight.py checks what would end the run (the recipe against mlperf-logging's rules and
 # RCPs, the batch against the processes, the GPUs, the data and weights paths) and exits with its own code for
 # each cause (maskrcnn_benchmark/cli/exit_codes.py); PREFLIGHT_ONLY=1 stops after it (the Slurm job runs that once
@@ -84,6 +85,8 @@ if [[ "${PREFLIGHT_DONE:-0}" != 1 ]]; then
   check=("${PYTHON}" tools/preflight.py "--world-size=$(( nproc * nnodes ))"
          "--nproc-per-node=${nproc}")
   if [[ "${ALLOW_NON_RCP:-0}" == 1 ]]; then check+=(--allow-non-rcp); fi
+  # tools/submit.py's preflight on the host that submits (a login node): the GPUs are the job's nodes'
+  if [[ "${PREFLIGHT_GPUS_ELSEWHERE:-0}" == 1 ]]; then check+=(--gpus-elsewhere); fi
   "${check[@]}" "${extra_params[@]}" "${train_args[@]}" "${extra_config[@]}" "$@"
 fi
 if [[ "${PREFLIGHT_ONLY:-0}" == 1 ]]; then exit 0; fi

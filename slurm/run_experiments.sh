@@ -99,8 +99,11 @@ if [[ "${CONTAINER_RUNTIME}" != none ]]; then
   done
   CONTAINER_BINDS="$(IFS=,; echo "${binds[*]}")"
   export CONTAINER_BINDS
-elif [[ -n "${WEIGHTS_DIR:-}" && -z "${WEIGHTS+set}" ]]; then
-  export WEIGHTS="${WEIGHTS_DIR}/R-50.pkl"  # on the hosts: the site's weights folder, as the image binds it
+else  # on the hosts: the site's folders are the trainer's paths (a site file sets them without export)
+  if [[ -n "${DATADIR:-}" ]]; then export DATADIR; fi
+  if [[ -n "${WEIGHTS_DIR:-}" && -z "${WEIGHTS+set}" ]]; then
+    export WEIGHTS="${WEIGHTS_DIR}/R-50.pkl"  # the site's weights folder, as the image binds it
+  fi
 fi
 
 mapfile -t hosts < <(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname)}" 2> /dev/null || hostname)

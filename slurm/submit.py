@@ -144,10 +144,14 @@ class NodeTask:
                 "not_converged": not_converged}
 
 
-def preflight(system, nodes, gpus_per_node, env, python, task, allow_non_rcp=False):
+def preflight(system, nodes, gpus_per_node, env, python, task, allow_non_rcp=False, gpus_here=True):
     """run_and_time.sh up to its preflight (tools/preflight.py: recipe, batch, data, weights), here, before anything
-    is submitted, in the image when its runtime is installed here; returns its exit code (0: ready)."""
+    is submitted, in the image when its runtime is installed here; returns its exit code (0: ready). ``gpus_here``
+    False (Slurm: this host only submits, a login node as a rule): the GPUs are left to the job's nodes, where the
+    trainer checks them before init_start."""
     env = dict(env, DGXSYSTEM=system, PYTHON=python, PREFLIGHT_ONLY="1", SLURM_JOB_NUM_NODES=str(nodes))
+    if not gpus_here:
+        env["PREFLIGHT_GPUS_ELSEWHERE"] = "1"
     env.pop("PREFLIGHT_DONE", None)
     env.update(task.container_env())
     if gpus_per_node:
@@ -295,7 +299,8 @@ def main(argv=None):
         on_hosts.update({"DATADIR": args.data} if args.data else {})
         on_hosts.update({"WEIGHTS": os.path.join(args.weights_dir, "R-50.pkl")} if args.weights_dir else {})
     host_env = dict(cfg_env, **on_hosts)
-    rc = preflight(args.system, args.nodes, args.gpus_per_node, host_env, args.python, probe, args.allow_non_rcp)
+    rc = preflight(args.system, args.nodes, args.gpus_per_node, host_env, args.python, probe, args.allow_non_rcp,
+                   gpus_here=args.cluster != "slurm")  # local and debug train on this host
     if rc:
         print(f"submit: the preflight failed with exit code {rc} (the line above says why); nothing submitted",
               file=sys.stderr)

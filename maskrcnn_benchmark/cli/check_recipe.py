@@ -22,7 +22,7 @@ from .common import parse_with_overrides
 def add_recipe_options(p):
     p.add_argument("--world-size", type=int, default=int(os.environ.get("WORLD_SIZE", "0") or 0),
                    help="number of training processes (GPUs) of the run; default WORLD_SIZE")
-    p.add_argument("--division", default=os.environ.get("MLPERF_SUBMISSION_DIVISION", "closed"),
+    p.add_argument("--division", default=os.environ.get("MLPERF_SUBMISSION_DIVISION", "").strip() or "closed",
                    choices=["closed", "open"])
     p.add_argument("--allow-non-rcp", action="store_true", default=os.environ.get("ALLOW_NON_RCP", "0") == "1",
                    help="warn instead of refusing (research runs)")

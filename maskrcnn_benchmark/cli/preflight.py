@@ -1,6 +1,6 @@
 """``tools/preflight.py``: everything that can end a run, checked before it starts, each with its own exit code.
 
-    python tools/preflight.py --world-size 32 [--nproc-per-node 8] [--allow-non-rcp] \
+    python tools/preflight.py --world-size 32 [--nproc-per-node 8] [--allow-non-rcp] [--gpus-elsewhere] \
         --config-file configs/e2e_mask_rcnn_R_50_FPN_1x.yaml KEY VALUE ...
 
 The training command line, and: the recipe against the MLPerf rules (as ``tools/check_recipe.py``), the global
@@ -27,6 +27,9 @@ def build_parser():
     add_recipe_options(p)
     p.add_argument("--nproc-per-node", type=int, default=int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1),
                    help="processes (GPUs) per node: this node must have as many GPUs (CUDA configs)")
+    p.add_argument("--gpus-elsewhere", action="store_true",
+                   help="this host only submits (a login node): the GPUs are not checked here but on the job's "
+                        "nodes, by the trainer before init_start")
     return p
 
 
@@ -43,9 +46,11 @@ def main(argv=None):
             opts.extend(["COMPILE", str(args.compile)])
         cfg = load_config(args.config_file, opts, freeze=True)
         judge_recipe(cfg, args.world_size, args.ruleset, args.division, args.allow_non_rcp)
-        check_before_init(cfg, args.world_size, args.nproc_per_node, resume=args.resume)
+        check_before_init(cfg, args.world_size, args.nproc_per_node, resume=args.resume,
+                          gpus_here=not args.gpus_elsewhere)
+        where = "; the GPUs are checked on the job's nodes" if args.gpus_elsewhere else ""
         print(f"preflight: ready: {args.world_size} processes ({args.nproc_per_node} per node), device "
-              f"{cfg.MODEL.DEVICE}, data and weights found")
+              f"{cfg.MODEL.DEVICE}, data and weights found{where}")
         return 0
 
     return run_program(body)

@@ -115,11 +115,12 @@ def check_resume(path):
                              "of the interrupted run, written with SAVE_CHECKPOINTS True)")
 
 
-def check_before_init(cfg, world_size, local_world_size=1, cuda=None, resume=""):
+def check_before_init(cfg, world_size, local_world_size=1, cuda=None, resume="", gpus_here=True):
     """Every check above, cheapest first; ``resume``: the checkpoint of ``--resume`` (its weights replace
-    MODEL.WEIGHT's)."""
+    MODEL.WEIGHT's); ``gpus_here`` False: this host only submits (a login node), the GPUs are the job's nodes'."""
     check_batch(cfg, world_size)
-    check_gpus(cfg, local_world_size, cuda)
+    if gpus_here:
+        check_gpus(cfg, local_world_size, cuda)
     check_data(cfg)
     if resume:
         check_resume(resume)

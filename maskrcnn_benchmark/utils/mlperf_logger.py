@@ -169,8 +169,12 @@ class MLPerfLogger:
 
     # -- key groups -----------------------------------------------------------------------------------------
     def submission_info(self, org=None, platform=None, division=None, status=None, num_nodes=1):
-        """submission_* keys; defaults from MLPERF_SUBMISSION_{ORG,DIVISION,STATUS} and :func:`submission_platform`."""
-        env = os.environ.get
+        """submission_* keys; defaults from MLPERF_SUBMISSION_{ORG,DIVISION,STATUS} and :func:`submission_platform`.
+        A variable set but blank (a site file's ``export MLPERF_SUBMISSION_ORG=""``) is unset: the checker refuses an
+        empty value."""
+        def env(key, default):
+            return os.environ.get(key, "").strip() or default
+
         self.event("submission_benchmark", BENCHMARK)
         self.event("submission_org", org or env("MLPERF_SUBMISSION_ORG", "reference-implementation"))
         self.event("submission_division", division or env("MLPERF_SUBMISSION_DIVISION", "closed"))

@@ -50,6 +50,7 @@ def run_job(tmp_path, path_dirs=(), **env):
                 FAKE_TRAIN_EPOCHS=2, MLPERF_SUBMISSION_ORG="ci", SITE_CONFIG=tmp_path / "no-site.sh",
                 PATH=":".join([*map(str, path_dirs), str(bindir), os.environ["PATH"]]))
     base.update(env)
+    base = {k: v for k, v in base.items() if v is not None}  # None: not in the job's environment
     return subprocess.run([str(ROOT / "slurm/run_experiments.sh")], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300, env=clean_env(**base))
 
@@ -378,6 +379,22 @@ def test_weights_dir_is_read_on_the_hosts_too(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "data and weights found" in r.stdout
 
+
+
+def test_the_site_files_data_and_weights_reach_the_hosts_trainer(tmp_path):
+    """CONTAINER=none with DATADIR and WEIGHTS_DIR set in the site file, as slurm/site.example.sh writes them (not
+    exported), and not in the job's environment: the preflight looked for the dataset in /data (exit 11)."""
+    weights_dir = tmp_path / "models"
+    weights_dir.mkdir()
+    (weights_dir / "R-50.pkl").write_bytes(b"")
+    site = tmp_path / "site.sh"
+    site.write_text(f'DATADIR="${{DATADIR:-{coco_layout(tmp_path / "coco")}}}"\n'
+                    f'WEIGHTS_DIR="${{WEIGHTS_DIR:-{weights_dir}}}"\n')
+    r = run_job(tmp_path, SITE_CONFIG=site, DATADIR=None, PREFLIGHT_ONLY=1, DGXSYSTEM="DGXH100",
+                EXTRA_CONFIG="SOLVER.IMS_PER_BATCH 4 TEST.IMS_PER_BATCH 1 MODEL.DEVICE cpu", ALLOW_NON_RCP=1,
+                NPROC_PER_NODE=1)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "data and weights found" in r.stdout
 
 
 def test_the_preflight_of_a_pyxis_job_judges_all_its_nodes(tmp_path):

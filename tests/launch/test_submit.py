@@ -1,11 +1,16 @@
 """tools/submit.py with submitit's local executor (the Slurm path runs in tests/cluster)."""
 
-import pytest
-import runpy
+import os
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+import torch
+
+from maskrcnn_benchmark.cli import exit_codes
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBMIT = ROOT / "slurm" / "submit.py"
@@ -39,12 +44,12 @@ def coco_layout(root):
     return root
 
 
-def run_submit(tmp_path, *extra):
+def run_submit(tmp_path, *extra, env=None):
     cmd = [sys.executable, str(ROOT / "tools" / "submit.py"), "--cluster", "local", "--system", "CPU",
            "--image", "none", "--train-script", "tests/cluster/fake_train.py", "--results", str(tmp_path / "res"),
            "--data", str(coco_layout(tmp_path / "coco")), "--drop-caches-cmd", "true", "--env", "DGXNGPU=2",
            "--env", "MLPERF_SUBMISSION_ORG=ci", *extra]
-    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
 
 
 @pytest.mark.slow
@@ -72,6 +77,33 @@ def test_without_an_image_the_weights_dir_is_the_trainers(tmp_path):
                    "EXTRA_CONFIG=SOLVER.IMS_PER_BATCH 4 TEST.IMS_PER_BATCH 1 MODEL.DEVICE cpu")
     assert "does not exist" not in r.stdout + r.stderr
     assert "data and weights found" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.slow
+def test_a_login_node_without_gpus_submits_a_cuda_recipe(tmp_path):
+    """--cluster slurm: the preflight runs on the host that submits, a login node without GPUs as a rule. It judged
+    the recipe, data and weights there, and the GPUs too: every CUDA config ended in exit 15 (no GPU), nothing
+    submitted. The GPUs are the job's nodes' (the trainer checks them before init_start); the local executors
+    train on this host, so there the check stays."""
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU: the login node's case needs a host without one")
+    weights = tmp_path / "models"
+    weights.mkdir()
+    (weights / "R-50.pkl").write_bytes(b"")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sbatch").write_text("#!/bin/bash\necho 'Submitted batch job 4242'\n")
+    (fake / "sbatch").chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}")
+    cuda_recipe = ("--system", "DGXH100", "--gpus-per-node", "8", "--allow-non-rcp", "--weights-dir", str(weights),
+                   "--env", "EXTRA_CONFIG=SOLVER.IMS_PER_BATCH 8 TEST.IMS_PER_BATCH 8", "--env", "DGXNGPU=8")
+    r = run_submit(tmp_path, *cuda_recipe, "--cluster", "slurm", "--no-wait", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "the GPUs are checked on the job's nodes" in r.stdout
+    assert "run 0 -> job 4242" in r.stdout
+    r = run_submit(tmp_path, *cuda_recipe, "--results", str(tmp_path / "local"), env=env)
+    assert r.returncode == exit_codes.NO_GPU.code, r.stdout + r.stderr
+    assert "nothing submitted" in r.stderr
 
 
 @pytest.mark.slow
