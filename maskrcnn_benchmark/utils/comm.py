@@ -140,6 +140,12 @@ def init_distributed(local_rank=None, device="cuda", timeout_s=300, side_group=F
     if use_cuda:
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
+        per_node = launch_sizes()[1]
+        known = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("SLURM_NTASKS_PER_NODE")
+        if known and world > per_node and not os.environ.get("MASTER_ADDR"):  # each node: its own loopback
+            raise UserError(f"{world} processes, {per_node} per node, and MASTER_ADDR is not set: set it to the first "
+                            "node of the job (scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1), or start "
+                            "the processes with python -m bind_launch, which sets it")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29500")
         dist.init_process_group(backend="nccl" if use_cuda else "gloo", init_method="env://", rank=rank,

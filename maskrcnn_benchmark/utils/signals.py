@@ -1,8 +1,10 @@
-"""Stopping a run on SIGTERM, SIGINT or SIGHUP: unwind through the hooks instead of dying mid-write.
+"""Stopping a run on SIGTERM, SIGINT, SIGHUP, SIGUSR1 or SIGUSR2: unwind through the hooks instead of dying
+mid-write.
 
-Slurm (time limit, scancel), bind_launch stopping the ranks of a failed job, and a terminal's Ctrl-C all signal
-the training process; :func:`stop_on_signals` turns the first such signal into :class:`Stopped`, raised in the
-main thread, so the run logs ``run_stop`` aborted, stops its scorer and loader workers and flushes its logs.
+Slurm (time limit, scancel, a ``--signal=USR1@<seconds>`` warning), bind_launch stopping the ranks of a failed job
+or forwarding what it received, and a terminal's Ctrl-C all signal the training process; :func:`stop_on_signals`
+turns the first such signal into :class:`Stopped`, raised in the main thread, so the run logs ``run_stop``
+aborted, stops its scorer and loader workers and flushes its logs.
 
 Not everywhere in the main thread: Python code that C calls and whose exceptions C discards ("Exception ignored
 in ...") or prints and clears would lose it. Two such places are on a training rank's path: the at-fork hooks
@@ -13,7 +15,7 @@ clears it). A stop that lands in one of those is raised 10 ms later (SIGALRM), o
 import os
 import signal
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 _RECEIVED = []  # the stop signal this process's handler took, if any
 _HELD = {"pid": None, "installed": None}  # the process whose stop signals are only recorded from now on (:func:`hold`),
@@ -69,11 +71,12 @@ def _exception_would_be_lost(frame):
 
 
 def stop_on_signals():
-    """The first SIGTERM/SIGINT/SIGHUP raises :class:`Stopped` in the main thread, once; later ones are ignored so
-    nothing interrupts the cleanup (SIGKILL still ends it), and after :func:`hold` none is raised.
+    """The first stop signal (SIGTERM/SIGINT/SIGHUP/SIGUSR1/SIGUSR2) raises :class:`Stopped` in the main thread,
+    once; later ones are ignored so nothing interrupts the cleanup (SIGKILL still ends it), and after :func:`hold`
+    none is raised.
 
     Slurm and a terminal's Ctrl-C signal every process of the job, data loader workers included. Workers are
-    forked and inherit this handler; in a loader worker SIGINT and SIGHUP are ignored: the main process stops its
+    forked and inherit this handler; in a loader worker the stop signals but SIGTERM are ignored: the main process stops its
     workers as it unwinds (a worker dies with its parent anyway), and a worker that exited at once would take along
     the shared memory of the batches it has sent (the main process fetches their file descriptors from the worker
     when it reads them, and may read one in the moment before its own Stopped is raised). SIGTERM stays torch's

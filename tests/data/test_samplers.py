@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from helpers import empty_target
@@ -28,6 +29,22 @@ def test_distributed_sampler_partitions_and_reshuffles():
     s.set_epoch(1)
     assert list(s) != first
     assert list(DistributedSampler(5, 2, 1, shuffle=False)) == [1, 3, 0]
+
+
+def test_a_dataset_smaller_than_half_the_ranks_still_gives_every_rank_its_share():
+    """Padding repeated the indices at most once: 3 images on 8 ranks left ranks 6 and 7 empty shards (while their
+    length said 1), and the iteration sampler of such a rank looped forever looking for a batch."""
+    parts = [list(DistributedSampler(3, 8, r, shuffle=True, seed=1)) for r in range(8)]
+    assert [len(p) for p in parts] == [1] * 8
+    assert set(sum(parts, [])) == {0, 1, 2}
+    batches = IterationBasedBatchSampler(GroupedBatchSampler(DistributedSampler(3, 8, 7), [0, 0, 0], 1), 2)
+    assert [len(b) for b in batches] == [1, 1]
+
+
+def test_an_iteration_sampler_over_no_batches_is_an_error_not_a_hang():
+    batches = IterationBasedBatchSampler(GroupedBatchSampler(DistributedSampler(0, 2, 1), [], 1), 2)
+    with pytest.raises(ValueError, match="no batch"):
+        next(iter(batches))
 
 
 def test_runs_with_nearby_seeds_never_share_an_epochs_order():

@@ -49,3 +49,24 @@ def test_gather_delivers_to_rank_0_only(tmp_path):
     mp.spawn(_gather_rank, args=(3, str(tmp_path / "init"), out), nprocs=3)
     assert out[0] == [{"rank": r, "payload": "x" * (r + 1)} for r in range(3)]
     assert out[1] is None and out[2] is None
+
+
+def test_ranks_on_several_nodes_without_master_addr_are_one_line(monkeypatch):
+    """Started by srun without bind_launch (SLURM_PROCID / SLURM_NTASKS), processes on several nodes and no
+    MASTER_ADDR: each node met at its own 127.0.0.1, and every rank timed out later with an internal error. One
+    line naming MASTER_ADDR instead, before any process group."""
+    for key in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("SLURM_NTASKS", "8")
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "4(x2)")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+
+    def no_group(*args, **kwargs):
+        raise AssertionError("a process group was formed")
+
+    monkeypatch.setattr(comm.dist, "init_process_group", no_group)
+    with pytest.raises(UserError) as e:
+        comm.init_distributed(device="cpu", timeout_s=1)
+    code, line = describe(e.value)
+    assert code == BAD_INPUT.code and "\n" not in line
+    assert "MASTER_ADDR" in line and "8 processes" in line and "4 per node" in line

@@ -133,3 +133,28 @@ def test_a_loader_worker_killed_by_sigterm_is_the_stop():
     """)
     _assert_stopped_in_one_line(r, "error: stopped by SIGTERM (it ended a data loader worker first); run_stop "
                                    "logged as aborted")
+
+
+@pytest.mark.parametrize("name", ["SIGUSR1", "SIGUSR2"])
+def test_slurms_warning_signals_stop_the_run_as_sigterm_does(name):
+    """bind_launch forwards SIGUSR1/SIGUSR2 to the ranks (a Slurm ``--signal=USR1@120`` warning, ``scancel -s
+    USR1``), and the trainer had no handler for them: each rank died at once, without run_stop or its cleanup."""
+    r = _run(f"""
+        import os, signal, sys, time
+        from maskrcnn_benchmark.cli import exit_codes
+        from maskrcnn_benchmark.utils.signals import stop_on_signals
+
+        stop_on_signals()
+
+        def body():
+            try:
+                os.kill(os.getpid(), signal.{name})
+                time.sleep(5)
+            finally:
+                print("cleanup done", flush=True)
+
+        sys.exit(exit_codes.run_program(body))
+    """)
+    assert r.stdout == "cleanup done\n", r.stdout + r.stderr
+    assert r.returncode == 128 + getattr(signal, name), r.stdout + r.stderr
+    assert r.stderr.strip().splitlines() == [f"error: stopped by {name}; run_stop logged as aborted"], r.stderr

@@ -28,7 +28,8 @@ class DistributedSampler(Sampler):
             indices = torch.randperm(self.dataset_len, generator=g).tolist()
         else:
             indices = list(range(self.dataset_len))
-        indices += indices[: self.total_size - len(indices)]
+        if indices:  # repeated as often as it takes: a dataset smaller than the ranks still fills every share
+            indices = (indices * math.ceil(self.total_size / len(indices)))[:self.total_size]
         return iter(indices[self.rank:self.total_size:self.num_replicas])
 
     def __len__(self):
@@ -120,6 +121,8 @@ class IterationBasedBatchSampler(BatchSampler):
         iteration = self.start_iter
         while iteration < self.num_iterations:
             self._set_epoch(epoch)
+            if len(self.batch_sampler) == 0:  # no epoch would ever yield one: an error, not an endless loop
+                raise ValueError("the training data loader has no batch to give (an empty dataset or shard)")
             for batch in self.batch_sampler:
                 if skip:
                     skip -= 1
