@@ -13,7 +13,11 @@
 set -euo pipefail
 # bash before 4.4 (RHEL/CentOS 7's 4.2) calls an empty array unbound under set -u: there, without it
 ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 404)) || set +u
-runtime="${CONTAINER_RUNTIME:-singularity}"
+runtime="${CONTAINER_RUNTIME:-}"
+if [[ -z "${runtime}" ]]; then  # as the batch scripts choose: singularity, else apptainer (installed without the link)
+  runtime=singularity
+  if ! command -v singularity > /dev/null && command -v apptainer > /dev/null; then runtime=apptainer; fi
+fi
 image="${CONTAINER:?CONTAINER (the image) is not set}"
 names=(MASTER_ADDR MASTER_PORT TRIAL_NAME OUTPUT_DIR PREFLIGHT_ONLY PREFLIGHT_NNODES PREFLIGHT_DONE PREFLIGHT_GPUS_ELSEWHERE
        MLPERF_CACHE_CLEARED

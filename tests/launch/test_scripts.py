@@ -458,6 +458,22 @@ def test_in_container_passes_the_distributed_settings_and_nothing_else(tmp_path)
     assert not any(a.startswith("HOST_ONLY_SETTING") for a in args)
 
 
+@pytest.mark.slow  # starts bash
+def test_in_container_finds_apptainer_where_singularity_is_not_installed(tmp_path):
+    """make gpu-check IMAGE=... calls in_container.sh without CONTAINER_RUNTIME; on an Apptainer install without the
+    singularity link it ran 'singularity' (command not found, 127), where the batch scripts pick apptainer."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "apptainer").write_text("#!/bin/bash\necho apptainer \"$1\"\n")
+    (bindir / "apptainer").chmod(0o755)
+    os.symlink(shutil.which("env"), bindir / "env")
+    env = clean_env(PATH=str(bindir), CONTAINER="/images/x.sif")
+    env.pop("CONTAINER_RUNTIME", None)
+    r = subprocess.run(["/bin/bash", str(ROOT / "slurm/in_container.sh"), "python3", "-V"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == "apptainer exec\n", r.stdout + r.stderr
+
+
 @pytest.mark.slow
 def test_in_container_passes_the_torch_settings_the_docs_name(tmp_path):
     """--cleanenv dropped, with no word, the torch settings the project documents or reads: the site hook

@@ -60,6 +60,26 @@ def test_def_environment_and_post():
         assert mount in sec["help"]
 
 
+@pytest.mark.slow  # starts Python
+def test_the_images_test_imports_what_preflight_and_review_import():
+    """%test imports every module a job needs before it trains, with the module paths as they are: its python -c
+    lines run here (the project's environment has what the image has); the RCP checker (preflight) and the result
+    summarizer (review) pull in scipy and pandas, which the image takes from NGC."""
+    import subprocess
+    import sys
+
+    _, sec = parse_def(DEF.read_text())
+    lines = [ln.strip() for ln in sec["test"].splitlines() if ln.strip().startswith("python -c")]
+    code = " ".join(lines)
+    for module in ("mlperf_logging.rcp_checker.rcp_checker", "mlperf_logging.result_summarizer.result_summarizer",
+                   "mlperf_logging.compliance_checker.mlp_compliance", "pycocotools", "yacs", "maskrcnn_benchmark"):
+        assert module in code, module
+    for line in lines:
+        r = subprocess.run([sys.executable, "-c", line[len("python -c "):].strip('"')], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, (line, r.stderr[-2000:])
+
+
 def test_image_requirements_are_pinned():
     reqs = [ln.split("#")[0].strip() for ln in (ROOT / "singularity" / "requirements.txt").read_text().splitlines()]
     reqs = [r for r in reqs if r]
@@ -84,8 +104,7 @@ def test_images_are_never_staged_or_tracked():
 @pytest.mark.slow
 def test_build_script_renders_and_stages(tmp_path):
     fake = tmp_path / "singularity"
-    fake.write_text(textwrap.dedent("""\
-        #!/bin/bash
+    fake.write_text(FAKE_BUILDER + textwrap.dedent("""\
         echo "ARGS $*" > "$FAKE_OUT/args"
         cp maskrcnn.def "$FAKE_OUT/rendered.def"
         (cd object_detection && find . -maxdepth 2 | sort) > "$FAKE_OUT/ctx.txt"
@@ -96,8 +115,10 @@ def test_build_script_renders_and_stages(tmp_path):
     r = subprocess.run([str(ROOT / "singularity" / "build.sh"), str(tmp_path / "img.sif")], env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "args").read_text().split() == ["ARGS", "build", "--fakeroot", str(tmp_path / "img.sif"),
-                                                       "maskrcnn.def"]
+    args = (tmp_path / "args").read_text().split()
+    assert args[:3] == ["ARGS", "build", "--fakeroot"] and args[4:] == ["maskrcnn.def"], args
+    assert args[3].startswith(str(tmp_path / "img.sif.partial")), args  # built beside, then renamed
+    assert (tmp_path / "img.sif").read_text() == "image\n" and not list(tmp_path.glob("img.sif.partial*"))
     header, sec = parse_def((tmp_path / "rendered.def").read_text())
     assert header["from"] == "nvcr.io/nvidia/pytorch:20.06-py3"
     assert "arguments" not in sec and "labels" in sec and "post" in sec
@@ -106,6 +127,64 @@ def test_build_script_renders_and_stages(tmp_path):
                  "./requirements.txt", "./pyproject.toml"):
         assert must in ctx
     assert not any(p.startswith(("./.venv", "./.git/", "./results")) or p == "./.git" for p in ctx)
+
+
+# What Singularity and Apptainer do with an existing target without a terminal (a batch job, CI): refuse, "Use
+# --force" (at a terminal they ask). The fake writes its image at the target it is given.
+FAKE_BUILDER = textwrap.dedent("""\
+    #!/bin/bash
+    out="${@: -2:1}"
+    if [[ -e "$out" ]]; then echo "FATAL:   While checking build target: build target '$out' already exists. Use --force if you want to overwrite it" >&2; exit 255; fi
+    if [[ -n "${FAKE_FAIL:-}" ]]; then echo "partial" > "$out"; echo "FATAL:   While performing build: $FAKE_FAIL" >&2; exit 255; fi
+    echo image > "$out"
+    """)
+
+
+def _build(tmp_path, *args, **env):
+    fake = tmp_path / "singularity"
+    fake.write_text(FAKE_BUILDER)
+    fake.chmod(0o755)
+    return subprocess.run(["/bin/bash", str(ROOT / "singularity" / "build.sh"), *args], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, SINGULARITY=str(fake), **env))
+
+
+@pytest.mark.slow
+def test_a_rebuild_replaces_the_image_only_once_the_new_one_is_built(tmp_path):
+    """Run again from a batch job, the build stopped at once (the runtime refuses an existing target without a
+    terminal); and a build that fails midway must not leave the old image destroyed or half-written."""
+    image = tmp_path / "img.sif"
+    image.write_text("old\n")
+    r = _build(tmp_path, str(image), FAKE_FAIL="no space left on device")
+    assert r.returncode != 0 and "no space left on device" in r.stderr
+    assert image.read_text() == "old\n" and not list(tmp_path.glob("img.sif.partial*"))
+    r = _build(tmp_path, str(image))
+    assert r.returncode == 0, r.stderr
+    assert image.read_text() == "image\n" and not list(tmp_path.glob("img.sif.partial*"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["--help"], ["-h"]])
+def test_build_help_prints_the_usage_and_builds_nothing(tmp_path, args):
+    r = _build(tmp_path, *args)
+    assert r.returncode == 0 and r.stdout.startswith("Build the Singularity/Apptainer image"), r.stdout + r.stderr
+    assert "BUILD_ARGS" in r.stdout and "build.sh: singularity" not in r.stdout and not list(tmp_path.glob("*.sif"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["--fakeroot"], ["out.sif", "extra.sif"]])
+def test_build_refuses_what_it_does_not_know_in_one_line(tmp_path, args):
+    """An option build.sh does not know went to realpath (--help: its help text became the image's path, and a
+    real build started); a second path was dropped."""
+    r = _build(tmp_path, *args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("build.sh: "), r.stderr
+    assert "BUILD_ARGS" in r.stderr or "one image path" in r.stderr
+
+
+@pytest.mark.slow
+def test_dry_run_may_follow_the_path(tmp_path):
+    r = _build(tmp_path, str(tmp_path / "x.sif"), "--dry-run", STAGE_DIR=str(tmp_path / "stage"))
+    assert r.returncode == 0 and "dry run" in r.stdout and not (tmp_path / "x.sif").exists(), r.stdout + r.stderr
 
 
 @pytest.mark.slow
