@@ -50,6 +50,9 @@ NNODES="${SLURM_JOB_NUM_NODES:-1}"
 JOBID="${SLURM_JOB_ID:-0}"
 LOGDIR="$(realpath -m "${LOGDIR:-${RESULTS_ROOT:-${REPO}/results}/${SLURM_JOB_NAME:-maskrcnn}-${JOBID}}")"
 export LOGDIR
+if [[ -z "${CONTAINER:-}" && "${CONTAINER_RUNTIME:-}" == pyxis ]]; then
+  CONTAINER="${REPO}/maskrcnn.sqsh"  # the Dockerfile's image as enroot imports it (enroot cannot run a SIF)
+fi
 CONTAINER="${CONTAINER:-${REPO}/singularity/maskrcnn.sif}"
 if [[ "${CONTAINER}" == none ]]; then
   CONTAINER_RUNTIME=none
@@ -81,7 +84,7 @@ if [[ "${CONTAINER_RUNTIME}" != none ]]; then
         fail "${EXIT_RUNTIME_MISSING}" "srun has no --container-image here: the pyxis plugin is not installed (CONTAINER_RUNTIME=pyxis)"
       if [[ "${CONTAINER}" == /* || "${CONTAINER}" == ./* ]]; then
         [[ -r "${CONTAINER}" ]] ||
-          fail "${EXIT_IMAGE_UNREADABLE}" "the container image '${CONTAINER}' does not exist or is not readable"
+          fail "${EXIT_IMAGE_UNREADABLE}" "the container image '${CONTAINER}' does not exist or is not readable (build it from the Dockerfile: docker build, then enroot import; or set CONTAINER)"
       fi ;;
     *) fail "${EXIT_BAD_INPUT}" "CONTAINER_RUNTIME=${CONTAINER_RUNTIME}: use singularity, apptainer, pyxis or CONTAINER=none" ;;
   esac

@@ -52,7 +52,8 @@ INTERNAL = ExitCode(5, "internal error", "an unexpected exception (a bug, or a b
                     "exception and the place", "the traceback is in the log file the line names: raise ulimit -n or "
                     "the shm size where it says so, else report it")
 STOPPED = ExitCode(128, "stopped (128 + signal)", "SIGTERM (Slurm time limit, scancel, a sibling rank died), "
-                   "SIGINT or SIGHUP; run_stop logged as aborted", "rerun; --resume from the last checkpoint")
+                   "SIGINT, SIGHUP, or SIGUSR1/SIGUSR2 (a Slurm `--signal` warning); run_stop logged as aborted",
+                   "rerun; --resume from the last checkpoint")
 
 # Found before the run starts (engine/preflight.py, tools/check_recipe.py), by tools/preflight.py on the batch host
 # before any srun; the trainer checks the batch, the GPUs, the data and the weights again before init_start (not

@@ -397,6 +397,19 @@ def test_the_site_files_data_and_weights_reach_the_hosts_trainer(tmp_path):
     assert "data and weights found" in r.stdout
 
 
+def test_a_pyxis_job_without_an_image_names_the_squashfs_file_it_wants(tmp_path):
+    """CONTAINER_RUNTIME=pyxis and no CONTAINER: the job handed singularity/maskrcnn.sif, a file enroot cannot run,
+    to --container-image. Its default is the squashfs file the Dockerfile's recipe makes (enroot import)."""
+    bindir = tmp_path / "pyxis-bin"
+    bindir.mkdir()
+    (bindir / "srun").write_text('#!/bin/bash\nif [[ "$1" == --help ]]; then echo "  --container-image=IMAGE"; fi\n')
+    (bindir / "srun").chmod(0o755)
+    r = run_job(tmp_path, path_dirs=[bindir], CONTAINER_RUNTIME="pyxis", CONTAINER=None)
+    assert r.returncode == exit_codes.IMAGE_UNREADABLE.code, r.stdout + r.stderr
+    assert errors(r) == [f"error: the container image '{ROOT}/maskrcnn.sqsh' does not exist or is not readable "
+                         "(build it from the Dockerfile: docker build, then enroot import; or set CONTAINER)"]
+
+
 def test_the_preflight_of_a_pyxis_job_judges_all_its_nodes(tmp_path):
     """Under pyxis the preflight runs in a 1-node srun step (only srun enters the image); judged by that step's
     node count, a 4-node job's recipe was judged at one node's processes (DGXH100_4x8x4: 'num_image_candidates

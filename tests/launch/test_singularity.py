@@ -80,6 +80,32 @@ def test_the_images_test_imports_what_preflight_and_review_import():
         assert r.returncode == 0, (line, r.stderr[-2000:])
 
 
+def test_the_dockerfile_builds_what_the_definition_builds():
+    """The pyxis/enroot image (Dockerfile, read by spython's Docker parser) and the Singularity image
+    (maskrcnn.def) hold the same stack: the same NGC tag by default, the same pip installs, environment, bind
+    points and build-time import checks; the build context leaves out what build.sh leaves out."""
+    import spython.main.parse.parsers as spython
+
+    _, sec = parse_def(DEF.read_text())
+    (docker,) = spython.DockerParser(str(ROOT / "Dockerfile")).recipe.values()
+    tag = re.search(r"NGC_TAG=(\S+)", sec["arguments"]).group(1)
+    assert docker.fromHeader == f"nvcr.io/nvidia/pytorch:{tag}"
+    assert docker.workdir == "/workspace/object_detection"
+    assert set(docker.environ) == set(re.findall(r"export (\w+=\S+)", sec["environment"]))
+    run = " ".join(ln.rstrip("\\").strip().removeprefix("&& ") for ln in docker.install if not ln.startswith("#"))
+    for line in sec["post"].splitlines():
+        line = line.strip()
+        if line.startswith(("python -m pip", "mkdir -p", "chmod")):
+            assert line in run, line
+    for line in sec["test"].splitlines():
+        line = line.strip()
+        if line.startswith("python "):
+            assert line in run, line
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    for must in (".git", ".venv", "*.sif", "results*", "datasets", "site.sh"):
+        assert must in ignored, must
+
+
 def test_image_requirements_are_pinned():
     reqs = [ln.split("#")[0].strip() for ln in (ROOT / "singularity" / "requirements.txt").read_text().splitlines()]
     reqs = [r for r in reqs if r]
