@@ -72,6 +72,7 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR
 # The trainer's exit code for a run that reached SOLVER.MAX_ITER without the quality target: an outcome that every
 # rank reaches together, not a crash (maskrcnn_benchmark/cli/exit_codes.py NOT_CONVERGED; a test keeps them equal).
 NOT_CONVERGED = 3
+BAD_INPUT = 1  # a command line it refuses (exit_codes.py BAD_INPUT; the same test keeps it equal)
 NOT_CONVERGED_GRACE_S = 120.0  # how long the other ranks may take to reach the same end
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -631,8 +632,15 @@ def slurm_defaults(env: Optional[Dict[str, str]] = None, check: bool = True) -> 
 
 
 # --------------------------------------------------------------------------------------------- args
+class _Parser(argparse.ArgumentParser):
+    """A refused command line in one line and the exit code of bad input (argparse: its usage block, exit 2)."""
+
+    def error(self, message):  # type: ignore[override]
+        self.exit(BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m bind_launch",
         description="Launch one process per GPU, each bound to its socket's cores and memory (NVIDIA-compatible).",
     )
@@ -935,6 +943,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.dry_run:
         print_plan(args, plan)
         return 0
+    if not args.no_python and not os.path.isfile(args.training_script):  # else each rank fails, exit 2 ("diverged")
+        print(f"python -m bind_launch: error: the training script '{args.training_script}' does not exist "
+              f"(in {os.getcwd()})", file=sys.stderr)
+        return BAD_INPUT
     launcher = Launcher(args, plan)
     for s in FORWARDED_SIGNALS:
         signal.signal(s, launcher._forward)

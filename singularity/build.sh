@@ -27,10 +27,10 @@ for arg in "$@"; do
       exit 0 ;;
     -*) echo "build.sh: unknown option ${arg}: the runtime's build options go in BUILD_ARGS (e.g." \
              "BUILD_ARGS=--fakeroot); see build.sh --help" >&2
-        exit 2 ;;
+        exit 1 ;;
     *) if [[ -n "${out_arg}" ]]; then
          echo "build.sh: one image path, got '${out_arg}' and '${arg}'" >&2
-         exit 2
+         exit 1
        fi
        out_arg="${arg}" ;;
   esac

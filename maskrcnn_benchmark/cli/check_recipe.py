@@ -20,6 +20,9 @@ from .common import parse_with_overrides
 
 
 def add_recipe_options(p):
+    ruleset = next(a for a in p._actions if a.dest == "ruleset")  # the trainer's option: here it picks the rules
+    ruleset.help = ("the MLPerf training ruleset whose compliance rules and RCPs judge the recipe (default "
+                    "MLPERF_RULESET, else 3.1.0)")
     p.add_argument("--world-size", type=int, default=int(os.environ.get("WORLD_SIZE", "0") or 0),
                    help="number of training processes (GPUs) of the run; default WORLD_SIZE")
     p.add_argument("--division", default=os.environ.get("MLPERF_SUBMISSION_DIVISION", "").strip() or "closed",
@@ -48,7 +51,9 @@ def judge_recipe(cfg, world_size, ruleset, division="closed", allow_non_rcp=Fals
     from ..utils.mlperf_logger import MLPerfLogger
 
     out = sys.stdout if out is None else out  # the stream of the call, not of the import
-    if world_size <= 0:
+    if world_size < 0:
+        raise ConfigError(f"--world-size {world_size}: the number of GPUs of the run cannot be negative")
+    if world_size == 0:
         raise ConfigError("--world-size (or WORLD_SIZE) is needed: the number of GPUs of the run")
     cfg = resolve(cfg, cfg.MODEL.DEVICE, world_size)
     stream = io.StringIO()

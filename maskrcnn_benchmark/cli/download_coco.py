@@ -30,6 +30,7 @@ import sys
 import urllib.request
 import zipfile
 
+from .common import Parser
 from ..utils.fileio import atomic_write
 
 BASE_URL = "http://images.cocodataset.org"
@@ -188,10 +189,25 @@ def fetch_part(name, args, sums):
     return True
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def _parts(text):
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [x for x in parts if x not in PARTS]
+    if unknown or not parts:
+        raise argparse.ArgumentTypeError(f"unknown parts {unknown or text!r} in '{text}'; choose from "
+                                         f"{','.join(sorted(PARTS))}")
+    return parts
+
+
+def build_parser():
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="dataset root (mounted as /data in the container)")
-    p.add_argument("--parts", default="train,val,annotations", help="comma list of train,val,annotations")
+    p.add_argument("--parts", type=_parts, default="train,val,annotations",
+                   help="comma list of train,val,annotations")
+    return p
+
+
+def main(argv=None):
+    p = build_parser()
     p.add_argument("--base-url", default=BASE_URL, help=f"mirror (default {BASE_URL}; file:// works)")
     p.add_argument("--zips-dir", default=None, help="where the zips go (default OUT/zips)")
     p.add_argument("--checksums", default=None, help="md5sum-format file overriding the built-in md5s")
@@ -210,10 +226,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.zips_dir, exist_ok=True)
     sums = read_checksums(args.checksums) if args.checksums else {}
-    parts = [x.strip() for x in args.parts.split(",") if x.strip()]
-    unknown = [x for x in parts if x not in PARTS]
-    if unknown:
-        p.error(f"unknown parts {unknown}; choose from {sorted(PARTS)}")
+    parts = list(args.parts)
     # the annotations first: they say which images a folder copied from elsewhere must hold (else its zip is fetched)
     parts.sort(key=lambda name: name != "annotations")
     ok = all([fetch_part(name, args, sums) for name in parts])

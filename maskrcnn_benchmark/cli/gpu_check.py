@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..utils.fileio import write_text
+from .common import Parser
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: tests/, bench/, tools/
 
@@ -773,7 +774,7 @@ def report(checks, out_dir, args, device_name, started, stack_lines=None):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--quick", action="store_true", help="tiny sizes (with --device cpu: what the tests run)")
     p.add_argument("--out", default=str(ROOT / "results" / "gpu-check"))

@@ -6,13 +6,9 @@
 import argparse
 import sys
 
+from .common import Parser
 from ..synthetic import DEFAULT_SIZE, DEFAULT_TRAIN, DEFAULT_VAL, MAX_IMAGES, MAX_SIDE, MIN_SIDE, \
     make_synthetic_coco, sizes_between
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def _count(text):
@@ -60,7 +56,7 @@ def _sizes(text):
 
 
 def main(argv=None, prog=None):
-    p = _Parser(prog=prog, description="Write a deterministic synthetic COCO-format dataset (shapes on textured "
+    p = Parser(prog=prog, description="Write a deterministic synthetic COCO-format dataset (shapes on textured "
                                        "backgrounds) in the COCO 2017 layout.")
     p.add_argument("--out", required=True, help="output directory (train2017/, val2017/, annotations/)")
     p.add_argument("--train", type=_count, default=DEFAULT_TRAIN, help=f"training images (default {DEFAULT_TRAIN})")

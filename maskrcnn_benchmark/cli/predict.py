@@ -2,6 +2,8 @@
 
     python tools/predict.py --config-file CFG --weights model_final.pth --image IMG.jpg --out found.png
 """
+import argparse
+
 from ..config import load_config
 from ..engine.predictor import Predictor, class_names, read_image
 from ..utils.logger import setup_logger
@@ -9,13 +11,23 @@ from .common import parse_with_overrides, parser
 from .exit_codes import SUCCESS, run_program
 
 
+def _probability(text):
+    try:
+        v = float(text)
+    except ValueError:
+        v = None
+    if v is None or not 0.0 <= v <= 1.0:  # nan too
+        raise argparse.ArgumentTypeError(f"invalid score '{text}' (need a number from 0 to 1)")
+    return v
+
+
 def build_parser():
     p = parser("Draw a model's detections on an image (PNG)", local_rank=False)
-    p.add_argument("--weights", default="")
+    p.add_argument("--weights", default="", help="a trained checkpoint (OUTPUT_DIR/model_final.pth)")
     p.add_argument("--image", required=True)
     p.add_argument("--out", required=True, help="output PNG")
     p.add_argument("--ann-file", default="", help="COCO json whose categories name the labels")
-    p.add_argument("--score-threshold", type=float, default=0.5)
+    p.add_argument("--score-threshold", type=_probability, default=0.5, help="draw detections scored at least this")
     return p
 
 

@@ -106,6 +106,9 @@ class MLPerfRun:
     # ================================================================================================ the run
     def run(self):
         cfg = self.cfg
+        # a bad path or batch ends the run here: before compiling, and before an earlier run's files in OUTPUT_DIR
+        # are moved aside for this one
+        check_before_init(cfg, *comm.launch_sizes(), resume=self.options.resume)
         lock, rotated, removed = claim_output_folder(cfg.OUTPUT_DIR, fresh=not self.options.resume,
                                                      reads=[cfg.MODEL.WEIGHT]) if self.rank == 0 else (None, [], [])
         try:
@@ -151,9 +154,6 @@ class MLPerfRun:
 
     def _run(self):
         opts, ml = self.options, self.ml
-        world, per_node = comm.launch_sizes()
-        # a bad path or batch ends the run here, not after compiling
-        check_before_init(self.cfg, world, per_node, resume=opts.resume)
         ml.init_start()
         rank, world, _, device = comm.init_distributed(opts.local_rank, self.cfg.MODEL.DEVICE,
                                                        opts.timeout or self.cfg.DISTRIBUTED_TIMEOUT, side_group=True)

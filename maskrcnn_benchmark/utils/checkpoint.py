@@ -285,8 +285,8 @@ class DetectronCheckpointer(Checkpointer):
         R-50.pkl, or no weights at all, would score a model with random heads)."""
         if not path:
             if complete:
-                raise WeightsError("no weights to evaluate: MODEL.WEIGHT is empty; give a trained checkpoint "
-                                   "(--ckpt OUTPUT_DIR/model_final.pth)")
+                raise WeightsError("no weights to evaluate: no checkpoint given and MODEL.WEIGHT is empty; give a "
+                                   "trained one (OUTPUT_DIR/model_final.pth: test_net's --ckpt, predict's --weights)")
             self.logger.info("no weights given: the model keeps its initialization")
             return {}
         checkpoint = self._load_into_model(path, complete)

@@ -127,11 +127,19 @@ def test_nan_loss_aborts_with_clear_message(tiny_data, tmp_path):
     (("MODEL.WEIGHT", "/nonexistent/R-50.pkl"), "/nonexistent/R-50.pkl", 12),
 ])
 def test_bad_input_gives_one_clear_error_line(tiny_data, tmp_path, opts, needle, code):
+    """...and leaves an earlier run's folder as it was: a rerun with a mistyped path moved its log, MLPerf log and
+    checkpoints aside (last_checkpoint included) before the preflight refused it."""
+    earlier = {"log.txt": "earlier log\n", "mlperf_log.txt": ":::MLLOG {}\n", "last_checkpoint": "model_0000010.pth",
+               "model_0000010.pth": "weights"}
+    for name, text in earlier.items():
+        (tmp_path / name).write_text(text)
     r = run_in_process(tiny_data, str(tmp_path), "SOLVER.MAX_ITER", 2, *opts)
     assert r.returncode == code, r.stdout[-2000:]
     tail = lines_after_last_log_line(r.stdout)
     assert len(tail) == 1 and tail[0].startswith("error: ") and needle in tail[0], r.stdout[-2000:]
     assert "Traceback" not in r.stdout
+    assert {p.name: p.read_text() for p in tmp_path.iterdir() if p.name in earlier} == earlier
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name not in earlier and not p.name.startswith(".")) == []
 
 
 @pytest.mark.slow

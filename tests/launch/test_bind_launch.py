@@ -548,9 +548,23 @@ def test_not_converged_is_an_outcome_not_a_crash(child):
 
 
 def test_not_converged_code_is_the_trainers():
-    from maskrcnn_benchmark.cli.exit_codes import NOT_CONVERGED
+    from maskrcnn_benchmark.cli.exit_codes import BAD_INPUT, NOT_CONVERGED
 
-    assert bl.NOT_CONVERGED == NOT_CONVERGED.code
+    assert bl.NOT_CONVERGED == NOT_CONVERGED.code and bl.BAD_INPUT == BAD_INPUT.code
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,culprit", [(["--nproc_per_node", "1", "tools/nope.py"], "tools/nope.py"),
+                                          (["--nproc_per_node", "zero", "x.py"], "zero"),
+                                          (["--nproc_per_node", "0", "x.py"], "--nproc_per_node")])
+def test_a_refused_command_line_is_one_line_and_starts_nothing(args, culprit):
+    """A missing training script started every rank anyway (each printed python's error, and bind_launch exited 2,
+    the code of a diverged run); a bad option printed argparse's usage block of 12 lines."""
+    r = run_bl(args)
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("python -m bind_launch: error: ") and culprit in lines[0], lines
+    assert "starting local_rank" not in r.stdout + r.stderr
 
 
 def test_more_ranks_than_cores_warns_once(capsys):
@@ -716,7 +730,7 @@ def test_one_of_the_two_shape_flags_alone_is_refused(flag, capsys):
     printed the given number as 'detected from sysfs'."""
     with pytest.raises(SystemExit) as e:
         bl.parse_args([flag, "--binding=none", "x.py"])
-    assert e.value.code == 2
+    assert e.value.code == 1
     err = capsys.readouterr().err
     assert "--nsockets_per_node" in err and "--ncores_per_socket" in err and "both" in err
 
