@@ -18,11 +18,15 @@ submitter's folder so that it holds nothing the checker does not know.
 
 The system description starts from :data:`TEMPLATE` (every field the system-description checker requires), with
 what the run knows filled in (submitter, division, status, system name, nodes, accelerators per node from the
-platform name), then the fields of ``--system-json`` (the site's own file: processors, memory, interconnect, ...).
+platform name of NVIDIA's systems), then the fields of ``--system-json`` (the site's own file: processors, memory,
+interconnect, the framework ...).
 Fields still holding :data:`TO_FILL` are listed at the end: the checker accepts the file, a reviewer will not.
 
 The submitter is ``--org``, else ``MLPERF_SUBMISSION_ORG`` (the variable the trainer logs as ``submission_org``
-and the RESULT line prints); every run must have logged that same submitter and platform.
+and the RESULT line prints); every run must have logged that same submitter, platform, division and status, and
+``--system-json`` may add to what the runs say, not contradict it. Nothing is written before the inputs are
+checked; building the same runs again checks them again (their files as they were), other runs into a system's
+results folder are refused.
 """
 
 from __future__ import annotations
@@ -109,18 +113,44 @@ class Assembly:
         return self.package.passed is True and self.summarizer.score_min is not None
 
 
+# NVIDIA's systems by name (DGXH100 as config_DGXH100.sh names it, "NVIDIA DGX A100" as its v0.7 logs do): host
+# CPU sockets and GPUs per node, from NVIDIA's published specifications. Any other name: the site's to say.
+_SYSTEMS = ((r"DGX[\s_-]*STATION", "1", "4"),        # DGX Station (V100, A100): 1 CPU, 4 GPUs
+            (r"DGX[\s_-]*2H?(?![\w])", "2", "16"),    # DGX-2, DGX-2H
+            (r"DGX[\s_-]*1(?![\w])", "2", "8"),       # DGX-1
+            (r"DGX[\s_-]*[ABH]\d00(?![\w])", "2", "8"))  # DGX A100, H100, H200, B200
+
+
 def _known_from_platform(platform: str) -> Dict[str, str]:
-    """What a platform name says: ``4xDGXH100`` -> 4 nodes; a DGX (NVIDIA's names) has 2 CPU sockets and 8 GPUs."""
+    """What a platform name says: ``4xDGXH100`` -> 4 nodes, and for NVIDIA's systems known by name (:data:`_SYSTEMS`)
+    the CPU sockets and GPUs of a node."""
     m = re.match(r"\s*(\d+)\s*x\s*(.*)", platform or "")
     known = {"number_of_nodes": m.group(1)} if m else {}
-    if re.search(r"(^|[\s_-])DGX", (m.group(2) if m else platform or "").upper()):  # DGXH100, NVIDIA DGX A100
-        known.update(host_processors_per_node="2", accelerators_per_node="8")
+    name = (m.group(2) if m else platform or "").upper()
+    for pattern, cpus, gpus in _SYSTEMS:
+        if re.search(r"(^|[\s_-])" + pattern, name):
+            known.update(host_processors_per_node=cpus, accelerators_per_node=gpus)
+            break
     return known
 
 
 def _repo_root() -> Optional[Path]:
     root = Path(__file__).resolve().parents[1]
     return root if (root / "run_and_time.sh").exists() else None
+
+
+def uncommitted(repo: Optional[Path] = None) -> List[str]:
+    """The checkout's tracked files with changes not committed (the implementation folder copies them as they are
+    now, which may not be what the runs ran)."""
+    repo = repo or _repo_root()
+    if repo is None:
+        return []
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                             capture_output=True, check=True, timeout=60, text=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line[3:] for line in out.splitlines() if line.strip()]
 
 
 def copy_implementation(dest: Path, repo: Optional[Path] = None) -> Path:
@@ -166,7 +196,7 @@ def _stage_results(files, bench):
                     with gzip.open(src, "rb") as fin, open(dest, "wb") as fout:
                         shutil.copyfileobj(fin, fout)
                 else:
-                    shutil.copy2(src, dest)
+                    shutil.copyfile(src, dest)  # the contents; the mode is the umask's (a private LOGDIR's 0600 is not)
             except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError; a truncated .gz an EOFError
                 raise SubmissionError(f"cannot copy the result file {src}: {e}") from None
         if bench.exists():
@@ -182,6 +212,7 @@ def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] 
              system_json: Optional[str] = None, ruleset: Optional[str] = None, implementation: str = IMPLEMENTATION,
              copy_code: bool = True, write_review: bool = True) -> Assembly:
     results_dir, out = Path(results_dir), Path(out)
+    given_ruleset = ruleset
     if not results_dir.is_dir():
         raise SubmissionError(f"results folder not found: {results_dir}")
     if ruleset is not None and ruleset not in rules.SUPPORTED_RULESETS:
@@ -196,6 +227,10 @@ def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] 
         from .core import majority
 
         ruleset = majority([r.ruleset for r in runs if r.n_events]) or official.NEWEST_RULESET
+        if len(dated) > 1:
+            round_warning = ("the runs are dated for different rounds (" + ", ".join(
+                f"{r.name}: {r.ruleset}" for r in runs if r.n_events) + f"): all are checked against {ruleset}, "
+                "the round most are dated in")
     elif dated and dated != [ruleset]:
         round_warning = (f"the runs are dated for training {', '.join(dated)}: checked under {ruleset} as asked "
                          "(without --ruleset, the logs' round)")
@@ -214,33 +249,61 @@ def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] 
         raise SubmissionError("the runs log different (or no) submission_platform: " +
                               ", ".join(f"{r.name}={r.platform}" for r in runs))
     platform = next(iter(platforms))
+    for key, what in (("division", "submission_division"), ("submission_status", "submission_status")):
+        values = {getattr(r, key) for r in runs if getattr(r, key)}
+        if len(values) > 1:  # one submission is one division and one status
+            raise SubmissionError(f"the runs log different {what}: " +
+                                  ", ".join(f"{r.name}={getattr(r, key)}" for r in runs))
     system = official.safe_name(system or platform, "unknown_system")
     org_name = official.safe_name(org, "unknown_org")
     org_dir = out / org_name
-    bench = org_dir / "results" / system / rules.BENCHMARK
-    if bench.exists() and any(bench.iterdir()):
-        raise SubmissionError(f"{bench} already holds files: a submission folder is never overwritten (another "
-                              "--out, or remove it)")
-    staged = _stage_results(files, bench)
 
+    # the system description, before anything is written: what the runs say, then the site's file, which may add
+    # to it but not contradict it (an 'open' division would turn the checker's seed and RCP checks off)
     desc = dict(TEMPLATE)
-    division = {r.division for r in runs if r.division} or {"closed"}
-    status = {r.submission_status for r in runs if r.submission_status} or {"onprem"}
-    desc.update(submitter=org, division=sorted(division)[0], status=sorted(status)[0], system_name=system)
+    division = next(iter({r.division for r in runs if r.division} or {"closed"}))
+    status = next(iter({r.submission_status for r in runs if r.submission_status} or {"onprem"}))
+    logged = dict(submitter=org, division=division, status=status, system_name=system)
+    desc.update(logged)
     desc.update(_known_from_platform(platform))
-    desc["framework"] = _framework()
     if system_json:
         try:
             site = json.loads(Path(system_json).read_text())
         except (OSError, ValueError) as e:
             raise SubmissionError(f"cannot read the system description '{system_json}': {e}") from None
-        desc.update({k: str(v) for k, v in site.items()})
+        if not isinstance(site, dict):
+            raise SubmissionError(f"the system description '{system_json}' is not a JSON object of fields "
+                                  f"(it holds a {type(site).__name__})")
+        # the system-description checker joins the values as text: numbers are written as text, nothing else is
+        # one (a list was written as its Python repr)
+        odd = [f"{k} ({type(v).__name__})" for k, v in site.items()
+               if not isinstance(v, (str, int, float)) or isinstance(v, bool)]
+        if odd:
+            raise SubmissionError(f"the system description '{system_json}' has fields that are neither text nor a "
+                                  f"number: {', '.join(odd)}")
+        site = {k: v if isinstance(v, str) else str(v) for k, v in site.items()}
+        clash = [f"{k} '{site[k]}' (the runs: '{v}')" for k, v in logged.items() if k in site and site[k] != v]
+        if clash:
+            raise SubmissionError(f"the system description '{system_json}' contradicts the runs: "
+                                  f"{'; '.join(clash)}; leave these fields out (the runs' logs set them)")
+        desc.update(site)
+
+    bench = org_dir / "results" / system / rules.BENCHMARK
+    if bench.exists() and any(bench.iterdir()):
+        if not _holds_these_runs(bench, files):
+            raise SubmissionError(f"{bench} already holds other files: a submission folder is never overwritten "
+                                  "(another --out, or remove it)")
+        staged = [bench / f"result_{i}.txt" for i in range(len(files))]  # the same runs: checked again
+    else:
+        staged = _stage_results(files, bench)
     (org_dir / "systems").mkdir(parents=True, exist_ok=True)
     desc_path = org_dir / "systems" / f"{system}.json"
     write_text(desc_path, json.dumps(desc, indent=4) + "\n", what="system description")
     impl = org_dir / "benchmarks" / rules.BENCHMARK / "implementations" / implementation
+    changed = []
     if copy_code:
         copy_implementation(impl)
+        changed = uncommitted()
 
     # this system's verdict and score: on the whole folder they were the folder's (another system's failure) and
     # the summarizer's first row (another system's score)
@@ -253,6 +316,10 @@ def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] 
                         to_fill=to_fill, package=package, summarizer=summarizer, other_systems=others)
     if round_warning:
         assembly.warnings.append(round_warning)
+    if changed:
+        assembly.warnings.append(f"the implementation folder is the checkout as it is now, with uncommitted changes "
+                                 f"in {len(changed)} tracked file(s) ({', '.join(changed[:5])}"
+                                 f"{', ...' if len(changed) > 5 else ''}): commit the code the runs ran")
     if len(files) != 5:
         assembly.warnings.append(f"{len(files)} result files: a Mask R-CNN submission has exactly 5")
     if write_review:
@@ -260,18 +327,27 @@ def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] 
         from .report import write_review_outputs
 
         assembly.review_dir = out / "review" / system
-        review = review_folder(bench, ruleset=ruleset)
+        review = review_folder(bench, ruleset=given_ruleset)  # the round as the review finds it, unless given
         write_review_outputs(review, assembly.review_dir)
     return assembly
 
 
-def _framework() -> str:
-    """The framework as the trainer ran it, when this Python has it (the image's); else to fill."""
-    try:
-        from importlib.metadata import version
-        return f"PyTorch {version('torch')}"
-    except Exception:  # noqa: BLE001 - not installed here (the reviewer needs no torch)
-        return TO_FILL
+def _holds_these_runs(bench: Path, files) -> bool:
+    """``bench`` holds exactly ``result_0..n-1.txt`` with the contents of ``files`` (``.gz`` ones unpacked), and
+    nothing else but the package checker's ``scaling.json``."""
+    import gzip
+
+    names = {p.name for p in bench.iterdir()} - {"scaling.json"}
+    if names != {f"result_{i}.txt" for i in range(len(files))}:
+        return False
+    for i, src in enumerate(files):
+        try:
+            data = gzip.open(src, "rb").read() if src.name.endswith(".gz") else src.read_bytes()
+        except (OSError, EOFError):
+            return False
+        if (bench / f"result_{i}.txt").read_bytes() != data:
+            return False
+    return True
 
 
 def render(a: Assembly) -> str:

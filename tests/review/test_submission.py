@@ -79,12 +79,107 @@ def test_runs_of_another_submitter_are_refused(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.slow  # the official checkers on a folder
 def test_an_existing_submission_is_never_overwritten(tmp_path, capsys):
-    results = five_runs(tmp_path / "results")
+    """Other runs into a system's folder are refused; the same runs again are checked again, their files as they
+    were (a first build the summarizer could not score is finished by a second one with --system-json: it was
+    refused as 'already holds files', and the folder had to be removed by hand)."""
+    results = five_runs(tmp_path / "results", platform="2xMyCluster-H100")
     out = tmp_path / "s"
-    assert main(["submission", str(results), "--out", str(out), "--no-implementation"]) == 0
+    assert main(["submission", str(results), "--out", str(out), "--no-implementation"]) == 1  # no node counts
+    assert "result summarizer: no score" in capsys.readouterr().out
+    bench = out / "TESTORG" / "results" / "2xMyCluster-H100" / "maskrcnn"
+    before = {p.name: p.read_bytes() for p in bench.glob("result_*.txt")}
+    site = tmp_path / "site.json"
+    site.write_text(json.dumps({"host_processors_per_node": 2, "accelerators_per_node": 8}))
+    assert main(["submission", str(results), "--out", str(out), "--no-implementation", "--system-json",
+                 str(site)]) == 0, capsys.readouterr()
     capsys.readouterr()
+    assert {p.name: p.read_bytes() for p in bench.glob("result_*.txt")} == before
+    write_log(results / "result_2.txt", epochs=15, ttt_min=21.5, seed=4999, **{**RCP96, "platform": "2xMyCluster-H100"})
     assert main(["submission", str(results), "--out", str(out), "--no-implementation"]) == 2
     assert "never overwritten" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in bench.glob("result_*.txt")} == before
+
+
+@pytest.mark.slow  # the official checkers on a folder
+@pytest.mark.parametrize("site,needle", [
+    ({"division": "open"}, "division"), ({"submitter": "Acme"}, "submitter"),
+    ({"system_name": "Other"}, "system_name"), ({"status": "cloud"}, "status"), ([1], "not a JSON object"),
+    ("missing", "cannot read"), ({"host_networking_topology": ["fat tree"]}, "host_networking_topology (list)")])
+def test_a_site_description_that_contradicts_the_runs_is_refused_before_anything_is_written(tmp_path, capsys, site,
+                                                                                             needle):
+    """--system-json replaced the division, submitter, system name and status the runs logged, without a word (an
+    'open' division turns the checker's seed and RCP checks off); a file holding no object was a traceback; a list
+    was written as its Python repr; and a bad file left the results copied in, so that the corrected command was
+    refused."""
+    results = five_runs(tmp_path / "results")
+    path = tmp_path / "site.json"
+    if site != "missing":
+        path.write_text(json.dumps(site))
+    out = tmp_path / "s"
+    rc = main(["submission", str(results), "--out", str(out), "--no-implementation", "--system-json", str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and needle in err[0] and str(path) in err[0], err
+    assert not list(out.rglob("result_*.txt"))
+
+
+@pytest.mark.slow  # the official checkers on a folder
+def test_the_description_keeps_the_sites_values_and_fills_only_what_the_runs_say(tmp_path, capsys):
+    """The site's numbers are written as text (what the system-description checker joins); the framework is the
+    site's to say (it was the reviewer's own torch, not the image's that ran); the same value as the runs' is
+    accepted."""
+    results = five_runs(tmp_path / "results")
+    site = tmp_path / "site.json"
+    site.write_text(json.dumps({"division": "closed", "host_processor_core_count": 56, "cooling": "liquid"}))
+    a = submission.assemble(results, tmp_path / "s", system_json=str(site), copy_code=False, write_review=False)
+    desc = json.loads(a.system_json.read_text())
+    assert (desc["host_processor_core_count"], desc["cooling"], desc["division"]) == ("56", "liquid", "closed")
+    assert desc["framework"] == submission.TO_FILL and "framework" in a.to_fill
+    assert a.package.passed is True, submission.render(a)
+
+
+@pytest.mark.slow  # the official checkers on a folder
+def test_runs_of_mixed_divisions_are_refused_and_mixed_rounds_are_named(tmp_path, capsys):
+    """Closed and open runs became one 'closed' submission (the first name in sorted order); runs dated for two
+    rounds passed without the warning the plain review gives, and the review file said the round was given with
+    --ruleset."""
+    results = five_runs(tmp_path / "results")
+    write_log(results / "result_1.txt", epochs=15, ttt_min=21.0, seed=4001, **{**RCP96, "division": "open"})
+    rc = main(["submission", str(results), "--out", str(tmp_path / "s"), "--no-implementation"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "division" in err and "result_1" in err, err
+    results = five_runs(tmp_path / "results2")
+    write_log(results / "result_4.txt", epochs=15, ttt_min=24.0, seed=4004, **{**RCP96, "ruleset": "2.1.0"})
+    a = submission.assemble(results, tmp_path / "s2", copy_code=False)
+    assert any("different rounds" in w and "result_4: 2.1.0" in w for w in a.warnings), a.warnings
+    review = (a.review_dir / "mlperf_review.md").read_text()
+    assert "given with --ruleset" not in review
+
+
+def test_platform_names_give_counts_only_for_systems_known_by_name():
+    """Every name with 'DGX' in it was taken for 8 GPUs and 2 CPUs: a DGX-2 has 16 GPUs, a DGX Station A100 4
+    GPUs and 1 CPU."""
+    known = submission._known_from_platform
+    assert known("1xDGX-2H")["accelerators_per_node"] == "16"
+    assert known("2xNVIDIA DGX-2")["accelerators_per_node"] == "16"
+    assert (known("1xDGX Station A100")["accelerators_per_node"], known("1xDGX Station A100")[
+        "host_processors_per_node"]) == ("4", "1")
+    assert known("8xDGXA100") == {"number_of_nodes": "8", "host_processors_per_node": "2",
+                                  "accelerators_per_node": "8"}
+    assert known("1xDGX-Foo") == {"number_of_nodes": "1"}
+
+
+@pytest.mark.slow  # the official checkers on a folder
+def test_staged_results_are_readable_as_the_umask_makes_files(tmp_path, capsys):
+    """A result file of mode 0600 (a private LOGDIR) kept it in the submission folder."""
+    import os
+
+    results = five_runs(tmp_path / "results")
+    for p in results.glob("result_*.txt"):
+        p.chmod(0o600)
+    a = submission.assemble(results, tmp_path / "s", copy_code=False, write_review=False)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert {p.stat().st_mode & 0o777 for p in a.results} == {0o666 & ~umask}
 
 
 @pytest.mark.slow  # the official checkers on a folder
@@ -193,3 +288,21 @@ def test_nvidias_platform_names_fill_the_counts_and_a_folder_without_a_score_is_
     rc = main(["submission", str(results), "--out", str(tmp_path / "s"), "--no-implementation"])
     out = capsys.readouterr().out
     assert "result summarizer: no score" in out and rc == 1, out
+
+
+@pytest.mark.slow  # starts git
+def test_uncommitted_changes_of_the_implementation_are_named(tmp_path):
+    """The implementation folder copies the checkout as it is when the folder is built; a tracked file changed
+    since the last commit may not be the code the runs ran, and the builder now says which."""
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=ci", "-c", "user.email=ci@example.org", *args],
+                       check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "run_and_time.sh").write_text("echo one\n")
+    (tmp_path / "notes.txt").write_text("untracked\n")
+    git("add", "run_and_time.sh")
+    git("commit", "-q", "-m", "one")
+    assert submission.uncommitted(tmp_path) == []
+    (tmp_path / "run_and_time.sh").write_text("echo two\n")
+    assert submission.uncommitted(tmp_path) == ["run_and_time.sh"]
