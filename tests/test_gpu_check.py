@@ -306,7 +306,8 @@ def test_quick_cpu_run_in_the_image_writes_the_report_with_every_check_and_its_c
                 "bench/host_syncs.py --device cpu"):
         assert cmd in report, cmd
     assert re.search(r"1 node\(s\), global batch 96: 14.06 epochs x \(117266 images / [\d,]+ img/s", report)
-    assert (out / "projection.json").exists() and "## Stack" in report
+    assert not (out / "projection.json").exists() and "## Stack" in report  # a CPU rate sets no trial's limit
+    assert "projection.json not written: figures measured on the cpu set no trial's time limit" in report
     assert "evaluation gap on one node: 625 images (COCO val / 8 GPUs) x" in report
     assert "background scoring of an epoch's results: " in report
     assert "| host syncs per step, 1 images | 0 |" in report
@@ -571,6 +572,9 @@ def test_each_verdict_of_a_stage(tmp_path, monkeypatch):
     gpu_check.read_parity(parity)
     assert parity.status.startswith("NOT RUN (no parity test ran")
     parity = gpu_check.Check("parity", "p", [], 60, status="passed", output="12 passed, 3 skipped in 9s")
+    gpu_check.read_parity(parity)
+    assert parity.status == "passed (3 skipped: see parity.log)"  # a skip is no pass, whatever its reason
+    parity = gpu_check.Check("parity", "p", [], 60, status="passed", output="12 passed in 9s")
     gpu_check.read_parity(parity)
     assert parity.status == "passed"
 
@@ -860,3 +864,52 @@ def test_a_sigterm_ends_the_running_check_and_leaves_the_report(tmp_path):
     assert summary["scoring"]["status"] == "NOT RUN (gpu-check was stopped while it ran)"
     assert summary["allreduce"]["status"] == "NOT RUN (gpu-check was stopped before it)"
     _gone_within_5_s(int(pidfile.read_text()), "the stopped check's child lives on")
+
+
+def test_a_peak_memory_run_that_failed_fails_the_check():
+    """The figure said FAILED under a check that said passed, and gpu-check exited 0."""
+    c = gpu_check.Check("model_step", "t", [], 1, status="passed")
+    c.output = "\n".join([
+        '{"event": "setting", "device": "H100", "torch": "2.11", "height": 800, "width": 1333, "batch": 12, '
+        '"dtype": "float16", "nhwc": true}',
+        '{"event": "summary", "model": "eager", "img_s": 85.0}',
+        '{"event": "memory", "model": "eager", "batch": 8, "gib": 4.9}',
+        '{"event": "memory", "model": "eager", "batch": 12, "failed": ["torch.OutOfMemoryError: CUDA out of '
+        'memory."]}'])
+    gpu_check.read_model_step(c)
+    assert c.status.startswith("FAILED") and "peak memory" in c.status and "eager at batch 12" in c.status, c.status
+
+
+def test_the_golden_comparison_left_out_is_said_in_the_report_and_the_verdict():
+    """Without ../shared/golden the golden parity tests skip and the device-vs-CPU ones run: the stage said
+    'passed' with 'N skipped', and the last line 'all checks measured'. It says what did not run."""
+    c = gpu_check.Check("parity", "parity tests", [], 1, status="passed")
+    c.output = ("tests/parity/test_golden_layers.py::test_nms_golden SKIPPED (golden outputs not found at /x ...)\n"
+                "tests/parity/test_device_against_the_cpu.py::test_nms_on_the_device PASSED\n"
+                "SKIPPED [12] tests/parity/test_golden_layers.py:40: golden outputs not found at /x/shared/golden "
+                "(../shared beside the checkout)\n"
+                "SKIPPED [8] tests/parity/test_golden_losses.py:22: golden outputs not found at /x/shared/golden "
+                "(../shared beside the checkout)\n"
+                "========= 4 passed, 20 skipped in 15.02s =========\n")
+    gpu_check.read_parity(c)
+    assert c.status == ("passed (against the node's CPU only: the 20 golden tests skipped, ../shared/golden is not "
+                        "beside the checkout)")
+    assert gpu_check.verdict([c]) == (0, "gpu-check: passed: all 1 check measured, parity against the node's CPU "
+                                         "only (the golden outputs absent)")
+    c = gpu_check.Check("parity", "parity tests", [], 1, status="passed")
+    c.output = "========= 20 skipped in 1.0s =========\n"
+    gpu_check.read_parity(c)
+    assert gpu_check.verdict([c]) == (1, "gpu-check: FAILED: -; NOT RUN: parity (no parity test ran: the golden "
+                                         "outputs, ../shared/golden, are not beside the checkout)")
+
+
+def test_a_cpu_rehearsal_writes_no_time_limits_for_the_trials(tmp_path):
+    """make gpu-check GPU_CHECK_ARGS='--device cpu --quick' in the checkout wrote results/gpu-check/projection.json
+    from a CPU rate at 96x128, where slurm/projection.sh takes the trials' time limits from."""
+    step = gpu_check.Check("model_step", "t", [], 1, status="passed")
+    step.figures = [("training step img/s, eager", "3.0")]
+    lines = gpu_check.projection(step, tmp_path, device="cpu")
+    assert not (tmp_path / "projection.json").exists()
+    assert any("projection.json not written" in line for line in lines), lines
+    gpu_check.projection(step, tmp_path, device="cuda")
+    assert (tmp_path / "projection.json").exists()

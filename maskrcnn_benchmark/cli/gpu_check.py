@@ -213,6 +213,12 @@ def read_parity(c):
     c.figures.append(("parity tests", f"{passed} passed, {failed} failed, {skipped} skipped"))
     if c.status == "passed" and not passed:  # every test skipped: no oracle here (../shared/golden not beside us)
         c.status = "NOT RUN (no parity test ran: the golden outputs, ../shared/golden, are not beside the checkout)"
+    elif c.status == "passed" and skipped:  # a skipped test is no pass: said, with why where -rs said it
+        # pytest -rs: "SKIPPED [n] tests/parity/...: <reason>"; the golden tests' reason names ../shared
+        golden = sum(int(n) for n in re.findall(r"^SKIPPED \[(\d+)\] .*\.\./shared beside the checkout", c.output,
+                                                re.M))
+        c.status = (f"passed (against the node's CPU only: the {golden} golden tests skipped, ../shared/golden is "
+                    "not beside the checkout)" if golden == skipped else f"passed ({skipped} skipped: see parity.log)")
 
 
 def read_model_step(c):
@@ -220,7 +226,7 @@ def read_model_step(c):
     by its cap before its summary still gives each model's img/s: the median step of the rounds it printed, each
     such figure saying so. A model timed before anything compiled too gets that figure beside its own (the
     interleaved rounds come later, after the compiles and beside the compiled steps)."""
-    rounds, early, summarized, failed, batch, graph_skips = {}, {}, set(), set(), None, {}
+    rounds, early, summarized, failed, batch, graph_skips, memory_failed = {}, {}, set(), set(), None, {}, []
     for line in c.output.splitlines():
         if not line.startswith("{"):
             continue
@@ -261,6 +267,8 @@ def read_model_step(c):
             for model, seconds in e["seconds"].items():
                 (early if e.get("phase") == "before compiling" else rounds).setdefault(model, []).append(seconds)
         elif kind == "memory":
+            if "gib" not in e:
+                memory_failed.append(f"{e.get('model', '?')} at batch {e.get('batch', '?')}")
             c.figures.append((f"peak GPU memory alone, {e['model']}, batch {e.get('batch', '?')}",
                               f"{e['gib']:.2f} GiB" if "gib" in e else
                               f"FAILED ({(e.get('failed') or [''])[0] or 'its process failed'})"))
@@ -275,6 +283,8 @@ def read_model_step(c):
                               f"printed before the cap{'' if model in rounds else ', before compiling'})"))
     if failed and c.status == "passed":  # a step asked for that failed: the others' figures stay
         c.status = f"FAILED (the step of {', '.join(sorted(failed))} failed: see its figure)"
+    if memory_failed and c.status == "passed":  # a peak-memory run asked for that failed (out of memory)
+        c.status = f"FAILED (the peak memory run of {', '.join(memory_failed)} failed: see its figure)"
 
 
 def read_host_syncs(c):
@@ -534,13 +544,14 @@ def config_batches(system="DGXH100"):
     return batches
 
 
-def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None, scoring=None):
+def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None, scoring=None, device="cuda"):
     """Lines of the projected time to train at 1, 4, 8 and 32 nodes (:mod:`mlperf_review.projection`: every term
     shown, the assumptions stated), from the measured per-GPU rate of the step a run takes: the eager one (``COMPILE``
     auto is off on CUDA, engine/resolve.py), or, when it was not measured, the slowest form measured (the
     projection sets the trials' time limits: a faster form that the run does not take would get them killed);
     ``out_dir``: also writes ``projection.json`` (``{"nodes": {"N": {"minutes": ...}}}``, what
-    slurm/run_experiments.sh reads for the trials' time limit)."""
+    slurm/run_experiments.sh reads for the trials' time limit), from figures measured on a GPU only (a CPU
+    rehearsal's would set the trials' limits from a CPU rate)."""
     from mlperf_review import projection as paper
 
     rates = {name: float(re.match(r"[\d.]+", v).group()) for name, v in model_step.figures
@@ -585,7 +596,9 @@ def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None, scori
     checks = [paper.reproduce(anchor) for anchor in paper.NVIDIA_ANCHORS]
     lines += [f"the same arithmetic on {anchor.name} ({anchor.source}): {p.time_to_train_s:,.0f} s, published "
               f"{anchor.time_to_train_s:,.0f} s" for anchor, p in zip(paper.NVIDIA_ANCHORS, checks)]
-    if out_dir is not None:
+    if out_dir is not None and device != "cuda":
+        lines.append(f"projection.json not written: figures measured on the {device} set no trial's time limit")
+    elif out_dir is not None:
         write_text(Path(out_dir) / "projection.json", what="gpu-check projection", text=json.dumps(
             {"per_gpu_img_s": per_gpu, "form": best_name,
              "nodes": {str(r.nodes): {"minutes": round(r.time_to_train_s / 60, 2), "global_batch": r.global_batch,
@@ -615,7 +628,7 @@ def plan(args, out_dir):
     checks = [
         Check("parity", "parity tests on the device: against the node's CPU, and the golden outputs where present "
                         "(TF32 off)",
-              [py, "-m", "pytest", "-v", "-p", "no:cacheprovider", "--durations", "0", "tests/parity"]
+              [py, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider", "--durations", "0", "tests/parity"]
               # quick: the eager NMS and ROIAlign tests (on the CPU not those comparing the device with the CPU)
               + (["-k", "(nms or multilevel) and not compiled"
                   + (" and not nms_keep_sets_equal_the_cpus and not nms_on_the_adversarial_cases" if dev == "cpu"
@@ -761,7 +774,8 @@ def report(checks, out_dir, args, device_name, started, stack_lines=None):
     scoring = next((c for c in checks if c.name == "scoring"), None)
     (out_dir / "projection.json").unlink(missing_ok=True)  # rewritten below from this run's figures, or gone
     try:
-        projected = (projection(model, out_dir, evaluation=evaluation, scoring=scoring) if model else
+        projected = (projection(model, out_dir, evaluation=evaluation, scoring=scoring, device=args.device)
+                     if model else
                      ["the training step was not measured"])
     except Exception as e:  # noqa: BLE001 - the report of the checks must not be lost to its projection
         projected = [f"projection unavailable ({type(e).__name__}: {e})"]
@@ -846,17 +860,25 @@ def _main(args):
         print("gpu-check: stopped (SIGTERM): the report holds what ran", flush=True)
         return 128 + signal.SIGTERM
     print(report(checks, out_dir, args, device_name, started, stack_lines))
+    code, line = verdict(checks)
+    print(line, flush=True)
+    return code
+
+
+def verdict(checks):
+    """``(exit code, last line)``: 0 only when every check passed or was skipped (one GPU: no all-reduce); a check
+    not run is named with its reason, a parity stage that compared with the node's CPU only says so."""
     failed = [c.name for c in checks if c.status.startswith("FAILED")]
-    not_run = [c.name for c in checks if not c.status.startswith(("passed", "FAILED", "skipped"))]
+    not_run = [f"{c.name} ({c.status[len('NOT RUN ('):-1]})" if c.status.startswith("NOT RUN (") else c.name
+               for c in checks if not c.status.startswith(("passed", "FAILED", "skipped"))]
     skipped = [f"{c.name} ({c.status[len('skipped ('):-1]})" for c in checks if c.status.startswith("skipped")]
     if failed or not_run:
-        print(f"gpu-check: FAILED: {', '.join(failed) or '-'}; NOT RUN (time cap or budget): "
-              f"{', '.join(not_run) or '-'}", flush=True)
-        return 1
+        return 1, f"gpu-check: FAILED: {', '.join(failed) or '-'}; NOT RUN: {', '.join(not_run) or '-'}"
     measured = len(checks) - len(skipped)
-    print(f"gpu-check: passed: {'all ' if not skipped else ''}{measured} check{'s' * (measured != 1)} measured"
-          + (f"; skipped: {', '.join(skipped)}" if skipped else ""), flush=True)
-    return 0
+    cpu_only = any(c.name == "parity" and c.status.startswith("passed (against the node's CPU only") for c in checks)
+    return 0, (f"gpu-check: passed: {'all ' if not skipped else ''}{measured} check{'s' * (measured != 1)} measured"
+               + (", parity against the node's CPU only (the golden outputs absent)" if cpu_only else "")
+               + (f"; skipped: {', '.join(skipped)}" if skipped else ""))
 
 
 def _read(c):
