@@ -680,7 +680,8 @@ def plan(args, out_dir):
               [py, "bench/coco_eval.py", "--ours-only", "--cache", out_dir / "scoring_data"]
               + (["--images", "200", "--dets", "20", "--classes", "3"] if q else ["--images", "5000"]),
               30 if q else 90, need=5 if q else 60),
-        Check("allreduce", "NCCL all-reduce bus bandwidth",
+        Check("allreduce", "NCCL all-reduce bus bandwidth within the node (passed: it ran; no floor judges it "
+                           "here, NCCL_MIN_BUSBW judges the all-reduce across nodes)",
               [py, "bench/allreduce.py"] + (["--backend", "gloo", "--mbytes", "4", "--iters", "3"] if dev == "cpu"
                                            else []),
               60 if q else 20, need=5 if q else 10),
