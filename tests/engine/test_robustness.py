@@ -160,8 +160,11 @@ def test_killed_trainer_leaves_no_scorer_behind(tiny_data, tmp_path):
 def test_next_run_starts_a_fresh_log_and_removes_temporary_files(tiny_data, tmp_path):
     out = str(tmp_path)
     r = run_train(tiny_data, out, "SOLVER.MAX_ITER", 4, "MODEL.WEIGHT", "/nonexistent/R-50.pkl")
-    assert r.returncode == 12  # a failed attempt (weights missing, found before init_start): its log has the
-    #                           submission lines
+    assert r.returncode == 12  # an attempt refused by the preflight (weights missing) writes nothing there
+    assert os.listdir(out) == []
+    earlier = ':::MLLOG {"namespace": "", "time_ms": 1, "event_type": "POINT_IN_TIME", "key": "submission_org", ' \
+              '"value": "earlier", "metadata": {"file": "x.py", "lineno": 1}}\n'
+    (tmp_path / "mlperf_log.txt").write_text(earlier)  # an earlier run's log
     (tmp_path / ".tmp-abcd1234.pth").write_bytes(b"half a checkpoint")
     r = run_train(tiny_data, out, "SOLVER.MAX_ITER", 4, "SOLVER.IMS_PER_BATCH", 4, "PER_EPOCH_EVAL", False,
                   *NEVER, extra_args=("--sync-eval",))
@@ -169,7 +172,7 @@ def test_next_run_starts_a_fresh_log_and_removes_temporary_files(tiny_data, tmp_
     keys = [e["key"] for e in mllog_events(open(os.path.join(out, "mlperf_log.txt")).read())]
     assert keys.count("init_start") == 1 and keys.count("submission_org") == 1 and keys.count("run_stop") == 1
     aside = [f for f in os.listdir(out) if f.startswith("mlperf_log.") and f != "mlperf_log.txt"]
-    assert len(aside) == 1  # the failed attempt's log, moved aside, not appended to
+    assert len(aside) == 1 and open(os.path.join(out, aside[0])).read() == earlier  # moved aside, not appended to
     assert not (tmp_path / ".tmp-abcd1234.pth").exists()
     assert "removed 1 temporary file(s) left by an interrupted run" in r.stdout
 
