@@ -71,7 +71,7 @@ case "${PROFILE:-}" in
       echo "run_and_time: WARNING: PROFILE=${PROFILE} but ${PROFILE} is not installed; running unprofiled" >&2
     fi ;;
   torch | memory) export MASKRCNN_PROFILE="${PROFILE}" MASKRCNN_PROFILE_DIR="${OUTPUT_DIR}" ;;
-  *) echo "run_and_time: unknown PROFILE=${PROFILE} (nsys|ncu|torch|memory)" >&2; exit 2 ;;
+  *) echo "run_and_time: unknown PROFILE=${PROFILE} (nsys|ncu|torch|memory)" >&2; exit 1 ;;  # bad input
 esac
 
 # Everything that would end the run, checked before any rank starts (tools/preflight.py; its exit code names the
