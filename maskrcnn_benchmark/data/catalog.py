@@ -4,7 +4,7 @@ categories of an annotation file, and the number of classes the data gives the m
 import json
 
 from ..utils.errors import DatasetError
-from ..utils.imports import load_catalog
+from ..utils.imports import catalog_get, load_catalog
 
 NUM_CLASSES_KEY = "MODEL.ROI_BOX_HEAD.NUM_CLASSES"
 
@@ -19,7 +19,7 @@ def catalog_entries(cfg, names, is_train):
     out = []
     for name in names:
         try:
-            out.append((name, catalog.get(name, cfg.DATASETS.DATA_DIR)))
+            out.append((name, catalog_get(catalog, name, cfg.DATASETS.DATA_DIR)))
         except KeyError as e:  # the catalog's message names the dataset and the known ones
             raise DatasetError(f"{key}: {e.args[0] if e.args else e}") from None
     return out

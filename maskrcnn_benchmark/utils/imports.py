@@ -46,13 +46,27 @@ def load_catalog(path, needs="DatasetCatalog"):
     return module
 
 
+def catalog_get(catalog, name, data_dir):
+    """``catalog.get(name, data_dir)``, or ``catalog.get(name)`` where the catalog takes the name alone, as
+    maskrcnn-benchmark's (and NVIDIA's) catalogs do: their data root is their own ``DATA_DIR``."""
+    import inspect
+
+    try:
+        inspect.signature(catalog.get).bind(name, data_dir)
+    except TypeError:
+        return catalog.get(name)
+    except ValueError:  # no signature to read (a builtin): as ours
+        pass
+    return catalog.get(name, data_dir)
+
+
 def resolve_weights(cfg, path):
     """The file behind ``MODEL.WEIGHT``: a path as given, or a ``catalog://`` name resolved by the config's paths
     catalog (under ``DATASETS.DATA_DIR``)."""
     if path.startswith("catalog://"):
         catalog = load_catalog(cfg.PATHS_CATALOG, needs="ModelCatalog")
         try:
-            path = catalog.ModelCatalog.get(path[len("catalog://"):], cfg.DATASETS.DATA_DIR)
+            path = catalog_get(catalog.ModelCatalog, path[len("catalog://"):], cfg.DATASETS.DATA_DIR)
         except KeyError as e:
             raise WeightsError(f"MODEL.WEIGHT '{path}': {e.args[0] if e.args else e}") from None
     return path

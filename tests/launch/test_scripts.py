@@ -135,6 +135,28 @@ def test_time_budget_derives_from_the_expected_run_time(name, run_minutes):
     assert h * 60 + m == 2 * trial + 15
 
 
+@pytest.mark.slow  # sources the configs (bash)
+@pytest.mark.parametrize("name,folder", [("DGX1", "dgx1_ngc20.06_pytorch"), ("DGXA100", "dgxa100_ngc20.06_pytorch")])
+def test_the_v07_configs_are_the_command_lines_of_nvidias_published_runs(name, folder):
+    """Differential against NVIDIA's v0.7 result logs (../shared/reference_logs), which print each run's command
+    line: our config_DGXA100.sh stopped at SOLVER.MAX_ITER 80000 where NVIDIA's A100 runs had 40000."""
+    import gzip
+    import shlex
+
+    from helpers import SHARED, require_shared
+
+    path = os.path.join(SHARED, "reference_logs", "v0.7", folder, "result_0.txt.gz")
+    require_shared(path, "NVIDIA's v0.7 reference logs")
+    with gzip.open(path, "rt", errors="replace") as f:
+        line = next(ln for ln in f if "tools/train_mlperf.py" in ln and ln.startswith("+ "))
+    words = shlex.split(line[2:])
+    nvidia = overrides(" ".join(words[words.index("--config-file") + 2:]))
+    for key in ("DTYPE", "PATHS_CATALOG", "MODEL.WEIGHT", "DISABLE_REDUCED_LOGGING"):  # run_and_time.sh's own
+        nvidia.pop(key)
+    ours = overrides(source_config(name)["EXTRA_CONFIG"])
+    assert ours == nvidia
+
+
 @pytest.mark.slow
 def test_nvidia_config_values():
     dgx1 = source_config("DGX1")

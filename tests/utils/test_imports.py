@@ -25,3 +25,45 @@ def test_a_catalog_of_datasets_only_still_serves_the_datasets(tmp_path):
     assert load_catalog(str(path)).DatasetCatalog
     with pytest.raises(ConfigError, match="defines no ModelCatalog"):
         load_catalog(str(path), needs="ModelCatalog")
+
+
+NVIDIA_STYLE_CATALOG = '''
+import os
+
+
+class DatasetCatalog:
+    DATA_DIR = "/data"
+    DATASETS = {"coco_2017_train": {"img_dir": "coco2017/train2017",
+                                    "ann_file": "coco2017/annotations/instances_train2017.json"}}
+
+    @staticmethod
+    def get(name):
+        attrs = DatasetCatalog.DATASETS[name]
+        return dict(factory="COCODataset", args=dict(root=os.path.join(DatasetCatalog.DATA_DIR, attrs["img_dir"]),
+                                                     ann_file=os.path.join(DatasetCatalog.DATA_DIR, attrs["ann_file"])))
+
+
+class ModelCatalog:
+    @staticmethod
+    def get(name):
+        return "/coco/models/" + name
+'''
+
+
+def test_a_catalog_whose_get_takes_the_name_alone_works(tmp_path):
+    """maskrcnn-benchmark's catalogs (NVIDIA's too) define ``get(name)``; ours also take DATASETS.DATA_DIR. A site's
+    own catalog in the reference's form was a TypeError traceback ('takes 1 positional argument but 2 were
+    given'), from the preflight on."""
+    from maskrcnn_benchmark.config import load_config
+    from maskrcnn_benchmark.data.catalog import dataset_paths
+    from maskrcnn_benchmark.utils.imports import resolve_weights
+
+    path = tmp_path / "nv_catalog.py"
+    path.write_text(NVIDIA_STYLE_CATALOG)
+    cfg = load_config("configs/e2e_mask_rcnn_R_50_FPN_1x.yaml",
+                      ["PATHS_CATALOG", str(path), "DATASETS.TRAIN", "('coco_2017_train',)",
+                       "DATASETS.TEST", "('coco_2017_train',)"])
+    (key, name, root, ann), _ = dataset_paths(cfg)
+    assert (key, name, root, ann) == ("DATASETS.TRAIN", "coco_2017_train", "/data/coco2017/train2017",
+                                      "/data/coco2017/annotations/instances_train2017.json")
+    assert resolve_weights(cfg, "catalog://R-50.pkl") == "/coco/models/R-50.pkl"
