@@ -164,12 +164,13 @@ class BackgroundScorer:
         if self._sent or not self._waiting:
             return
         future, detections = self._waiting[0]
+        alive = self._proc.is_alive()  # dead already: it died while idle, before it was handed this epoch
         try:
             self._conn.send((future.epoch, detections))
             self._sent = True
         except (OSError, EOFError):  # the process is gone (broken pipe), or a write failed half-way and the stream cannot be
-            # trusted: a fresh process, sent this epoch again (or fail, the second time)
-            self._died()
+            # trusted: a fresh process, sent this epoch again (or fail, the second time it dies receiving it)
+            self._died(held=alive)
         except Exception as e:  # noqa: BLE001 - pickling the detections (out of memory): nothing was written
             self._waiting.pop(0)
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
@@ -178,15 +179,18 @@ class BackgroundScorer:
             future._set(error=error)
             raise ScoringError(error) from None
 
-    def _died(self):
+    def _died(self, held=None):
         """The scoring process is gone: restart it and hand it the oldest epoch still waiting, unless it already
-        died once while scoring that epoch."""
+        died once while scoring that epoch. ``held``: it died holding that epoch (receiving or scoring it; default:
+        it had been handed it); a death while idle, found when the next epoch is handed over, costs that epoch
+        nothing."""
+        held = self._sent if held is None else held
         code = self._proc.exitcode if self._proc is not None else None
         if self._proc is not None:
             self._proc.join(1)
             code = self._proc.exitcode
         self._stop_process()
-        if self._waiting:
+        if self._waiting and held:
             epoch = self._waiting[0][0].epoch
             if self._restarts.get(epoch, 0) >= RESTARTS_PER_EPOCH:
                 error = (f"the COCO scoring process died again (exit code {code}) while scoring epoch {epoch}; "
@@ -230,7 +234,7 @@ class BackgroundScorer:
     def _stop_process(self):
         proc, self._proc = self._proc, None
         self._sent = False
-        if proc is None:
+        if proc is None or proc.pid is None:  # never started (its start failed: that error is the one to see)
             return
         try:
             os.killpg(proc.pid, signal.SIGKILL)

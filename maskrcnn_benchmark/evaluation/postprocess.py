@@ -10,7 +10,10 @@ runs into COCO's compressed strings. Each image with masks also waits for the de
 come to the host (one copy, for the chunking), and finding its change points is a ``nonzero``, two boolean-mask
 reads and a ``bincount`` (their sizes are the data's). Counted with ``utils.host_syncs.HostSyncCounter`` on the
 CPU (2026-11-28): 3 per batch and 6 per image with masks (4 data-dependent shapes, and two ``tolist`` of the
-window sizes' host copy, which the counter lists although on a GPU the wait is the copy before them).
+window sizes' host copy, which the counter lists although on a GPU the wait is the copy before them). The counter
+does not see copies to the device, which torch makes wait for the stream (from pageable memory): the category table,
+once per batch, and each image's window order (``paste_mask_windows``); the boxes are rescaled by Python floats,
+not by a scale tensor copied per image.
 
 Two ways to paste and encode (``method``), measured by ``bench/coco_eval.py``:
 
@@ -37,7 +40,7 @@ def rle_change_points(masks, x0, y0, height):
     """
     d = masks.shape[0]
     if d == 0 or masks.numel() == 0:
-        return masks.new_zeros((0,), dtype=torch.int64), torch.zeros((d,), dtype=torch.int64)
+        return masks.new_zeros((0,), dtype=torch.int64), masks.new_zeros((d,), dtype=torch.int64)  # its device
     cols = masks.transpose(1, 2)  # (D, w, h): column-major
     edges = F.pad(cols.to(torch.int8), (1, 1))
     change = edges[..., 1:] != edges[..., :-1]  # (D, w, h + 1): a toggle before window row r
@@ -120,11 +123,13 @@ def detections_to_coco(predictions, image_ids, image_sizes_wh, category_ids, mas
     points over (and each image with masks waits for the device within: the module's docstring)."""
     if method not in METHODS:
         raise ValueError(f"mask encoding method must be one of {METHODS}, got {method!r}")
-    rows, change_points, change_counts, has_masks = [], [], [], []
+    rows, change_points, change_counts, has_masks, luts = [], [], [], [], {}
     for pred, (w, h) in zip(predictions, image_sizes_wh):
         pred = to_original(pred, w, h, paste_masks=False)
         device = pred.bbox.device
-        lut = torch.as_tensor(category_ids, device=device)
+        lut = luts.get(device)
+        if lut is None:  # the category table: copied to the device once per batch
+            lut = luts[device] = torch.as_tensor(category_ids, device=device)
         rows.append(torch.cat((pred.convert("xywh").bbox, pred.get_field("scores")[:, None].float(),
                                lut[pred.get_field("labels")][:, None].float()), 1))
         has_masks.append(pred.has_field("mask"))

@@ -113,9 +113,9 @@ class BoxList:
         """Scale to a new image size ``(width, height)``; fields that can be resized are resized too."""
         ratio_w = float(size[0]) / float(self.size[0])
         ratio_h = float(size[1]) / float(self.size[1])
-        if self.mode == "xyxy":
-            scale = self.bbox.new_tensor([ratio_w, ratio_h, ratio_w, ratio_h])
-            bbox = self.bbox * scale
+        if self.mode == "xyxy":  # Python-float ratios: no host-to-device copy of a scale tensor (float32 either way)
+            x1, y1, x2, y2 = self.bbox.unbind(-1)
+            bbox = torch.stack((x1 * ratio_w, y1 * ratio_h, x2 * ratio_w, y2 * ratio_h), -1)
         else:
             return self.convert("xyxy").resize(size, *args, **kwargs).convert(self.mode)
         out = BoxList(bbox, size, mode="xyxy")

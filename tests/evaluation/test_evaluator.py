@@ -85,6 +85,31 @@ def test_a_scoring_process_that_dies_while_idle_is_noticed_at_the_next_poll(coco
 
 
 @pytest.mark.slow
+def test_a_death_while_idle_found_at_the_hand_over_costs_that_epoch_nothing(coco_set, caplog):
+    """A scoring process that died while idle and was not polled before the next epoch was handed over (the
+    evaluation ran in between) was charged to that epoch: one real death while scoring it then failed the run."""
+    import logging
+
+    ann, bbox, segm = coco_set
+    dets = Detections.from_coco_lists(bbox, segm)
+    expected = COCOScorer(ann, workers=1)(dets)
+    bg = BackgroundScorer(COCOScorer(ann, workers=1))
+    try:
+        bg(dets, epoch=1).result()
+        os.kill(bg.pid, 9)
+        bg._proc.join(10)  # dead before the hand-over; no poll in between
+        with caplog.at_level(logging.WARNING):
+            future = bg(dets, epoch=2)
+        assert [r.getMessage() for r in caplog.records] == [
+            "the COCO scoring process died (exit code -9) while idle: restarted"]
+        os.kill(bg.pid, 9)  # now a death while scoring epoch 2: its one restart
+        scores = future.result()
+        assert scores["bbox"]["stats"] == expected["bbox"]["stats"] and bg.restarts == 2
+    finally:
+        bg.shutdown()
+
+
+@pytest.mark.slow
 def test_handing_over_an_epoch_does_not_wait_for_the_previous_scoring(tmp_path):
     """COCO val2017's detections are about 150 MB pickled, a pipe holds a few hundred KB: handed to a scoring
     process still busy with the previous epoch, the call blocked rank 0's training loop until that scoring ended

@@ -140,3 +140,15 @@ def test_the_box_post_processing_off_the_cpu_waits_for_the_host_per_batch_not_pe
 
     assert waits(1, True) == waits(2, True) < 12
     assert waits(2, False) > waits(1, False) + 60  # per image and class
+
+
+@pytest.mark.parametrize("shape", [(0, 0, 0), (2, 0, 5)])
+def test_an_image_without_masks_gives_its_counts_on_the_masks_device(shape):
+    """An image with no detection (or empty windows) gave its per-mask counts on the CPU whatever the device: on a
+    GPU, the batch's torch.cat of every image's counts then mixed CPU and CUDA tensors and raised, so an evaluation
+    batch with one image without detections beside others (tools/test_net.py at TEST.IMS_PER_BATCH 8) ended the
+    run. The meta device stands in for CUDA."""
+    masks = torch.zeros(shape, dtype=torch.bool, device="meta")
+    zeros = torch.zeros(shape[0], dtype=torch.int64, device="meta")
+    pos, counts = rle_change_points(masks, zeros, zeros, 10)
+    assert pos.device.type == counts.device.type == "meta" and counts.shape == (shape[0],)
