@@ -234,13 +234,14 @@ class BackgroundScorer:
     def _stop_process(self):
         proc, self._proc = self._proc, None
         self._sent = False
-        if proc is None or proc.pid is None:  # never started (its start failed: that error is the one to see)
+        if proc is None:
             return
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            proc.kill()
-        proc.join(2.0)
+        if proc.pid is not None:  # else never started (its start failed: that error is the one to see)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                proc.kill()
+            proc.join(2.0)
         self._conn.close()
 
     def shutdown(self):

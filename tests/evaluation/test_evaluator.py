@@ -473,3 +473,19 @@ def test_the_ranks_parts_merge_into_image_order_each_image_once():
         assert np.array_equal(getattr(merged, field), getattr(expected, field)), field
     assert merged.mask_counts == expected.mask_counts
     assert (merged.box_scores < 10).all()
+
+
+def test_a_scoring_process_that_could_not_start_leaves_its_error_to_be_seen(monkeypatch):
+    """Its start failing (no memory to spawn it), the run's cleanup called os.killpg(None, ...): a TypeError that
+    replaced the start's own error."""
+    import multiprocessing
+
+    def refuse(self):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", refuse)
+    bg = BackgroundScorer(lambda detections: {})
+    with pytest.raises(OSError, match="Cannot allocate memory"):
+        bg([], epoch=1)
+    bg.shutdown()  # nothing to stop: no error of its own
+    assert bg.pid is None
