@@ -14,8 +14,11 @@ venv: $(STAMP)
 # --no-compile: Python compiles a module's bytecode when it is first imported, not every file of torch and its
 # CUDA libraries at install time (2026-11-28, 2 cores, pip's cache warm: the install 68 -> 36 s; the first import
 # of torch, torchvision and the package then about 4 s more, once).
+# A venv without a working pip (Debian's python3 without python3-venv makes bin/python, then fails for want of
+# ensurepip) is made again, not kept: it would fail at 'No module named pip' until make clean.
 $(STAMP): requirements.txt pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "make: $(PYTHON) is too old: torch 2.12.1 needs Python 3.10 or newer (PYTHON=python3.11 make ...)" >&2; exit 1; }
+	@$(PY) -m pip --version > /dev/null 2>&1 || { rm -rf $(VENV); $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); echo "make: '$(PYTHON) -m venv' failed: on Debian/Ubuntu install python3-venv (apt-get install python3-venv), then run make again" >&2; exit 1; }; }
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile -r requirements.txt
 	$(PY) -m pip install -q --no-compile --no-deps -e .
@@ -23,7 +26,7 @@ $(STAMP): requirements.txt pyproject.toml
 
 # Everything (what CI runs): needs root for the system packages of the 4-node Slurm and launch tests.
 test: venv
-	@echo "make test: the Slurm cluster and launch tests need slurm-wlm, munge, numactl and shellcheck; missing ones are installed now with apt-get (tests/cluster/install_deps.sh)"
+	@echo "make test: the Slurm cluster and launch tests need slurm-wlm, munge, numactl and shellcheck, the compiled tests g++; missing ones are installed now with apt-get (tests/cluster/install_deps.sh)"
 	@bash tests/cluster/install_deps.sh
 	@rc=0; $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests || rc=$$?; \
 	  $(PY) -m pytest -q -ra --durations=12 -n $(SLOW_TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m slow tests || rc=$$?; exit $$rc
@@ -42,8 +45,9 @@ SLOW_TEST_WORKERS ?= 3
 test-fast: venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests
 
+# PYTHON: the venv's (make exports a PYTHON given on its command line, which demo.sh would otherwise run)
 demo: venv
-	tools/demo.sh
+	PYTHON=$(abspath $(PY)) tools/demo.sh
 
 bench: venv
 	$(PY) bench/model_step.py --device cpu

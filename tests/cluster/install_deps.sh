@@ -10,7 +10,7 @@ if [ "${CI:-}" = true ] && [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
-want=(slurm-wlm slurmctld slurmd slurm-client munge numactl shellcheck iproute2 util-linux bubblewrap)
+want=(slurm-wlm slurmctld slurmd slurm-client munge numactl shellcheck iproute2 util-linux bubblewrap g++)
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -34,6 +34,6 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
 fi
 trap 'if [ "$created_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi' EXIT
 
-echo "install_deps: installing ${missing[*]} with apt-get (Slurm and munge for the 4-node sandbox cluster, numactl for bind_launch, shellcheck for the scripts)"
+echo "install_deps: installing ${missing[*]} with apt-get (Slurm and munge for the 4-node sandbox cluster, numactl for bind_launch, shellcheck for the scripts, g++ for inductor's C++ kernels in the compiled tests)"
 apt-get update -q
 DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
