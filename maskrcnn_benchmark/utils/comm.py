@@ -66,7 +66,11 @@ class _Heartbeat:
         return out
 
     def stop(self):
+        """Stop beating and wait for the thread to end: a daemon thread still inside a store call (C++) when the
+        interpreter exits is unwound through C++ and aborts the process (SIGABRT), after a run that succeeded. A
+        store call returns within its timeout; a thread still in one after 10 s is left (the host is gone)."""
         self._stop.set()
+        self._thread.join(10.0)
 
 
 def unresponsive_ranks(wait_s=None):

@@ -70,3 +70,25 @@ def test_ranks_on_several_nodes_without_master_addr_are_one_line(monkeypatch):
     code, line = describe(e.value)
     assert code == BAD_INPUT.code and "\n" not in line
     assert "MASTER_ADDR" in line and "8 processes" in line and "4 per node" in line
+
+
+def test_the_heartbeat_thread_has_ended_when_the_process_group_is_torn_down():
+    """The heartbeat thread was told to stop and left running: a rank that exited while it was inside a store call
+    (its host, rank 0, still writing the final checkpoint under load) was aborted at interpreter exit ('terminate
+    called without an active exception', SIGABRT: a daemon thread unwound through C++), and torchrun failed the
+    run that had succeeded."""
+    import datetime
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    host = dist.TCPStore("127.0.0.1", port, 2, is_master=True, timeout=datetime.timedelta(seconds=30),
+                         wait_for_workers=False)
+    hb = comm._Heartbeat("127.0.0.1", port, 1, 2, 30)
+    assert hb._thread.is_alive()
+    hb.stop()
+    assert not hb._thread.is_alive()
+    del host
