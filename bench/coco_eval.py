@@ -142,6 +142,27 @@ def postprocess_times(images, dets_per_image, methods, seed=0):
     return out
 
 
+def _difference(a, b):
+    """|a - b|; 0 when both are NaN (a class with no ground truth), infinite when only one is."""
+    if np.isnan(a) or np.isnan(b):
+        return 0.0 if np.isnan(a) and np.isnan(b) else float("inf")
+    return abs(a - b)
+
+
+def largest_difference(ours, ref_stats, ref_per_class):
+    """The largest difference between our scores and pycocotools' over the 2 x 12 stats and the per-class AP
+    (infinite when a class is scored on one side only)."""
+    worst = 0.0
+    for t in ("bbox", "segm"):
+        for k in STAT_NAMES:
+            worst = max(worst, _difference(ours[t]["stats"][k], ref_stats[t][k]))
+        if set(ours[t]["per_class"]) != set(ref_per_class[t]):
+            return float("inf")
+        for name, v in ref_per_class[t].items():
+            worst = max(worst, _difference(ours[t]["per_class"][name], v))
+    return worst
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--images", type=int, default=5000)
@@ -177,15 +198,7 @@ def main(argv=None):
     ours = score_coco(ann_file, dets, backend=args.backend, workers=args.workers)
     our_seconds = time.perf_counter() - t0
     workers = scoring.default_workers() if args.workers <= 0 else args.workers
-    identical = True
-    worst = 0.0
-    for t in ("bbox", "segm"):
-        for k in STAT_NAMES:
-            worst = max(worst, abs(ours[t]["stats"][k] - ref_stats[t][k]))
-        for name, v in ref_per_class[t].items():
-            o = ours[t]["per_class"][name]
-            if not (np.isnan(v) and np.isnan(o)):
-                worst = max(worst, abs(o - v))
+    worst = largest_difference(ours, ref_stats, ref_per_class)
     identical = worst <= 1e-6
     post = postprocess_times(args.post_images, args.dets, ("box", "full"))
 

@@ -2,9 +2,10 @@
 """What checking that every image of a split exists costs, at COCO train's size.
 
 Creates ``--files`` empty files named like COCO's (``000000xxxxxx.jpg``) in a temporary folder (``--dir``, on the
-file system to measure), then times, cold and warm: the check the dataset does
-(:func:`maskrcnn_benchmark.data.datasets.coco.missing_files`: one directory listing per folder), and one
-``os.stat`` per file. Prints a table; the last line is ``file check: <F> files, listing <L> s, stat <S> s``.
+file system to measure), then times, with the files just written (the file system's caches warm: a cold first
+check on a shared file system costs more, and this bench does not measure it), the fastest of ``--repeat`` runs of
+the check the dataset does (:func:`maskrcnn_benchmark.data.datasets.coco.missing_files`: one directory listing per
+folder), and of one ``os.stat`` per file. Prints a table; the last line is ``file check: <F> files, listing <L> s, stat <S> s``.
 
     python bench/file_check.py [--files 118287] [--dir /scratch/tmp]
 """

@@ -326,7 +326,11 @@ def review_folder(folder, ruleset: Optional[str] = None, max_errors: int = 10) -
         if r.cache_clear and not any(v is True or str(v).lower() == "true" for v in r.cache_clear):
             warnings.append(f"{r.name}: cache_clear is {r.cache_clear[0]!r}: the rules require the cache flushed "
                             "before every run (the compliance checker only checks that the key is logged)")
-        if r.first_epoch is not None and r.first_epoch > 1:
+        if r.resumed_from is not None:
+            warnings.append(f"{r.name}: resumed from a checkpoint at iteration {r.resumed_from:g} (run_start "
+                            "resumed_from_iteration), timed from the restart: not a valid result (the compliance "
+                            "checker does not check this)")
+        elif r.first_epoch is not None and r.first_epoch > 1:
             warnings.append(f"{r.name}: its first epoch is {r.first_epoch:g} (block_start first_epoch_num): a run "
                             "resumed from a checkpoint, timed from the restart: not a valid result (the compliance "
                             "checker does not check this)")

@@ -49,6 +49,7 @@ class RunSummary:
     ttt_min: Optional[float] = None
     init_min: Optional[float] = None
     first_epoch: Optional[float] = None         # of the first block_start (epoch_start): > 1 in a resumed run
+    resumed_from: Optional[float] = None        # run_start's resumed_from_iteration (the trainer's --resume)
     epochs: Optional[float] = None              # epoch of the last eval_accuracy before run_stop
     first_target_epoch: Optional[float] = None  # first eval meeting both targets
     final_bbox: Optional[float] = None
@@ -88,7 +89,8 @@ class RunSummary:
             "status": self.status, "status_detail": self.status_detail, "run_stop_status": self.run_stop_status,
             "target_reached": self.target_reached, "counts_for_score": self.scored,
             "time_to_train_min": self.ttt_min, "init_min": self.init_min,
-            "first_epoch": self.first_epoch, "epochs_to_converge": self.epochs, "first_target_epoch": self.first_target_epoch,
+            "first_epoch": self.first_epoch, "resumed_from_iteration": self.resumed_from,
+            "epochs_to_converge": self.epochs, "first_target_epoch": self.first_target_epoch,
             "final_bbox_ap": self.final_bbox, "final_segm_ap": self.final_segm,
             "global_batch_size": self.gbs, "seeds": self.seeds, "hyperparameters": self.hparams,
             "throughput_images_per_s": self.throughput_ips, "throughput_source": self.throughput_source,
@@ -173,6 +175,8 @@ def summarize(log: ParsedLog) -> RunSummary:
         status = stop_ev.metadata.get("status")
         run.run_stop_status = status if isinstance(status, str) else (None if status is None else str(status))
 
+    if start_ev is not None:
+        run.resumed_from = _metadata_num(start_ev, "resumed_from_iteration")
     block = log.first("block_start")
     epoch_start = log.first("epoch_start")
     run.first_epoch = (_metadata_num(block, "first_epoch_num") if block is not None else None) \

@@ -253,3 +253,31 @@ def test_graph_breaks_bench_runs_to_its_last_line():
     assert out.returncode == 0, out.stderr[-3000:]
     assert "| maskrcnn_benchmark (ours, static step)" in out.stdout
     assert out.stdout.splitlines()[-1] == "graph breaks: 0 (1 graphs)", out.stdout
+
+
+def test_coco_eval_bench_tells_a_class_scored_on_one_side_only():
+    """A per-class AP that is NaN on one side only (a class without ground truth there) or a class missing from one
+    side was no difference (``max(0, nan)`` is 0), and the bench printed "identical: yes"."""
+    coco_eval = bench_module("coco_eval")
+    stats = {k: 0.5 for k in coco_eval.STAT_NAMES}
+
+    def scores(per_class):
+        return {t: {"stats": dict(stats), "per_class": dict(per_class)} for t in ("bbox", "segm")}
+
+    ref = scores({"circle": float("nan"), "square": 0.25})
+    ref_stats, ref_per_class = {t: ref[t]["stats"] for t in ref}, {t: ref[t]["per_class"] for t in ref}
+    assert coco_eval.largest_difference(scores({"circle": float("nan"), "square": 0.25}), ref_stats,
+                                        ref_per_class) == 0.0
+    assert coco_eval.largest_difference(scores({"circle": 0.0, "square": 0.25}), ref_stats, ref_per_class) == \
+        float("inf")
+    assert coco_eval.largest_difference(scores({"square": 0.25}), ref_stats, ref_per_class) == float("inf")
+    assert coco_eval.largest_difference(scores({"circle": float("nan"), "square": 0.2}), ref_stats,
+                                        ref_per_class) == pytest.approx(0.05)
+
+
+def test_input_bench_counts_the_images_of_a_partial_last_batch(monkeypatch):
+    """The host rates were batches per second x 8: with 100 images the last batch holds 4, counted as 8."""
+    input_pipeline = bench_module("input_pipeline")
+    clock = iter(range(100))
+    monkeypatch.setattr(input_pipeline.time, "perf_counter", lambda: float(next(clock)))
+    assert input_pipeline._rate(lambda batch: None, [[0] * 8, [0] * 4], size=len) == 12.0

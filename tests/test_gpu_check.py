@@ -406,6 +406,18 @@ def test_a_check_that_printed_nothing_is_not_a_pass():
         assert c.status == "FAILED (it printed nothing: no figure to report)", name
 
 
+def test_a_check_whose_output_lacks_its_figures_is_not_a_pass():
+    """Output, but not the lines a check's figures come from (a bench's format changed, a warning only): the input
+    and model-step readers passed such a check with no figure."""
+    passed = []
+    for name in gpu_check.READERS:
+        c = gpu_check.Check(name, "t", [], 1, status="passed", output="a warning, and no figure\n")
+        gpu_check._read(c)
+        if c.status.startswith("passed"):
+            passed.append((name, c.status, c.figures))
+    assert passed == []
+
+
 def test_the_report_survives_a_projection_that_fails_and_leaves_no_stale_projection(tmp_path, monkeypatch):
     """The projection needs mlperf-logging (the RCP table): when it failed, report() raised before report.md and
     summary.json were written, and the remaining checks never ran. A projection.json of an earlier run stayed
@@ -700,7 +712,7 @@ def test_the_report_is_kept_after_each_check_and_when_gpu_check_is_stopped(tmp_p
 
     out = tmp_path / "gc"
     outputs = {"evaluation": '{truncated', "allreduce": "allreduce: skipped, 1 GPU(s) visible (needs 2 or more)",
-               "input": "DeviceTransform, batch of 8 to 800x1088 | 2.5 ms"}
+               "input": "DeviceTransform, batch of 8 to 800x1088 | 2.5 ms\ninput: host 300 img/s/core"}
 
     def plan(args, out_dir):
         return [gpu_check.Check(name, name, [name], 60) for name in ("input", "evaluation", "allreduce", "scoring")]
@@ -718,7 +730,8 @@ def test_the_report_is_kept_after_each_check_and_when_gpu_check_is_stopped(tmp_p
     assert gpu_check.main(["--device", "cpu", "--out", str(out)]) == 128 + 15
     summary = json.loads((out / "summary.json").read_text())
     assert summary["input"]["status"] == "passed"
-    assert summary["input"]["figures"] == [["hybrid input, device side, batch of 8 to 800x1088", "2.5 ms"]]
+    assert summary["input"]["figures"] == [["hybrid input, device side, batch of 8 to 800x1088", "2.5 ms"],
+                                           ["hybrid input, host side (this machine, one core)", "host 300 img/s/core"]]
     assert summary["evaluation"]["status"] == "FAILED (no summary line)"
     assert summary["allreduce"]["status"] == "skipped (one GPU: no all-reduce within the node)"
     assert summary["scoring"]["status"] == "NOT RUN (gpu-check was stopped while it ran)"
@@ -740,7 +753,7 @@ def test_a_one_gpu_node_passes_with_the_all_reduce_skipped_not_measured(tmp_path
     monkeypatch.setattr(gpu_check, "plan", lambda args, out_dir: [gpu_check.Check("input", "i", ["input"], 60),
                                                                 gpu_check.Check("allreduce", "a", ["allreduce"], 60)])
     monkeypatch.setattr(gpu_check, "run_capped", lambda cmd, cwd, env, cap, merge=False: (0, {
-        "input": "input: 300 img/s", "allreduce": "allreduce: skipped, 1 GPU(s) visible (needs 2 or more)"}[cmd[0]]))
+        "input": "DeviceTransform, batch of 8 to 800x1088 | 2.5 ms\ninput: 300 img/s", "allreduce": "allreduce: skipped, 1 GPU(s) visible (needs 2 or more)"}[cmd[0]]))
     monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: None)
     monkeypatch.setattr(gpu_check, "stack", lambda device: ["a stack"])
     assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path / "gc")]) == 0

@@ -283,6 +283,8 @@ def read_model_step(c):
                               f"printed before the cap{'' if model in rounds else ', before compiling'})"))
     if failed and c.status == "passed":  # a step asked for that failed: the others' figures stay
         c.status = f"FAILED (the step of {', '.join(sorted(failed))} failed: see its figure)"
+    if c.status == "passed" and not any(name.startswith("training step img/s") for name, _ in c.figures):
+        c.status = "FAILED (no step timed: no round or summary line in its output)"
     if memory_failed and c.status == "passed":  # a peak-memory run asked for that failed (out of memory)
         c.status = f"FAILED (the peak memory run of {', '.join(memory_failed)} failed: see its figure)"
 
@@ -310,6 +312,8 @@ def read_input(c):
     m = re.search(r"^input: (.*)$", c.output, re.M)
     if m:
         c.figures.append(("hybrid input, host side (this machine, one core)", m.group(1)))
+    if c.status == "passed" and len(c.figures) < 2:
+        c.status = "FAILED (its device-side row or its last line, input: ..., is missing from its output)"
 
 
 FELL_BACK = re.compile(r"compil\w+ failed|running eagerly")  # the compile failure's warning (engine/compile.py)

@@ -50,18 +50,26 @@ class MetricsHook(HookBase):
 
 class CheckpointHook(HookBase):
     """Every ``period`` iterations (and at the end) rank 0 saves model, optimizer, LR schedule, gradient scaler,
-    the iteration and every rank's random-number state (gathered), so ``--resume`` continues exactly."""
+    the iteration and every rank's random-number state (gathered), so ``--resume`` continues exactly; with
+    ``evaluation`` (the :class:`~maskrcnn_benchmark.engine.mlperf_hooks.EvaluationHook`), also the scores of the
+    epochs a resumed run could not evaluate again (``scores``: ``[epoch, box AP, mask AP]`` each; every epoch but
+    the one ending at the checkpoint's iteration), waited for when still being computed."""
 
-    def __init__(self, checkpointer, period, save_final=True, seed=None):
+    def __init__(self, checkpointer, period, save_final=True, seed=None, evaluation=None):
         self.checkpointer = checkpointer
         self.period = period
         self.save_final = save_final
         self.seed = seed
+        self.evaluation = evaluation
 
     def _save(self, name):
+        extra = {}
+        if self.evaluation is not None and comm.is_main_process():
+            extra["scores"] = [[e.epoch, e.bbox, e.segm] for e in self.evaluation.settle()]
         states = comm.all_gather(get_rng_state())
         if comm.is_main_process():
-            self.checkpointer.save(name, iteration=self.trainer.storage.iter, seed=self.seed, rng_states=states)
+            self.checkpointer.save(name, iteration=self.trainer.storage.iter, seed=self.seed, rng_states=states,
+                                   **extra)
 
     def after_step(self):
         it = self.trainer.storage.iter

@@ -128,11 +128,27 @@ class EvaluationHook(HookBase):
             if last:  # MAX_ITER: the scores still pending decide the run; wait for them
                 self._guarded(self._wait)
 
-    def _wait(self):
+    def _wait(self, keep=None):
+        """Record the scores of every pending epoch but ``keep``, waiting for them."""
+        kept = []
         for future in self.pending:
-            self._record(future.epoch, future.result())
-        self.pending = []
-        self.trainer.storage.put_scalars(**{PENDING: 0.0})
+            if future.epoch == keep:
+                kept.append(future)
+            else:
+                self._record(future.epoch, future.result())
+        self.pending = kept
+        self.trainer.storage.put_scalars(**{PENDING: float(len(kept))})
+
+    def settle(self):
+        """Rank 0, before a checkpoint is written: waits for the scores of the epochs before the one that ends at
+        this iteration (if one does), and returns theirs: the scores a run resumed from the checkpoint cannot
+        compute again. It evaluates again the epoch that ends at its iteration (the weights are that epoch's);
+        an earlier epoch's weights are gone, so its scores must be known, and kept in the checkpoint, before it
+        is written."""
+        s = self.trainer.storage
+        current = s.epoch if s.is_epoch_end() else None
+        self._guarded(self._wait, current)
+        return [e for e in self.scores if e.epoch != current]
 
 
 class StopDecision:

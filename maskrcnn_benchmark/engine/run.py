@@ -29,6 +29,7 @@ from ..solver import make_lr_scheduler, make_optimizer
 from ..utils import comm
 from ..utils.amp import autocast_dtype, make_grad_scaler
 from ..utils.checkpoint import DetectronCheckpointer
+from ..utils.errors import ConfigError, WeightsError
 from ..utils.host_memory import glibc_version, keep_freed_blocks
 from ..utils.logger import TRACEBACK_LOGGER, setup_logger
 from ..utils.mlperf_logger import MLPerfLogger
@@ -192,7 +193,7 @@ class MLPerfRun:
         comm.synchronize()
         ml.init_stop()
 
-        ml.run_start()
+        ml.run_start(resumed_from=start_iter if opts.resume else None)
         run_start = time.time()
         train_loader = make_device_loader(cfg, make_data_loader(cfg, is_train=True, num_replicas=world, rank=rank,
                                                                 start_iter=start_iter, seed=seed, static=static),
@@ -219,7 +220,8 @@ class MLPerfRun:
         hooks = [ProfilerHook(rank), MetricsHook(20, reduce=not cfg.DISABLE_REDUCED_LOGGING), protocol, evaluation]
         if cfg.SAVE_CHECKPOINTS:  # last: an epoch end's checkpoint holds the state after its evaluation, as the
             #                       next iteration starts from it; the final one is written after run_stop
-            hooks.append(CheckpointHook(checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD, seed=seed))
+            hooks.append(CheckpointHook(checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD, seed=seed,
+                                        evaluation=evaluation))
         trainer = Trainer(model, optimizer, scheduler, train_loader, device, cfg.SOLVER.MAX_ITER, ipe,
                           dtype=cfg.DTYPE, start_iter=start_iter, hooks=hooks,
                           clip_grad_norm=cfg.SOLVER.CLIP_GRAD_NORM, scaler=scaler, forward=forward)
@@ -227,8 +229,10 @@ class MLPerfRun:
             if len(rng_states) == world:
                 set_rng_state(rng_states[rank])  # last, so nothing after it draws: the next iteration draws as it did
             else:
-                logger.warning("the checkpoint holds the random state of %d processes, this run has %d: not "
-                               "restored", len(rng_states), world)
+                logger.warning("the checkpoint was written by %d processes, this run has %d: each process's share "
+                               "of the data differs from the interrupted run's, and their random states are not "
+                               "restored (the batches and draws are not those of an uninterrupted run)",
+                               len(rng_states), world)
         t0 = time.time()
         try:
             trainer.train()
@@ -260,6 +264,15 @@ class MLPerfRun:
             checkpointer.load_weights(self.cfg.MODEL.WEIGHT)
             return 0, seed, None
         resumed = checkpointer.resume(opts.resume)
+        iteration = int(resumed.get("iteration", 0))
+        for epoch, bbox, segm in resumed.get("scores") or []:  # the epochs scored before it was written
+            if bbox >= self.targets[0] and segm >= self.targets[1]:
+                raise WeightsError(f"checkpoint '{opts.resume}' was written after epoch {int(epoch)} reached the "
+                                   f"targets (box AP {bbox:.4f}, mask AP {segm:.4f}; its eval_accuracy is in that "
+                                   "run's log): the run converged, there is nothing to resume")
+        if iteration >= self.cfg.SOLVER.MAX_ITER:
+            raise ConfigError(f"SOLVER.MAX_ITER {self.cfg.SOLVER.MAX_ITER}: the checkpoint '{opts.resume}' is at "
+                              f"iteration {iteration} already, nothing is left to train (raise SOLVER.MAX_ITER)")
         saved_seed = resumed.get("seed")
         if saved_seed is not None and saved_seed != seed:
             if opts.seed is None:
@@ -267,7 +280,7 @@ class MLPerfRun:
             else:
                 logger.warning("--seed %d differs from the checkpoint's seed %d: the data order will not continue "
                                "the interrupted run's", opts.seed, saved_seed)
-        return int(resumed.get("iteration", 0)), seed, resumed.get("rng_states")
+        return iteration, seed, resumed.get("rng_states")
 
 
 def process_seed(seed, rank):

@@ -173,15 +173,22 @@ class Checkpointer:
         return checkpoint
 
     def _load_training_state(self, checkpoint, path):
-        for key, obj in (("optimizer", self.optimizer), ("scheduler", self.scheduler), ("scaler", self.scaler)):
+        """Loads the optimizer, LR schedule and gradient scaler states the checkpoint holds into those of this run;
+        returns the names of those restored."""
+        restored = []
+        parts = (("optimizer", self.optimizer, "optimizer"), ("scheduler", self.scheduler, "LR schedule"),
+                 ("scaler", self.scaler, "gradient scaler"))
+        for key, obj, name in parts:
             state = checkpoint.pop(key, None)
-            if obj is None or state is None:
-                continue
+            if obj is None or state is None or (key == "scaler" and not obj.is_enabled()):
+                continue  # a disabled GradScaler ignores a state (float16's, resumed in another DTYPE: refused)
             try:
                 obj.load_state_dict(state)
             except (ValueError, KeyError, RuntimeError) as e:
                 raise WeightsError(f"checkpoint '{path}': its {key} state does not fit this run: "
                                    f"{str(e).splitlines()[0]}") from None
+            restored.append(name)
+        return restored
 
     def resume(self, path):
         """Restore model, optimizer, LR schedule and gradient scaler from a checkpoint this trainer wrote;
@@ -202,14 +209,16 @@ class Checkpointer:
             raise WeightsError(f"checkpoint '{path}' leaves {len(unmatched)} of the model's tensors unset (e.g. "
                                f"{', '.join(unmatched[:3])}): not a checkpoint of this model; --resume continues "
                                "a run exactly (MODEL.WEIGHT to start from its weights)")
-        self._load_training_state(data, path)
-        self.logger.warning("RESUMED from %s (optimizer, LR schedule and gradient scaler restored)", path)
+        restored = self._load_training_state(data, path)
+        listed = ", ".join(restored[:-1]) + " and " + restored[-1] if len(restored) > 1 else "".join(restored)
+        self.logger.warning("RESUMED from %s (%s restored)", path, listed or "nothing but the weights")
         return data
 
 
-# What --resume restores from the checkpoint rather than from the config (the optimizer's and the LR schedule's
-# state): the run's recipe, recorded in its checkpoints and compared on resume. MAX_ITER may grow.
-RECIPE_KEYS = ("SOLVER.IMS_PER_BATCH", "SOLVER.BASE_LR", "SOLVER.BIAS_LR_FACTOR", "SOLVER.MOMENTUM",
+# What --resume restores from the checkpoint rather than from the config (the optimizer's, the LR schedule's and
+# float16's gradient scaler's state): the run's recipe, recorded in its checkpoints and compared on resume.
+# MAX_ITER may grow.
+RECIPE_KEYS = ("DTYPE", "SOLVER.IMS_PER_BATCH", "SOLVER.BASE_LR", "SOLVER.BIAS_LR_FACTOR", "SOLVER.MOMENTUM",
                "SOLVER.WEIGHT_DECAY", "SOLVER.WEIGHT_DECAY_BIAS", "SOLVER.GAMMA", "SOLVER.STEPS",
                "SOLVER.WARMUP_FACTOR", "SOLVER.WARMUP_ITERS", "SOLVER.WARMUP_METHOD")
 
@@ -229,7 +238,8 @@ class DetectronCheckpointer(Checkpointer):
     """``DetectronCheckpointer(cfg, model, ...)``: also reads Detectron ``.pkl`` weights (through the restricted
     unpickler) and ``catalog://`` names. Its checkpoints record the run's recipe (:data:`RECIPE_KEYS`); resuming
     one under another recipe is refused by key: the optimizer and the LR schedule would continue the saved
-    recipe while the MLPerf log states the config's."""
+    recipe while the MLPerf log states the config's (and under another DTYPE, float16's gradient scaler would
+    restart or be dropped)."""
 
     def __init__(self, cfg, model, optimizer=None, scheduler=None, save_dir="", save_to_disk=None, logger=None,
                  scaler=None):
@@ -255,8 +265,8 @@ class DetectronCheckpointer(Checkpointer):
                           for k in RECIPE_KEYS if k in saved and not _same_value(ours[k], saved[k])]
                 if differ:
                     raise WeightsError(f"checkpoint '{path}' was saved by a run with another recipe: "
-                                       f"{'; '.join(differ)}; --resume continues that run's optimizer and LR "
-                                       "schedule, so resume with its values, or start a new run from its weights "
+                                       f"{'; '.join(differ)}; --resume continues that run's optimizer, LR "
+                                       "schedule and gradient scaler, so resume with its values, or start a new run from its weights "
                                        f"(MODEL.WEIGHT {path})")
         return self._resume_loaded(data, path)
 

@@ -13,9 +13,12 @@ the value reaches the host, and cuts a CUDA graph. The same ops run on the CPU, 
 :class:`HostSyncCounter` is a ``TorchDispatchMode`` (it sees every aten op as it is dispatched) plus wrappers of the
 Tensor methods that read memory without dispatching an op on the CPU (``tolist``, ``numpy``). It also looks *inside*
 the package's custom ops (``maskrcnn::...``): their Python bodies run under the counter, so a sync hidden in an op
-that ``torch.compile`` treats as opaque is counted too. Masked writes (``x[mask] = v``) are listed apart and not
-counted: inductor lowers them to a select (``torch.where``), and run eagerly on an H100 the static step's (the
-matchers' labels) made no synchronizing CUDA call (bench/host_syncs.py --device cuda, docs/benchmarks.md).
+that ``torch.compile`` treats as opaque is counted too, and so is any op torch tags as reading data back
+(``data_dependent_output``, e.g. ``allclose``). Masked writes of one host value (``x[mask] = 0.0``) are listed
+apart and not counted: ATen runs them as ``masked_fill``, inductor lowers them to a select (``torch.where``), and
+run eagerly on an H100 the static step's (the matchers' labels) made no synchronizing CUDA call
+(bench/host_syncs.py --device cuda, docs/benchmarks.md); a masked write of a tensor of values, or through more than
+one index, finds the mask's elements first and counts as a data-dependent shape.
 """
 import collections
 import os
@@ -80,6 +83,17 @@ def _has_bool_index(indices):
                for t in indices)
 
 
+def _is_masked_fill(args):
+    """``x[mask] = v`` that needs no nonzero: one index, a boolean mask on ``x``'s device, and one value held by
+    the host (a Python number). ATen then runs it as ``masked_fill`` (its ``canDispatchToMaskedFill``) and inductor
+    lowers it to a select; any other boolean-indexed write finds the mask's elements first (a nonzero)."""
+    indices = [t for t in args[1] if t is not None]
+    value = args[2] if len(args) > 2 else None
+    return (len(indices) == 1 and indices[0].dtype in (torch.bool, torch.uint8)
+            and indices[0].device == args[0].device and isinstance(value, torch.Tensor) and value.numel() == 1
+            and value.device.type == "cpu")
+
+
 def _custom_op_body(func):
     """The Python implementation of one of the package's custom ops (``maskrcnn::name``), or None."""
     if func.namespace != "maskrcnn":
@@ -137,7 +151,9 @@ class HostSyncCounter(TorchDispatchMode):
         if func in _INDEX_READS and len(args) > 1 and _has_bool_index(args[1]):
             return DATA_SHAPE
         if func in _INDEX_WRITES and len(args) > 1 and _has_bool_index(args[1]):
-            return MASKED_WRITE
+            return MASKED_WRITE if _is_masked_fill(args) else DATA_SHAPE
+        if torch.Tag.data_dependent_output in func.tags:  # one op whose kernel reads a value (torch.allclose)
+            return HOST_READ
         return None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

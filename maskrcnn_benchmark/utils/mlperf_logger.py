@@ -136,8 +136,12 @@ class MLPerfLogger:
     def init_stop(self):
         self.end("init_stop")
 
-    def run_start(self):
-        self.start("run_start")
+    def run_start(self, resumed_from=None):
+        """``resumed_from``: the iteration of the checkpoint a resumed run (``--resume``) continues, in the
+        metadata (``resumed_from_iteration``; the compliance checker reads no metadata of run_start): the run is
+        timed from its restart, which a review must know even when the checkpoint was inside epoch 1."""
+        self.start("run_start", metadata=None if resumed_from is None else {"resumed_from_iteration":
+                                                                            int(resumed_from)})
 
     def run_stop(self, success):
         self.end("run_stop", metadata={"status": "success" if success else "aborted"})

@@ -7,7 +7,7 @@ import torch
 from maskrcnn_benchmark.config import get_cfg, merge_cfg_from_file
 from maskrcnn_benchmark.modeling import build_detection_model
 from maskrcnn_benchmark.utils.checkpoint import DetectronCheckpointer
-from train_runs import CPU_YAML, mllog_events, run_train
+from train_runs import CPU_YAML, lines_after_last_log_line, mllog_events, run_in_process, run_train
 
 NEVER = ("MLPERF.MIN_BBOX_MAP", "1.0", "MLPERF.MIN_SEGM_MAP", "1.0")
 
@@ -92,6 +92,68 @@ def test_a_run_resumed_at_an_epoch_end_evaluates_that_epoch(tiny_data, tmp_path)
     events = mllog_events(r.stdout)
     assert [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_start"] == [1]
     assert [e["metadata"]["status"] for e in events if e["key"] == "run_stop"] == ["success"]
+
+
+
+LOW = ("MLPERF.MIN_BBOX_MAP", "0.0", "MLPERF.MIN_SEGM_MAP", "0.0")
+
+
+@pytest.fixture
+def slow_scoring(monkeypatch):
+    """Scoring slower than an iteration: each epoch's scores stay "not done" for their first 3 polls (one per
+    iteration), then arrive as scored."""
+    from maskrcnn_benchmark.evaluation.background import ScoresFuture
+
+    done, polls = ScoresFuture.done, {}
+
+    def slow(self):
+        polls[self.epoch] = polls.get(self.epoch, 0) + 1
+        return polls[self.epoch] > 3 and done(self)
+
+    monkeypatch.setattr(ScoresFuture, "done", slow)
+
+
+@pytest.mark.slow  # the background scorer is a process
+def test_a_checkpoint_holds_the_scores_of_every_earlier_epoch(tiny_data, tmp_path, slow_scoring):
+    """4 iterations per epoch, a checkpoint every 5: the one at iteration 5 came while epoch 1's scores were still
+    being computed. A run resumed from it could not score epoch 1 again (its weights are gone, unlike an epoch
+    end's checkpoint) and trained on past it, although epoch 1 had met the targets. The checkpoint now waits for
+    the scores of the epochs before it and records them; resuming a run that had converged is refused in one line,
+    and so is resuming with a MAX_ITER the checkpoint has reached."""
+    common = ("SOLVER.MAX_ITER", 12, "SOLVER.IMS_PER_BATCH", 4, "SAVE_CHECKPOINTS", True, "SOLVER.CHECKPOINT_PERIOD",
+              5)
+    full = tmp_path / "full"
+    full.mkdir()
+    r = run_in_process(tiny_data, str(full), *common, *LOW)
+    assert r.returncode == 0, r.stdout[-3000:]
+    saved = torch.load(full / "model_0000005.pth", weights_only=True)
+    assert [s[0] for s in saved["scores"]] == [1], saved.get("scores")
+    events = mllog_events(r.stdout)
+    assert [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_accuracy"] == [1]
+    out = tmp_path / "resumed"
+    out.mkdir()
+    r = run_in_process(tiny_data, str(out), *common, *LOW, "--resume", str(full / "model_0000005.pth"))
+    line = lines_after_last_log_line(r.stdout)[-1]
+    assert r.returncode == 1, r.stdout[-3000:]
+    assert line.startswith("error: checkpoint ") and "model_0000005.pth" in line and "epoch 1" in line \
+        and "reached the targets" in line, line
+    assert "block_start" not in [e["key"] for e in mllog_events(r.stdout)]
+    r = run_in_process(tiny_data, str(out), *common[2:], "SOLVER.MAX_ITER", 5, *NEVER,
+                       "--resume", str(full / "model_0000005.pth"))
+    line = lines_after_last_log_line(r.stdout)[-1]
+    assert r.returncode == 1 and "SOLVER.MAX_ITER 5" in line and "iteration 5" in line, r.stdout[-3000:]
+
+    # a checkpoint of 2 processes resumed by 1: each process's shard of the data changes with their number
+    saved["rng_states"] = saved["rng_states"] * 2
+    saved["scores"] = []
+    torch.save(saved, tmp_path / "two.pth")
+    r = run_in_process(tiny_data, str(out), *common[2:], "SOLVER.MAX_ITER", 6, *NEVER, "PER_EPOCH_EVAL", False,
+                       "--resume", str(tmp_path / "two.pth"))
+    assert r.returncode == 3, r.stdout[-3000:]
+    assert "the checkpoint was written by 2 processes, this run has 1: each process's share of the data differs" \
+        in r.stdout, r.stdout[-3000:]
+    assert [e["metadata"].get("resumed_from_iteration") for e in mllog_events(r.stdout)
+            if e["key"] == "run_start"] == [5]  # a review names the run (mlperf_review)
 
 
 # -- signals, a second run, leftovers ---------------------------------------------------------------------------

@@ -91,13 +91,14 @@ def make_lines(*, epochs: int = 14, final_bbox: float = 0.3790, final_segm: floa
                run_stop: bool = True, prefix: str = "", train_lines: bool = True,
                platform: str = "1xTEST-8GPU", org: str = "TESTORG", omit: Sequence[str] = (),
                ranks: int = 1, rank_delay_ms: int = 1500, tracked_stats: bool = False,
-               cache_clear: bool = True, first_epoch: int = 1) -> List[str]:
+               cache_clear: bool = True, first_epoch: int = 1, resumed_from: Optional[int] = None) -> List[str]:
     """The lines of one run. ``ruleset`` only dates the log (a day inside that round); ``omit`` drops keys
     (e.g. :data:`KEYS_NEWER_THAN_0_7_0` for a log as a 0.7.0-era logger wrote it). ``ranks`` > 1 simulates a
     multi-process run whose ranks all log ``init_start`` and ``run_start`` (rank r ``r * rank_delay_ms`` later),
     merged by time with ``r: `` labels as ``srun --label`` does. ``tracked_stats`` adds NVIDIA-style per-step
     ``tracked_stats``/``throughput`` events whose ``step`` restarts every epoch. ``first_epoch`` > 1: a run
-    resumed from a checkpoint, as our trainer logs one (its epochs before ``first_epoch`` are not in the log)."""
+    resumed from a checkpoint, as our trainer logs one (its epochs before ``first_epoch`` are not in the log);
+    ``resumed_from``: the iteration of that checkpoint, in ``run_start``'s metadata as the trainer logs it."""
     clock = _Clock(T0_MS[ruleset] if t0_ms is None else t0_ms)
     out: list = []
     loggers = [MLPerfLogger(rank=r, ruleset=ruleset, stream=_Sink(clock, r, out)) for r in range(ranks)]
@@ -124,7 +125,10 @@ def make_lines(*, epochs: int = 14, final_bbox: float = 0.3790, final_segm: floa
         run_start = clock.t
         for r, lg in enumerate(loggers):
             clock.t = run_start + r * rank_delay_ms
-            lg.start("run_start", all_ranks=True)
+            if resumed_from is None:
+                lg.start("run_start", all_ranks=True)
+            else:
+                lg.run_start(resumed_from=resumed_from)
         clock.t = run_start + 1
         ml.event("train_samples", TRAIN_IMAGES)
         tick()

@@ -335,6 +335,20 @@ def test_a_resumed_run_is_named(tmp_path):
     assert [r.first_epoch for r in review.runs if r.name != "result_3"] == [1, 1, 1, 1]
 
 
+def test_a_run_resumed_inside_its_first_epoch_is_named(tmp_path):
+    """Resumed from a checkpoint inside epoch 1 (any CHECKPOINT_PERIOD below an epoch's iterations), a run's first
+    epoch is 1 and nothing but its first block said it was resumed: it passed for a fresh result. The trainer logs
+    the checkpoint's iteration in run_start's metadata (the compliance checker passes it, as checked here), and the
+    review names the run."""
+    write_runs(tmp_path, TTTS)
+    write_log(tmp_path / "result_3.txt", ttt_min=TTTS[3], seed=3, resumed_from=300)
+    review = review_folder(tmp_path)
+    named = [w for w in review.warnings if "resumed" in w]
+    assert named == ["result_3: resumed from a checkpoint at iteration 300 (run_start resumed_from_iteration), "
+                     "timed from the restart: not a valid result (the compliance checker does not check this)"]
+    assert review.runs[3].compliance.passed and review.runs[3].first_epoch == 1
+
+
 def test_open_division_skips_closed_rules(tmp_path):
     write_log(tmp_path / "result_0.txt", lr=0.05, division="open")
     review = review_folder(tmp_path)

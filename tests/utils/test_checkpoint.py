@@ -214,6 +214,31 @@ def test_resuming_with_another_schedule_is_refused_by_key(tmp_path, caplog):
     assert "records no recipe" in caplog.text
 
 
+
+def test_resuming_in_another_dtype_is_refused_and_the_log_names_what_was_restored(tmp_path, caplog):
+    """A float32 checkpoint resumed with DTYPE float16 restarted the gradient scaler at 2^16 (the checkpoint has no
+    scaler state), a float16 one resumed in float32 dropped its scaler state; both said "gradient scaler
+    restored". DTYPE is part of the recorded recipe, and the resume line names only what it restored."""
+    from maskrcnn_benchmark.config import load_config
+    from maskrcnn_benchmark.solver import make_lr_scheduler, make_optimizer
+
+    def parts(*opts):
+        cfg = load_config("", ["DTYPE", "float32", *opts])
+        model = nn.Linear(3, 2)
+        opt = make_optimizer(cfg, model)
+        return cfg, model, opt, make_lr_scheduler(cfg, opt)
+
+    cfg, model, opt, sched = parts()
+    path = DetectronCheckpointer(cfg, model, opt, sched, str(tmp_path), save_to_disk=True).save("m", iteration=5)
+    cfg2, model2, opt2, sched2 = parts("DTYPE", "float16")
+    with pytest.raises(WeightsError) as e:
+        DetectronCheckpointer(cfg2, model2, opt2, sched2).resume(path)
+    assert "DTYPE float16 (the checkpoint's run: float32)" in str(e.value), str(e.value)
+    with caplog.at_level(logging.WARNING):
+        DetectronCheckpointer(cfg, *parts()[1:]).resume(path)
+    assert "RESUMED from" in caplog.text and "(optimizer and LR schedule restored)" in caplog.text, caplog.text
+
+
 def test_evaluation_needs_every_tensor_of_a_trained_detector(tmp_path):
     """tools/test_net.py and the Predictor scored whatever they were given: no weights at all (the model's random
     initialization), the ImageNet R-50.pkl of the MLPerf config's MODEL.WEIGHT (random FPN, RPN and heads), a

@@ -33,6 +33,12 @@ WAITS = [
     ("repeat_interleave without output_size", DATA_SHAPE,
      lambda: torch.repeat_interleave(torch.arange(4), _x.long())),
     ("torchvision nms", DATA_SHAPE, lambda: torchvision.ops.nms(_boxes, torch.tensor([0.9, 0.8, 0.7]), 0.5)),
+    # one op whose kernel reads a value back inside it (torch tags it data_dependent_output)
+    ("torch.allclose", HOST_READ, lambda: torch.allclose(_x, _x)),
+    # a masked write ATen cannot run as masked_fill (nor inductor as a select): it finds the mask's rows first
+    ("masked write of several values", DATA_SHAPE, lambda: _x.clone().__setitem__(_mask, torch.tensor([7.0, 8, 9]))),
+    ("masked write through two indices", DATA_SHAPE,
+     lambda: torch.zeros(4, 4).__setitem__((_mask, torch.tensor([0, 1, 2])), 1.0)),
 ]
 
 
