@@ -44,10 +44,22 @@ def main(argv=None):
 
         if args.compile is not None:
             opts.extend(["COMPILE", str(args.compile)])
+        from ..utils.errors import DatasetError
+
         cfg = load_config(args.config_file, opts, freeze=True)
-        judge_recipe(cfg, args.world_size, args.ruleset, args.division, args.allow_non_rcp)
-        check_before_init(cfg, args.world_size, args.nproc_per_node, resume=args.resume,
-                          gpus_here=not args.gpus_elsewhere)
+
+        def check_files():
+            check_before_init(cfg, args.world_size, args.nproc_per_node, resume=args.resume,
+                              gpus_here=not args.gpus_elsewhere)
+
+        try:
+            judge_recipe(cfg, args.world_size, args.ruleset, args.division, args.allow_non_rcp)
+        except DatasetError:
+            # NUM_CLASSES left to the data: judging the recipe read the training annotations; a missing file is
+            # the file check's to name, with its own code (as the trainer, which checks the files first)
+            check_files()
+            raise
+        check_files()
         where = "; the GPUs are checked on the job's nodes" if args.gpus_elsewhere else ""
         print(f"preflight: ready: {args.world_size} processes ({args.nproc_per_node} per node), device "
               f"{cfg.MODEL.DEVICE}, data and weights found{where}")

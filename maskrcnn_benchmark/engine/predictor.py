@@ -6,12 +6,15 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..config import given_keys, merge_cfg_from_list
+from ..data.catalog import NUM_CLASSES_KEY
 from ..data.datasets import DatasetError
 from ..data.transforms import build_transforms
 from ..evaluation import to_original
 from ..modeling import build_detection_model
 from ..structures.image_list import to_image_list
-from ..utils.checkpoint import DetectronCheckpointer
+from ..utils.checkpoint import DetectronCheckpointer, load_torch_checkpoint
+from ..utils.errors import WeightsError
 from ..utils.fileio import atomic_write
 
 
@@ -33,13 +36,40 @@ def class_names(ann_file):
     try:
         with open(ann_file) as f:
             cats = json.load(f)["categories"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise DatasetError(f"cannot read the categories of '{ann_file}': {e}") from None
-    return [c["name"] for c in cats]
+        return [str(c.get("name", c["id"])) for c in cats]  # a category without a name: its id (as the catalog)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise DatasetError(f"cannot read the categories of '{ann_file}': {type(e).__name__}: {e}") from None
+
+
+def with_num_classes(cfg, weights, class_names=None):
+    """``cfg`` with ``MODEL.ROI_BOX_HEAD.NUM_CLASSES`` set where the config leaves it to the data (a training run
+    resolves it from its annotation files, engine/resolve.py): the rows of the class scores in ``weights`` (a torch
+    checkpoint), else the categories of ``class_names`` + 1; unchanged when the config sets it or neither tells."""
+    if NUM_CLASSES_KEY in given_keys(cfg):
+        return cfg
+    n = None
+    try:
+        state = load_torch_checkpoint(weights) if weights else {}
+    except WeightsError:
+        state = {}  # not a torch file (a Detectron .pkl, a catalog:// name): the load below names what is wrong
+    state = state.get("model", state) if isinstance(state, dict) else {}
+    rows = [v.shape[0] for k, v in state.items() if k.endswith("cls_score.weight") and hasattr(v, "shape")]
+    if rows:
+        n = int(rows[0])
+    elif class_names:
+        n = len(class_names) + 1
+    if n is None:
+        return cfg
+    out = cfg.clone()
+    out.defrost()
+    merge_cfg_from_list(out, [NUM_CLASSES_KEY, n])
+    out.freeze()
+    return out
 
 
 class Predictor:
     def __init__(self, cfg, weights="", class_names=None, score_threshold=0.5):
+        cfg = with_num_classes(cfg, weights or cfg.MODEL.WEIGHT, class_names)
         self.cfg = cfg
         self.device = torch.device(cfg.MODEL.DEVICE if cfg.MODEL.DEVICE != "cuda" or torch.cuda.is_available()
                                    else "cpu")

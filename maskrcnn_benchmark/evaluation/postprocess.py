@@ -107,11 +107,15 @@ def rle_strings(positions, counts, height, width, areas=None):
 
 def to_original(prediction, width, height, paste_masks=True, mask_threshold=0.5):
     """A model output in its original image's coordinates: boxes rescaled, and (``paste_masks``) the ``mask``
-    field pasted into ``(D, 1, height, width)`` bool image masks, on the prediction's device."""
+    field as ``(D, 1, height, width)`` bool image masks, on the prediction's device: the mask head's masks pasted,
+    or the image masks the model pasted itself (``POSTPROCESS_MASKS``, at the size it saw) rescaled (nearest)."""
     pred = prediction.resize((int(width), int(height))).convert("xyxy")
-    if paste_masks and pred.has_field("mask") and pred.get_field("mask").dtype != torch.bool:
-        pred.add_field("mask", paste_masks_in_image(pred.get_field("mask"), pred.bbox, int(height), int(width),
-                                                    mask_threshold))
+    if paste_masks and pred.has_field("mask"):
+        mask = pred.get_field("mask")
+        if mask.dtype != torch.bool:
+            pred.add_field("mask", paste_masks_in_image(mask, pred.bbox, int(height), int(width), mask_threshold))
+        elif tuple(mask.shape[-2:]) != (int(height), int(width)):
+            pred.add_field("mask", F.interpolate(mask.float(), size=(int(height), int(width)), mode="nearest") > 0.5)
     return pred
 
 

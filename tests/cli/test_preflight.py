@@ -138,6 +138,22 @@ def test_a_cpu_run_is_judged_without_loading_torch(coco):
     assert r.stdout.strip().splitlines()[-1] == "[0, 0] [] True", r.stdout + r.stderr
 
 
+def test_a_missing_training_annotation_file_is_a_missing_dataset_when_the_classes_come_from_it(coco, monkeypatch,
+                                                                                                capsys):
+    """With MODEL.ROI_BOX_HEAD.NUM_CLASSES unset, the recipe's judge reads the number of classes from the training
+    annotation file: a missing one ended the preflight with exit 1 (a file it could not read), where the trainer,
+    which checks the files first, says 11 (dataset missing)."""
+    no_classes = coco / "no_num_classes.yaml"
+    no_classes.write_text("\n".join(ln for ln in open(R50_YAML).read().splitlines() if "NUM_CLASSES" not in ln))
+    os.remove(coco / "annotations/instances_train2017.json")
+    monkeypatch.setattr(torch, "cuda", FakeCuda(8))
+    code = preflight.main(["--world-size", "8", "--nproc-per-node", "8", "--config-file", str(no_classes),
+                           "DATASETS.DATA_DIR", str(coco), "MODEL.WEIGHT", str(coco / "models/R-50.pkl"), *RECIPE])
+    errors = [ln for ln in capsys.readouterr().err.strip().splitlines() if ln.startswith("error:")]
+    assert code == exit_codes.DATASET_MISSING.code and len(errors) == 1, (code, errors)
+    assert "instances_train2017.json" in errors[0] and "DATASETS.TRAIN" in errors[0]
+
+
 def test_a_resumed_run_needs_its_checkpoint_not_model_weight(coco, monkeypatch, capsys):
     """--resume reads the checkpoint, never MODEL.WEIGHT: a missing R-50.pkl stopped the resumed run (exit 12, a
     file it does not read), and a missing checkpoint was found only after init_start and the model's build,

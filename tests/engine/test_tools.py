@@ -63,6 +63,35 @@ def test_test_net_writes_results_and_scores(tiny_data, tmp_path):
     assert r.returncode == 1 and "missing.pth" in r.stderr and "Traceback" not in r.stderr
 
 
+
+@pytest.mark.slow  # builds the model (a few seconds)
+def test_predict_takes_the_number_of_classes_from_the_weights_when_the_config_leaves_it_unset(tiny_data, tmp_path):
+    """A config without MODEL.ROI_BOX_HEAD.NUM_CLASSES trains and evaluates with the data's classes (resolve);
+    predict built the default 81 and refused the 4-class checkpoint ("does not fit this model")."""
+    from maskrcnn_benchmark.cli import predict
+
+    weights = _weights(tmp_path)
+    no_classes = tmp_path / "no_num_classes.yaml"
+    no_classes.write_text("\n".join(ln for ln in open(CPU_YAML).read().splitlines() if "NUM_CLASSES" not in ln))
+    image = os.path.join(tiny_data, "val2017", sorted(os.listdir(os.path.join(tiny_data, "val2017")))[0])
+    out = tmp_path / "found.png"
+    code = predict.main(["--config-file", str(no_classes), "--weights", weights, "--image", image, "--out", str(out),
+                         *OPTS])
+    assert code == 0 and out.exists()
+
+
+def test_predict_names_an_annotation_file_whose_categories_it_cannot_read(tmp_path, capsys):
+    from maskrcnn_benchmark.cli import predict
+
+    bad = tmp_path / "cats.json"
+    for categories in ([{}], {"id": 1, "name": "a"}, [1, 2]):
+        bad.write_text(json.dumps({"categories": categories}))
+        code = predict.main(["--config-file", CPU_YAML, "--image", "x.png", "--out", str(tmp_path / "o.png"),
+                             "--ann-file", str(bad)])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 1 and len(err) == 1 and "cats.json" in err[0], (categories, code, err)
+
+
 @pytest.mark.slow
 def test_predictor_draws_png_with_masks_of_image_size(tiny_data, tmp_path):
     weights = _weights(tmp_path)
@@ -73,6 +102,16 @@ def test_predictor_draws_png_with_masks_of_image_size(tiny_data, tmp_path):
     pred = Predictor(cfg, weights, class_names=["circle", "square", "triangle"], score_threshold=0.0)
     found = pred.predict(image)
     assert len(found) > 0 and found.get_field("mask").shape == (len(found), 1, image.size[1], image.size[0])
+    # masks pasted by the mask head (POSTPROCESS_MASKS, at the size the model saw: 128 here, the image is 96)
+    # come back at the image's size too: draw() indexed the image with them and raised an IndexError
+    pasted = cfg.clone()
+    merge_cfg_from_list(pasted, ["MODEL.ROI_MASK_HEAD.POSTPROCESS_MASKS", "True", "INPUT.MIN_SIZE_TEST", "128",
+                                 "INPUT.MAX_SIZE_TEST", "128"])
+    pasted_pred = Predictor(pasted, weights, score_threshold=0.0)
+    found_pasted = pasted_pred.predict(image)
+    assert len(found_pasted) > 0
+    assert found_pasted.get_field("mask").shape == (len(found_pasted), 1, image.size[1], image.size[0])
+    pasted_pred.draw(image, found_pasted, str(tmp_path / "pasted.png"))
     out = tmp_path / "found.png"
     pred.draw(image, found, str(out))
     drawn = Image.open(out)

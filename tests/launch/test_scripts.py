@@ -79,6 +79,10 @@ def test_executable_bits():
     for rel in ("run_and_time.sh", "slurm/run_experiments.sh", "singularity/build.sh",
                 "tests/cluster/install_deps.sh"):
         assert os.access(ROOT / rel, os.X_OK), rel
+    # every program with a #! line runs as the docs show it (tools/review_logs.py RESULTS_DIR: "Permission denied")
+    scripts = [p for folder in ("tools", "bench") for p in sorted((ROOT / folder).iterdir())
+               if p.is_file() and p.read_bytes()[:2] == b"#!"]
+    assert len(scripts) > 20 and [str(p.relative_to(ROOT)) for p in scripts if not os.access(p, os.X_OK)] == []
 
 
 @pytest.mark.slow  # starts a process as another user
