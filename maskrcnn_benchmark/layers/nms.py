@@ -1,7 +1,9 @@
 """Non-maximum suppression with the MLPerf reference's semantics, on torchvision's kernel.
 
 * "+1" IoU: the reference computes areas as ``(x2 - x1 + 1) * (y2 - y1 + 1)`` and intersections with the same
-  ``+1``; torchvision without it. Shifting ``x2, y2`` by +1 turns one into the other.
+  ``+1``; torchvision without it. Shifting ``x2, y2`` by +1 turns one into the other, but for the rounding of
+  ``x2 + 1``: an IoU within one float32 step of the threshold can fall on the other side (the device NMS below
+  computes in the reference's order).
 * The reference's CUDA kernel (what MLPerf runs) suppresses at ``IoU > threshold`` with a float32 threshold and
   returns the kept boxes in decreasing score order. torchvision compares its float32 IoU with a *double*
   threshold, so an IoU that rounds to exactly ``float32(0.3)`` (> 0.3 in double) would be suppressed; we pass
@@ -18,9 +20,10 @@ Two forms:
   the same shape, computed on the device with no host sync: the "+1" IoU of every pair of a group as a bitmask
   (the CUDA kernel's layout, 64 boxes per word), then the sequential scan over each group (keep a box unless a kept
   box before it suppresses it), in a Triton kernel on CUDA (one program per group) and in a loop of tensor ops
-  across all groups elsewhere. The same float32 IoU arithmetic as torchvision's kernels and the same processing
-  order (decreasing score, ties in the order given: torchvision's stable sort), so the kept sets are identical
-  (tests/layers/test_nms_device.py, with :func:`batched_nms` as the oracle).
+  across all groups elsewhere. The reference kernel's float32 IoU arithmetic in its order, and torchvision's
+  processing order (decreasing score, ties in the order given: its stable sort), so the kept sets are those of
+  :func:`batched_nms` but where a pair's IoU lies within one float32 step of the threshold, decided there as the
+  reference decides (tests/layers/test_nms_device.py).
 """
 import os
 import struct
@@ -65,16 +68,19 @@ def batched_nms(boxes, scores, idxs, iou_threshold):
 _WORD = 64
 
 
-def _pairwise_iou_legacy(a, b):
-    """``(G, R, K)`` "+1" IoU between ``a (G, R, 4)`` and ``b (G, K, 4)``, both already legacy (x2 + 1): the float32
-    operations of torchvision's kernels, in their order."""
+def _pairwise_iou_plus1(a, b):
+    """``(G, R, K)`` "+1" IoU between ``a (G, R, 4)`` and ``b (G, K, 4)``: the float32 operations of the reference's
+    kernels (maskrcnn-benchmark's nms.cu ``devIoU``; nms_cpu.cpp alike), in their order: ``(right - left) + 1``,
+    ``((x2 - x1) + 1) * ((y2 - y1) + 1)``, ``inter / ((area_a + area_b) - inter)``. (torchvision's formula on boxes
+    shifted by +1 rounds ``x2 + 1`` first: within a float32 step of the threshold a pair can fall on the other
+    side.)"""
     ax1, ay1, ax2, ay2 = (c.contiguous()[:, :, None] for c in a.unbind(-1))  # contiguous planes: the broadcasts
     bx1, by1, bx2, by2 = (c.contiguous()[:, None, :] for c in b.unbind(-1))  # below vectorize
-    area_a = (ax2 - ax1) * (ay2 - ay1)
-    area_b = (bx2 - bx1) * (by2 - by1)
+    area_a = (ax2 - ax1 + 1) * (ay2 - ay1 + 1)
+    area_b = (bx2 - bx1 + 1) * (by2 - by1 + 1)
     # the (G, R, K) intermediates computed in place: a fresh tensor of that size costs more than the arithmetic
-    inter = torch.minimum(ax2, bx2).sub_(torch.maximum(ax1, bx1)).clamp_(min=0).mul_(
-        torch.minimum(ay2, by2).sub_(torch.maximum(ay1, by1)).clamp_(min=0))
+    inter = torch.minimum(ax2, bx2).sub_(torch.maximum(ax1, bx1)).add_(1).clamp_(min=0).mul_(
+        torch.minimum(ay2, by2).sub_(torch.maximum(ay1, by1)).add_(1).clamp_(min=0))
     return inter.div_((area_a + area_b).sub_(inter))
 
 
@@ -85,13 +91,12 @@ def suppression_bitmask(boxes, iou_threshold, block=64):
     from its own word on: half the pairs."""
     g, k, _ = boxes.shape
     w = max(1, -(-k // _WORD))
-    legacy = _legacy(boxes.reshape(-1, 4).float()).view(g, k, 4)
-    legacy = torch.nn.functional.pad(legacy, (0, 0, 0, w * _WORD - k))  # padding: zero boxes, bits cut below
+    padded = torch.nn.functional.pad(boxes.float(), (0, 0, 0, w * _WORD - k))  # padding: zero boxes, bits cut below
     thr = _threshold(iou_threshold)
     out = torch.zeros((g, k, w), dtype=torch.int64, device=boxes.device)
     for r0 in range(0, k, block):
         rows = min(block, k - r0)
-        over = _pairwise_iou_legacy(legacy[:, r0:r0 + rows], legacy[:, r0:]) > thr  # NaN (zero-area): False
+        over = _pairwise_iou_plus1(padded[:, r0:r0 + rows], padded[:, r0:]) > thr  # NaN (zero-area): False
         over[..., k - r0:] = False
         out[:, r0:r0 + rows, r0 // _WORD:] = _pack_bits(over)
     return out

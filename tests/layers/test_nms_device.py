@@ -1,7 +1,8 @@
 """The training step's NMS on the device (layers/nms.py ``nms_keep_padded``: bitmask + scan, no host sync) keeps
 exactly what ``batched_nms`` (torchvision's kernel with the reference's "+1" IoU, the inference path) keeps, on
 random and adversarial groups; the scan in tensor ops and in the Triton kernel (run by Triton's interpreter on the
-CPU) alike."""
+CPU) alike; and where the order of the "+1" arithmetic decides (an IoU within one float32 step of the
+threshold), it decides as the reference's kernel."""
 import os
 
 import pytest
@@ -159,3 +160,40 @@ def test_triton_scan_interpreted_on_the_cpu():
                        timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert r.stdout.split() == [w for c in adversarial() for w in ("ok", *c[0].split())], r.stdout
+
+
+def _reference_iou(a, b):
+    """maskrcnn-benchmark's csrc/cuda/nms.cu devIoU in float32, its order of operations: ``right - left + 1``,
+    ``(a[2] - a[0] + 1) * (a[3] - a[1] + 1)``, ``interS / (Sa + Sb - interS)``."""
+    import numpy as np
+
+    a, b = np.float32(a), np.float32(b)
+    one, zero = np.float32(1), np.float32(0)
+    width = max(min(a[2], b[2]) - max(a[0], b[0]) + one, zero)
+    height = max(min(a[3], b[3]) - max(a[1], b[1]) + one, zero)
+    inter = width * height
+    area_a = (a[2] - a[0] + one) * (a[3] - a[1] + one)
+    area_b = (b[2] - b[0] + one) * (b[3] - b[1] + one)
+    return inter / (area_a + area_b - inter)
+
+
+# pairs whose "+1" IoU rounds above the threshold in the reference's order and to it exactly when x2 + 1 is
+# rounded first (torchvision's formula on shifted boxes): the reference suppresses the second box
+AT_THE_THRESHOLD = [
+    (0.7, [172.99679565429688, 346.94146728515625, 242.9732666015625, 514.7828369140625],
+     [185.5220489501953, 346.94146728515625, 255.49851989746094, 514.7828369140625]),
+    (0.5, [130.5253143310547, 84.02534484863281, 433.66815185546875, 255.0752716064453],
+     [231.90626525878906, 84.02534484863281, 535.049072265625, 255.0752716064453]),
+]
+
+
+@pytest.mark.parametrize("thr,a,b", AT_THE_THRESHOLD, ids=["0.7", "0.5"])
+def test_the_device_nms_computes_the_iou_in_the_references_order(thr, a, b):
+    """Within one float32 step of the threshold the order of the "+1" matters: the device NMS (the training step's
+    RPN, the box post-processing off the CPU) suppresses where the reference's kernel does."""
+    import numpy as np
+
+    assert _reference_iou(a, b) > np.float32(thr)  # the reference's CUDA kernel: suppressed (its CPU one: too)
+    boxes, scores = torch.tensor([[a, b]]), torch.tensor([[0.9, 0.8]])
+    assert N.nms_keep_padded(boxes, scores, torch.ones(1, 2, dtype=torch.bool), thr).tolist() == [[True, False]]
+    assert N.batched_nms_padded(boxes[0], scores[0], torch.zeros(2, dtype=torch.long), thr).tolist() == [0]
