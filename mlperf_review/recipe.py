@@ -14,7 +14,13 @@ Three questions, the first two answered with mlperf-logging's own files and code
   values: it converges at your own risk.
 
 * **Does it keep the closed division's fixed parts that the checker's rule file leaves out?** Image sizes 800/1333
-  (the file only checks ``>= 0``), the optimizer: :func:`.rules.closed_rule_warnings`, refused.
+  (the file only checks ``>= 0``), the optimizer: :func:`.rules.closed_rule_warnings`, refused; and, given the
+  config's values (``config``), the reference's model and recipe where no log records them
+  (:data:`.rules.CLOSED_FIXED_CONFIG`: momentum, weight decay, bias LR, clipping, every image size, flip, the
+  model), refused by key.
+
+A warning, in any division: an ``mlperf_linear`` warmup whose ramp starts below zero (``BASE_LR - WARMUP_ITERS x
+WARMUP_FACTOR < 0``: the first iterations step against the gradient).
 
 ``allow_non_rcp`` turns refusals into warnings: such a recipe is allowed for a research run, never a closed
 submission, and the verdict says so.
@@ -28,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from . import official
-from .rules import RCP_MIN_RULESET, at_least, closed_rule_warnings
+from .rules import CLOSED_FIXED_CONFIG, RCP_MIN_RULESET, at_least, closed_rule_warnings
 
 # RCP "Hyperparams" names -> the mllog keys the run logs. num_image_candidates is not compared: in the v0.7
 # semantics the package logs it is 1000 x images per GPU, and the RCPs record the reference's layout (6000).
@@ -140,17 +146,59 @@ def _same(want, got):
         return want == got
 
 
+# config keys whose (first) value the log records: refused under the logged key already, not twice
+_LOGGED_AS = {"INPUT.MIN_SIZE_TRAIN": "min_image_size", "INPUT.MAX_SIZE_TRAIN": "max_image_size"}
+
+
+def fixed_config_refusals(config: Dict[str, object], already: List[str] = ()) -> List[str]:
+    """One line per key of :data:`.rules.CLOSED_FIXED_CONFIG` whose value in ``config`` (config key -> value) is
+    not the reference's (but for a value refused already under the key the log records it as)."""
+    judged = {r.split(" ", 1)[0] for r in already}
+    return [f"{key} {_show(config[key])}: not the reference's {_show(want)} (a fixed part of the closed division's "
+            "model and recipe, which no log records)"
+            for key, want in CLOSED_FIXED_CONFIG.items()
+            if key in config and not _same(want, config[key]) and _LOGGED_AS.get(key) not in judged]
+
+
+def _show(value):
+    return str(tuple(value)) if isinstance(value, (list, tuple)) else repr(value)
+
+
+def negative_warmup(hparams: Dict[str, object]) -> Optional[str]:
+    """mlperf_linear's first LR, ``base - steps x factor``, when it is below zero (else None)."""
+    try:
+        base, steps, factor = (float(hparams[k]) for k in ("opt_base_learning_rate", "opt_learning_rate_warmup_steps",
+                                                         "opt_learning_rate_warmup_factor"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    first = base - steps * factor
+    if first >= -1e-9 * abs(base):
+        return None
+    return (f"the mlperf_linear warmup starts at a negative learning rate: opt_base_learning_rate {base:g} - "
+            f"opt_learning_rate_warmup_steps {steps:g} x opt_learning_rate_warmup_factor {factor:g} = {first:.4g} "
+            f"(the weights step against the gradient until iteration {steps - base / factor:.0f}); "
+            "a factor of at most base / steps starts it at zero")
+
+
 def check_recipe(log_text: str, ruleset: str = "3.1.0", division: str = "closed",
                  allow_non_rcp: bool = False, images_per_chip: Optional[int] = None,
-                 warmup_method: Optional[str] = None) -> RecipeVerdict:
+                 config: Optional[Dict[str, object]] = None) -> RecipeVerdict:
     """The verdict on the hyperparameter lines a run would log (``log_text``); ``images_per_chip``: the run's
-    images per GPU, when known (num_image_candidates is then judged exactly); ``warmup_method``: the config's
-    SOLVER.WARMUP_METHOD, when known (the log does not hold it)."""
+    images per GPU, when known (num_image_candidates is then judged exactly); ``config``: the config's values
+    (config key -> value) of :data:`.rules.CLOSED_FIXED_CONFIG` and SOLVER.WARMUP_METHOD, when known (the log does
+    not hold them)."""
+    config = config or {}
     hparams = hparams_from_log(log_text)
     verdict = RecipeVerdict(ruleset, division, hparams)
     verdict.refusals += compliance_refusals(log_text, ruleset, division)
     if division == "closed":
         verdict.refusals += closed_rule_refusals(hparams, ruleset, verdict.refusals, images_per_chip)
+        verdict.refusals += fixed_config_refusals(config, verdict.refusals)
+    warmup_method = config.get("SOLVER.WARMUP_METHOD")
+    if warmup_method in (None, "mlperf_linear"):
+        negative = negative_warmup(hparams)
+        if negative:
+            verdict.warnings.append(negative)
     if division == "closed" and warmup_method not in (None, "mlperf_linear"):
         verdict.refusals.append(
             f"SOLVER.WARMUP_METHOD {warmup_method!r}: the logged opt_learning_rate_warmup_factor and _steps are "

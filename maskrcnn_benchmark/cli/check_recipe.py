@@ -40,11 +40,19 @@ def build_parser():
     return p
 
 
+def _value(cfg, key):
+    node = cfg
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
 def judge_recipe(cfg, world_size, ruleset, division="closed", allow_non_rcp=False, out=None):
     """Print the verdict on ``cfg``'s recipe at ``world_size`` processes (warnings and refusals to stderr) and
     raise :class:`~maskrcnn_benchmark.utils.errors.RecipeRefused` when it is refused. The config is resolved
     first (:func:`~maskrcnn_benchmark.engine.resolve.resolve`, for ``MODEL.DEVICE``), as the run resolves it."""
     from mlperf_review.recipe import check_recipe
+    from mlperf_review.rules import CLOSED_FIXED_CONFIG
 
     from ..engine.resolve import resolve
     from ..utils.errors import ConfigError, RecipeRefused
@@ -62,7 +70,8 @@ def judge_recipe(cfg, world_size, ruleset, division="closed", allow_non_rcp=Fals
     logger.close()
     per_chip, rest = divmod(cfg.SOLVER.IMS_PER_BATCH, world_size)  # not a whole number: the batch check's to say
     verdict = check_recipe(stream.getvalue(), ruleset, division, allow_non_rcp,
-                           images_per_chip=None if rest else per_chip, warmup_method=cfg.SOLVER.WARMUP_METHOD)
+                           images_per_chip=None if rest else per_chip,
+                           config={key: _value(cfg, key) for key in (*CLOSED_FIXED_CONFIG, "SOLVER.WARMUP_METHOD")})
     for w in verdict.warnings:
         print(f"check_recipe: WARNING: {w}", file=sys.stderr)
     for r in verdict.refusals[:-1]:

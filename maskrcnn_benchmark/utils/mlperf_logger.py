@@ -218,7 +218,7 @@ class MLPerfLogger:
         self.event("global_batch_size", s.IMS_PER_BATCH)
         self.event("gradient_accumulation_steps", 1)  # every optimizer step sees exactly one global batch
         self.event("num_image_candidates", candidates)
-        self.event("opt_name", "sgd_with_momentum")
+        self.event("opt_name", "sgd_with_momentum" if s.MOMENTUM else "sgd")
         self.event("opt_base_learning_rate", s.BASE_LR)
         self.event("opt_learning_rate_warmup_steps", s.WARMUP_ITERS)
         self.event("opt_learning_rate_warmup_factor", s.WARMUP_FACTOR)

@@ -76,7 +76,8 @@ def _cfg(gbs, lr, warmup_steps, warmup_factor, decay_factor, decay_steps, num_im
     """The config fields MLPerfLogger.hyperparameters reads (as the trainer's yacs config has them)."""
     return SimpleNamespace(
         SOLVER=SimpleNamespace(IMS_PER_BATCH=gbs, BASE_LR=lr, WARMUP_ITERS=warmup_steps,
-                               WARMUP_FACTOR=warmup_factor, GAMMA=decay_factor, STEPS=tuple(decay_steps)),
+                               WARMUP_FACTOR=warmup_factor, GAMMA=decay_factor, STEPS=tuple(decay_steps),
+                               MOMENTUM=0.9),
         MODEL=SimpleNamespace(RPN=SimpleNamespace(FPN_POST_NMS_TOP_N_TRAIN=num_image_candidates,
                                                   FPN_POST_NMS_PER_BATCH=True)),
         INPUT=SimpleNamespace(MIN_SIZE_TRAIN=(800,), MAX_SIZE_TRAIN=1333))
