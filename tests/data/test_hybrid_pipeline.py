@@ -171,10 +171,17 @@ def test_a_truncated_jpeg_is_named_on_both_paths(tmp_path):
     assert outcomes == [None, None]
 
 
-@pytest.mark.parametrize("mode,fmt", [("L", "JPEG"), ("CMYK", "JPEG"), ("RGB", "PNG")])
+@pytest.mark.parametrize("mode,fmt", [("L", "JPEG"), ("CMYK", "JPEG"), ("RGB", "PNG"), ("I;16", "PNG"),
+                                      ("RGB", "BMP"), ("RGB", "TIFF"), ("P", "GIF")])
 def test_grayscale_cmyk_and_png_are_converted_like_the_reference(tmp_path, mode, fmt):
+    """Every image the reference reads (PIL, ``convert("RGB")``), read alike by the hybrid path: torchvision's
+    decoder gave a 16-bit PNG as uint16 (whose values overflowed the resampling's int32) and refused BMP and
+    TIFF; PIL decodes those."""
     rng = np.random.default_rng(5)
-    image = Image.fromarray((rng.random((640, 480, 3)) * 255).astype(np.uint8)).convert(mode)  # image 1: 480x640
+    if mode == "I;16":  # values above 255 (PIL's I;16 -> RGB clips them)
+        image = Image.fromarray((rng.random((640, 480)) * 65535).astype(np.uint16))
+    else:
+        image = Image.fromarray((rng.random((640, 480, 3)) * 255).astype(np.uint8)).convert(mode)  # 480x640
     image_dir, ann_file, _ = _dataset_with(tmp_path, (fmt, image))
     cfg = _cfg(False)
     ref = COCODataset(ann_file, image_dir, False, build_transforms(cfg, False))[0][0]

@@ -38,6 +38,10 @@ def _non_finite(values):
 
 
 _NUMBER = (int, float)  # what json gives numbers as (bool and str are not numbers here)
+# the hybrid path's images that torchvision decodes to PIL's bytes (tests/data/test_hybrid_pipeline.py); any other
+# format or mode is decoded by PIL
+_FAST_FORMATS = ("JPEG", "PNG", "WEBP", "GIF")
+_EIGHT_BIT_MODES = ("1", "L", "LA", "P", "PA", "RGB", "RGBA", "CMYK", "YCbCr")
 
 
 def _check_annotations(data, ann_file, has_constants):
@@ -228,8 +232,10 @@ class COCODataset(torch.utils.data.Dataset):
             raise DatasetError(f"image file '{path}' is corrupt or not an image: {e}") from None
 
     def _load_raw(self, index):
-        """The hybrid path's image: the file's bytes decoded to ``uint8`` RGB by torchvision (libjpeg-turbo;
-        grayscale and CMYK converted, PNG too), after the same header checks as :meth:`_load_image`."""
+        """The hybrid path's image: the file's bytes decoded to ``uint8`` RGB, after the same header checks as
+        :meth:`_load_image`. By torchvision (libjpeg-turbo; grayscale and CMYK converted) for a single-frame
+        JPEG, PNG, WebP or GIF of 8-bit channels, the bytes PIL gives; anything else (16-bit PNG, BMP, TIFF, an
+        animation) by PIL, as the reference reads it (``convert("RGB")``, the first frame)."""
         from torchvision.io import ImageReadMode, decode_image
 
         path = self.image_path(index)
@@ -245,14 +251,23 @@ class COCODataset(torch.utils.data.Dataset):
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 with Image.open(io.BytesIO(data)) as header:  # reads the header only
                     size = header.size
+                    fast = (header.format in _FAST_FORMATS and header.mode in _EIGHT_BIT_MODES
+                            and getattr(header, "n_frames", 1) == 1)
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
             raise DatasetError(f"image file '{path}' is a decompression bomb (refused): {e}") from None
         except (UnidentifiedImageError, OSError, SyntaxError) as e:
             raise DatasetError(f"image file '{path}' is corrupt or not an image: {e}") from None
         check_image_size(path, size, self.get_img_info(index))
         try:
-            pixels = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
-        except (RuntimeError, ValueError) as e:
+            if fast:
+                pixels = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+                fast = pixels.dtype == torch.uint8 and pixels.dim() == 3  # a 16-bit RGB PNG comes as uint16
+            if not fast:
+                with Image.open(io.BytesIO(data)) as img:
+                    img.load()
+                    rgb = np.asarray(img if img.mode == "RGB" else img.convert("RGB"))
+                pixels = torch.from_numpy(rgb.copy()).permute(2, 0, 1).contiguous()
+        except (RuntimeError, ValueError, OSError, SyntaxError) as e:
             raise DatasetError(f"image file '{path}' is corrupt or not an image: {str(e).splitlines()[0]}") \
                 from None
         return RawImage(pixels)
