@@ -328,3 +328,34 @@ def test_views_of_one_host_buffer_that_start_at_one_address_move_as_their_own_st
     short, long = torch.from_numpy(base[:50]), torch.from_numpy(base[:80])
     moved = map_storages([short, long], lambda t: t.clone())
     assert torch.equal(moved[0], short) and torch.equal(moved[1], long)
+
+
+class _DivisionsByANumber(torch.overrides.TorchFunctionMode):
+    """The divisions whose divisor is a Python number: on CUDA such a divisor is a CPU scalar, which torch's
+    true-division kernel turns into a multiplication by its reciprocal (one bit apart for 126 of the 256 uint8
+    values divided by 255), where the reference divides on the CPU."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.Tensor.__truediv__, torch.Tensor.div, torch.div, torch.true_divide) and len(args) > 1 \
+                and isinstance(args[1], (int, float)):
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_without_bgr255_the_device_divides_by_a_device_tensor():
+    cfg = _cfg(True)
+    cfg.defrost()
+    cfg.INPUT.TO_BGR255 = False
+    cfg.INPUT.PIXEL_MEAN, cfg.INPUT.PIXEL_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    raws = [RawImage(torch.arange(3 * 30 * 40).reshape(3, 30, 40).remainder(256).to(torch.uint8), (30, 40), False)]
+    batch = BatchCollator()([(r, BoxList(torch.zeros((0, 4)), r.image_size[::-1]), i) for i, r in enumerate(raws)])[0]
+    transform = DeviceTransform.from_config(cfg)
+    with _DivisionsByANumber() as divisions:
+        out = transform(batch)
+    assert divisions.calls == 0
+    mean, std = torch.tensor(cfg.INPUT.PIXEL_MEAN)[:, None, None], torch.tensor(cfg.INPUT.PIXEL_STD)[:, None, None]
+    assert torch.equal(out.tensors[0, :, :30, :40], (raws[0].tensor.float() / 255 - mean) / std)
