@@ -38,7 +38,8 @@ import torch
 
 from ..data import warm_up_batch
 from ..data.shapes import POLYGON_SLOTS
-from ..utils import comm
+from ..utils import comm, signals
+from ..utils.signals import Stopped
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +144,7 @@ class CompiledForward:
         try:
             return self.compiled(images, targets)
         except Exception as e:  # noqa: BLE001 - any backend failure: run on eagerly, say why
+            _raise_if_stopped(e)
             if not _is_compile_error(e):
                 raise
             self._fail(e)
@@ -154,6 +156,7 @@ class CompiledForward:
         the step again eagerly. Not when that call ran eagerly (a short batch), not with several ranks (the others
         wait in the all-reduces this backward did not finish: the run ends with the error), nor for an error the
         eager step would raise too."""
+        _raise_if_stopped(e)
         if (self.failure is not None or not self.last_call_compiled or not _is_compile_error(e)
                 or comm.get_world_size() > 1):
             return False
@@ -254,6 +257,25 @@ def set_graph_partition(on=True):
 CAPTURE_ERRORS = ("operation not permitted when stream is capturing", "cudaErrorStreamCapture",
                   "CUDA graph capture", "captures_underway", "stream is capturing",
                   "accessing tensor output of CUDAGraphs that has been overwritten")
+
+
+def _raise_if_stopped(e):
+    """Raise the :class:`~maskrcnn_benchmark.utils.signals.Stopped` that ``e`` wraps: a stop signal whose handler
+    raised while dynamo, AOTAutograd or inductor ran (minutes of the warm-up's compile), which they wrap in their own
+    errors (BackendCompilerFailed, InternalTorchDynamoError, InductorError) as any other. Taken for a compile
+    failure, the run would go on eagerly with its stop signals set aside. Also when the process took a stop signal
+    whose Stopped did not survive (:func:`~maskrcnn_benchmark.utils.signals.received`)."""
+    pending, seen = [e], set()
+    while pending:
+        link = pending.pop()
+        if link is None or id(link) in seen:
+            continue
+        seen.add(id(link))
+        if isinstance(link, Stopped):
+            raise link.with_traceback(None) from None
+        pending += [getattr(link, "inner_exception", None), link.__cause__, link.__context__]
+    if signals.received() is not None:
+        raise Stopped(signals.received()) from None
 
 
 def _is_compile_error(e):

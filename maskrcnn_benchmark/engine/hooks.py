@@ -63,6 +63,7 @@ class CheckpointHook(HookBase):
         self.evaluation = evaluation
 
     def _save(self, name):
+        self.trainer.check_finite()  # every rank: no checkpoint of weights a non-finite step corrupted
         extra = {}
         if self.evaluation is not None and comm.is_main_process():
             extra["scores"] = [[e.epoch, e.bbox, e.segm] for e in self.evaluation.settle()]

@@ -171,7 +171,9 @@ class Trainer:
                 self.iter += 1
                 self.storage.iter = self.iter
                 self.run_step(images, targets)
-                if self.iter % self.nan_check_period == 0:
+                # every nan_check_period iterations (a read of the device), and at epoch ends: no evaluation of
+                # weights a non-finite step corrupted (checkpoints check before they write: CheckpointHook)
+                if self.iter % self.nan_check_period == 0 or self.storage.is_epoch_end():
                     self.check_finite()
                 for h in self.hooks:
                     h.after_step()

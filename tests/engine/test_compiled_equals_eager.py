@@ -162,6 +162,43 @@ def test_a_failed_cuda_graph_capture_falls_back_to_eager(caplog, message):
         assert torch.equal(fell_back[k], direct[k]) and torch.equal(again[k], direct[k])
 
 
+class _Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, images, targets):
+        return {"loss": (self.w * images).sum()}
+
+
+def test_a_stop_signal_that_lands_in_the_compiler_stops_the_run():
+    """SIGTERM (a Slurm time limit, scancel) during the minutes of the warm-up's compile raised Stopped inside
+    dynamo or inductor, which wrapped it (BackendCompilerFailed, InductorError): the run took it for a compile
+    failure, warned, went on eagerly, and ignored every later stop signal (its handler had set them aside). The
+    Stopped is raised, from the forward and from the backward."""
+    import signal
+
+    from torch._inductor.exc import InductorError
+
+    from maskrcnn_benchmark.utils.signals import Stopped
+
+    def stopped_while_compiling(gm, example_inputs):
+        raise Stopped(signal.SIGTERM)
+
+    torch._dynamo.reset()
+    forward = CompiledForward(_Tiny(), "default", "eager")
+    forward.compiled = torch.compile(forward.model, backend=stopped_while_compiling)
+    with pytest.raises(Stopped):
+        forward(torch.ones(3), [None])
+    assert forward.failure is None
+    torch._dynamo.reset()
+    forward = CompiledForward(_Tiny(), "default", "eager")
+    forward.last_call_compiled = True
+    with pytest.raises(Stopped):
+        forward.fail_backward(InductorError(Stopped(signal.SIGTERM), ""))
+    assert forward.failure is None
+
+
 def test_an_error_of_the_step_itself_is_not_swallowed():
     torch.manual_seed(0)
     model = build_detection_model(small_cfg()).train()

@@ -134,3 +134,27 @@ def test_a_float16_run_as_a_gpu_runs_it_trains_through_its_skipped_first_steps(m
     assert all(torch.isfinite(v) for v in t.storage.latest("loss").values())
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert any(not torch.equal(p, p0) for p, p0 in zip(model.parameters(), start))
+
+
+def test_no_checkpoint_or_evaluation_runs_on_weights_a_non_finite_step_corrupted():
+    """On CUDA the non-finite check reads its flag every 20 iterations: a NaN loss at iteration 3 put NaN into the
+    weights, and the checkpoint of iteration 5 (and an epoch end's evaluation) were made of them before the check
+    at 20 stopped the run. The check also runs before every checkpoint and at every epoch end."""
+    from maskrcnn_benchmark.engine.hooks import CheckpointHook
+
+    model, saved = _Model(bad={3}), []
+
+    class Checkpointer:
+        def save(self, name, **kwargs):
+            saved.append((name, bool(torch.isfinite(model.w))))
+
+    t = _trainer(model, 10, nan_check_period=20, hooks=[CheckpointHook(Checkpointer(), 5, save_final=False)])
+    with pytest.raises(NonFiniteLossError, match="iteration 5"):
+        t.train()
+    assert saved == []
+    model = _Model(bad={2})
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = WarmupMultiStepLR(opt, (6,), 0.1, warmup_factor=0.02, warmup_iters=5, warmup_method="mlperf_linear")
+    t = Trainer(model, opt, sched, [(_Images(), [], None)] * 10, torch.device("cpu"), 10, 4, nan_check_period=20)
+    with pytest.raises(NonFiniteLossError, match="iteration 4"):  # the epoch end (4 iterations per epoch)
+        t.train()
