@@ -10,13 +10,15 @@ Result (``--out DIR``)::
     DIR/annotations/instances_train2017.json, instances_val2017.json, ...
 
 Zips are kept in ``--zips-dir`` (default ``DIR/zips``) unless ``--remove-zips``; a zip already there with the
-right md5 is not downloaded again, and a part already unpacked (marker ``DIR/.unpacked-<zip>``, or its files all
-there: a COCO copied from elsewhere, without its zips) is skipped.
+right md5 is not downloaded again, and a part already unpacked and complete (marker ``DIR/.unpacked-<zip>``, or its
+files all there: a COCO copied from elsewhere, without its zips) is skipped; an unpacked part found incomplete is
+unpacked again. A download is checked against its Content-Length (a connection dropped midway is an error, not a
+file), and temporary files that a killed download left are removed at the start.
 
     python tools/download_coco.py --out /data --verify-only [--weights-dir /coco/models]
 
 checks an existing dataset without downloading anything: both annotation files parse, every image they list is
-in its folder, and R-50.pkl is there; exit 1 with what is missing.
+in its folder and not empty, and R-50.pkl reads as Detectron weights; exit 1 with what is wrong.
 ``--base-url`` may be ``file:///some/dir`` (offline mirrors, tests); ``--checksums FILE`` (md5sum format)
 replaces the built-in md5s.  Exit code 0 on success, 1 on a checksum mismatch or a download error.
 """
@@ -31,7 +33,7 @@ import urllib.request
 import zipfile
 
 from .common import Parser
-from ..utils.fileio import atomic_write
+from ..utils.fileio import atomic_write, remove_stale_temp_files
 
 BASE_URL = "http://images.cocodataset.org"
 PARTS = {
@@ -76,16 +78,35 @@ def download(url, dest, quiet=False):
             if not quiet and total and pct // 10 != last:
                 last = pct // 10
                 print(f"  {os.path.basename(dest)}: {pct}% of {total / 1e6:.0f} MB", flush=True)
+        if total and done != total:  # a dropped connection ends the read quietly: not a complete file
+            raise OSError(f"{url}: received {done} of {total} bytes (the connection ended early)")
 
 
 def safe_extract(zpath, out):
-    root = os.path.realpath(out)
+    """Unpack ``zpath`` under ``out``; a member whose name is absolute or climbs out (``..``) is refused. Names are
+    judged as written, not through the folders already there: ``out/train2017`` may be a link to another disk."""
     with zipfile.ZipFile(zpath) as z:
         for m in z.infolist():
-            target = os.path.realpath(os.path.join(out, m.filename))
-            if target != root and not target.startswith(root + os.sep):
+            name = os.path.normpath(m.filename)
+            if os.path.isabs(m.filename) or name == os.pardir or name.startswith(os.pardir + os.sep):
                 raise ValueError(f"{zpath}: unsafe member path {m.filename!r}")
         z.extractall(out)
+
+
+def check_weights(path):
+    """Why ``path`` is not usable Detectron R-50 weights (a truncated download, another file), or None."""
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return f"{path} is missing or empty"
+    from ..utils.c2_model_loading import load_c2_pickle
+    from ..utils.errors import WeightsError
+
+    try:
+        blobs = load_c2_pickle(path)
+    except WeightsError as e:
+        return str(e)
+    if "conv1_w" not in blobs:
+        return f"{path} holds no ResNet stem (conv1_w): not the ImageNet R-50 weights"
+    return None
 
 
 SPLITS = {"train": ("train2017", "annotations/instances_train2017.json"),
@@ -94,7 +115,11 @@ SPLITS = {"train": ("train2017", "annotations/instances_train2017.json"),
 
 def _image_files(ann_path):
     with open(ann_path) as f:
-        return [im["file_name"] for im in json.load(f).get("images", [])]
+        data = json.load(f)
+    try:
+        return [im["file_name"] for im in data.get("images", [])]
+    except (AttributeError, TypeError, KeyError) as e:
+        raise ValueError(f"not a COCO annotation file ({type(e).__name__}: {e})") from None
 
 
 def verify_part(name, out):
@@ -120,8 +145,11 @@ def verify_part(name, out):
         return [f"{ann_path} is missing or does not parse: cannot tell which images {folder}/ must hold"]
     present = set(os.listdir(images))
     missing = [f for f in listed if f not in present]
-    return [f"{images}/: {len(missing)} of {len(listed)} images listed in {ann} are missing (e.g. {missing[0]})"] \
-        if missing else []
+    if missing:
+        return [f"{images}/: {len(missing)} of {len(listed)} images listed in {ann} are missing (e.g. {missing[0]})"]
+    empty = [f for f in listed if os.path.getsize(os.path.join(images, f)) == 0]
+    return [f"{images}/: {len(empty)} of {len(listed)} images listed in {ann} are empty files (e.g. {empty[0]})"] \
+        if empty else []
 
 
 def verify_only(args):
@@ -133,8 +161,9 @@ def verify_only(args):
             print(f"{name}: {len(_image_files(os.path.join(args.out, SPLITS[name][1])))} images, all present")
     if args.weights_dir:
         dest = os.path.join(args.weights_dir, "R-50.pkl")
-        if not os.path.isfile(dest) or os.path.getsize(dest) == 0:
-            problems.append(f"{dest} is missing or empty")
+        problem = check_weights(dest)
+        if problem:
+            problems.append(problem)
         else:
             print(f"weights: {dest} ({os.path.getsize(dest) / 1e6:.0f} MB)")
     for p in problems:
@@ -152,10 +181,14 @@ def fetch_part(name, args, sums):
     fname = os.path.basename(rel)
     md5 = sums.get(fname, md5)
     marker = os.path.join(args.out, f".unpacked-{fname}")
+    problems = verify_part(name, args.out)
     if os.path.exists(marker):
-        print(f"{name}: already unpacked ({marker})")
-        return True
-    if not verify_part(name, args.out):  # unpacked without a marker (copied from elsewhere): not fetched again
+        if not problems:
+            print(f"{name}: already unpacked ({marker})")
+            return True
+        print(f"{name}: unpacked before, now incomplete ({problems[0]}): unpacking it again", flush=True)
+        os.remove(marker)
+    elif not problems:  # unpacked without a marker (copied from elsewhere): not fetched again
         print(f"{name}: already there, complete (no zip needed)")
         open(marker, "w").close()
         return True
@@ -208,6 +241,15 @@ def build_parser():
 
 def main(argv=None):
     p = build_parser()
+    args = _add_options(p).parse_args(argv)
+    try:
+        return _main(args)
+    except (OSError, ValueError) as e:  # a folder that cannot be made, a checksums file that is not there
+        print(f"download_coco.py: error: {e}", file=sys.stderr)
+        return 1
+
+
+def _add_options(p):
     p.add_argument("--base-url", default=BASE_URL, help=f"mirror (default {BASE_URL}; file:// works)")
     p.add_argument("--zips-dir", default=None, help="where the zips go (default OUT/zips)")
     p.add_argument("--checksums", default=None, help="md5sum-format file overriding the built-in md5s")
@@ -218,13 +260,19 @@ def main(argv=None):
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--verify-only", action="store_true",
                    help="check the dataset (and weights) that is there; download nothing")
-    args = p.parse_args(argv)
+    return p
+
+
+def _main(args):
     if args.verify_only:
         return verify_only(args)
 
     args.zips_dir = args.zips_dir or os.path.join(args.out, "zips")
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.zips_dir, exist_ok=True)
+    for folder in (args.zips_dir, args.weights_dir):  # what a killed download left (the next one starts over)
+        for name in remove_stale_temp_files(folder):
+            print(f"removed {os.path.join(folder, name)}, left by an interrupted download")
     sums = read_checksums(args.checksums) if args.checksums else {}
     parts = list(args.parts)
     # the annotations first: they say which images a folder copied from elsewhere must hold (else its zip is fetched)
@@ -233,6 +281,9 @@ def main(argv=None):
     if args.weights_dir:
         os.makedirs(args.weights_dir, exist_ok=True)
         dest = os.path.join(args.weights_dir, "R-50.pkl")
+        if os.path.exists(dest) and check_weights(dest):
+            print(f"weights: {check_weights(dest)}: downloading it again", flush=True)
+            os.remove(dest)
         if not os.path.exists(dest):
             print(f"weights: downloading {args.weights_url}", flush=True)
             try:
@@ -241,7 +292,13 @@ def main(argv=None):
                 print(f"weights: download failed: {e}", file=sys.stderr)
                 ok = False
         if os.path.exists(dest):
-            print(f"weights: {dest} md5 {md5sum(dest)}")
+            problem = check_weights(dest)
+            if problem:  # downloaded whole, but not weights (a mirror's error page): not kept
+                print(f"weights: {problem}", file=sys.stderr)
+                os.remove(dest)
+                ok = False
+            else:
+                print(f"weights: {dest} md5 {md5sum(dest)}")
     if not ok:
         return 1
     if set(parts) == set(PARTS):

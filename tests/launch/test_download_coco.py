@@ -124,8 +124,7 @@ def test_verify_only_on_a_complete_copy(tmp_path, capsys):
     from maskrcnn_benchmark.cli import download_coco
 
     data = _copied_coco(tmp_path / "coco")
-    (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "R-50.pkl").write_bytes(b"x" * 10)
+    _r50(tmp_path / "models" / "R-50.pkl")
     assert download_coco.main(["--out", str(data), "--verify-only", "--weights-dir", str(tmp_path / "models")]) == 0
     out = capsys.readouterr().out
     assert "train: 2 images, all present" in out and f"verified: {data}" in out
@@ -179,3 +178,132 @@ def test_copied_images_without_annotations_fetch_only_the_annotations(tmp_path, 
     assert out.count("downloading") == 1 and "annotations_trainval2017.zip" in out
     assert out.count("already there, complete (no zip needed)") == 2
 
+
+
+def _listed_mirror(root: Path):
+    """A mirror whose annotations list the images of its image zips (md5sums.txt beside them)."""
+    images = {"train": {"000000000009.jpg": b"jpg1", "000000000025.jpg": b"jpg2"}, "val": {"000000000139.jpg": b"j3"}}
+    (root / "zips").mkdir(parents=True)
+    (root / "annotations").mkdir()
+    sums = []
+    for rel, members in (
+            ("zips/train2017.zip", {f"train2017/{n}": d for n, d in images["train"].items()}),
+            ("zips/val2017.zip", {f"val2017/{n}": d for n, d in images["val"].items()}),
+            ("annotations/annotations_trainval2017.zip", {
+                f"annotations/instances_{split}2017.json": json.dumps(
+                    {"images": [{"id": i, "file_name": n} for i, n in enumerate(images[split])],
+                     "annotations": []}).encode() for split in ("train", "val")})):
+        with zipfile.ZipFile(root / rel, "w") as z:
+            for name, data in members.items():
+                z.writestr(name, data)
+        sums.append(f"{hashlib.md5((root / rel).read_bytes()).hexdigest()}  {Path(rel).name}")
+    (root / "md5sums.txt").write_text("\n".join(sums) + "\n")
+    return root.as_uri(), root / "md5sums.txt"
+
+
+def _r50(path: Path):
+    import pickle
+
+    import numpy as np
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps({"blobs": {"conv1_w": np.zeros((2, 3, 1, 1), np.float32)}}, protocol=2))
+
+
+def test_a_rerun_repairs_what_verify_only_finds_missing(tmp_path, capsys):
+    """--verify-only says "rerun without --verify-only to fetch what is missing" (docs/cluster.md: `--verify-only ||
+    download`), but a part once unpacked was skipped by its marker: the rerun printed "already unpacked" and "done",
+    exit 0, the image still missing. A rerun checks the part and unpacks it again from its zip."""
+    from maskrcnn_benchmark.cli import download_coco
+
+    url, sums = _listed_mirror(tmp_path / "mirror")
+    data = tmp_path / "coco"
+    common = ["--out", str(data), "--base-url", url, "--checksums", str(sums), "--quiet"]
+    assert download_coco.main(common) == 0
+    (data / "train2017" / "000000000025.jpg").unlink()
+    assert download_coco.main(["--out", str(data), "--verify-only"]) == 1
+    assert download_coco.main(common) == 0
+    assert (data / "train2017" / "000000000025.jpg").read_bytes() == b"jpg2"
+    assert download_coco.main(["--out", str(data), "--verify-only"]) == 0
+    capsys.readouterr()
+
+
+def test_an_empty_image_is_not_a_complete_dataset(tmp_path, capsys):
+    from maskrcnn_benchmark.cli import download_coco
+
+    data = _copied_coco(tmp_path / "coco")
+    (data / "train2017" / "b.jpg").write_bytes(b"")
+    assert download_coco.main(["--out", str(data), "--verify-only"]) == 1
+    assert "b.jpg" in capsys.readouterr().err
+
+
+def test_a_download_cut_short_is_not_kept(tmp_path, capsys, monkeypatch):
+    """A connection dropped mid-download ends the read quietly (b""): the file was renamed into place as if
+    complete, R-50.pkl (no md5) kept by every rerun and "verified" by --verify-only, found only when a GPU job loads
+    it. The bytes are counted against Content-Length, and the weights are read as a Detectron pickle."""
+    import io
+    import urllib.request
+
+    from maskrcnn_benchmark.cli import download_coco
+
+    class Cut(io.BytesIO):
+        headers = {"Content-Length": "1000000"}
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout=None: Cut(b"x" * 300000))
+    weights = tmp_path / "models"
+    data = _copied_coco(tmp_path / "coco")
+    assert download_coco.main(["--out", str(data), "--weights-dir", str(weights), "--quiet"]) == 1
+    assert "300000 of 1000000 bytes" in capsys.readouterr().err
+    assert not (weights / "R-50.pkl").exists() and not list(weights.iterdir())
+    (weights / "R-50.pkl").write_bytes(b"x" * 300000)  # a file cut short by another tool
+    assert download_coco.main(["--out", str(data), "--verify-only", "--weights-dir", str(weights)]) == 1
+    assert "R-50.pkl" in capsys.readouterr().err
+
+
+def test_temporary_files_of_a_killed_download_are_removed(tmp_path, capsys):
+    from maskrcnn_benchmark.cli import download_coco
+
+    url, sums = _listed_mirror(tmp_path / "mirror")
+    data = tmp_path / "coco"
+    (data / "zips").mkdir(parents=True)
+    (data / "zips" / ".tmp-train2017.zip.abcdefgh").write_bytes(b"x" * 1000)
+    assert download_coco.main(["--out", str(data), "--base-url", url, "--checksums", str(sums), "--quiet"]) == 0
+    assert not [p for p in (data / "zips").iterdir() if p.name.startswith(".tmp-")]
+    capsys.readouterr()
+
+
+def test_an_image_folder_that_is_a_symlink_is_unpacked_into(tmp_path, capsys):
+    """DATADIR/train2017 -> /bigdisk/train2017 (a cluster's usual layout) was refused as an unsafe member path
+    after the whole download: the members were checked on the folder's resolved path."""
+    from maskrcnn_benchmark.cli import download_coco
+
+    url, sums = _listed_mirror(tmp_path / "mirror")
+    data = tmp_path / "coco"
+    data.mkdir()
+    (tmp_path / "bigdisk").mkdir()
+    (data / "train2017").symlink_to(tmp_path / "bigdisk")
+    assert download_coco.main(["--out", str(data), "--base-url", url, "--checksums", str(sums), "--quiet"]) == 0
+    assert (tmp_path / "bigdisk" / "000000000009.jpg").read_bytes() == b"jpg1"
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("case", ["checksums file missing", "annotations not an object"])
+def test_bad_input_is_one_line(tmp_path, capsys, case):
+    from maskrcnn_benchmark.cli import download_coco
+
+    data = _copied_coco(tmp_path / "coco")
+    if case == "checksums file missing":
+        argv = ["--out", str(data), "--checksums", str(tmp_path / "nope.txt"), "--quiet"]
+    else:
+        (data / "annotations" / "instances_val2017.json").write_text("[1, 2]")
+        argv = ["--out", str(data), "--verify-only"]
+    assert download_coco.main(argv) == 1
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert err and all(ln.startswith(("error:", "download_coco.py: error:", "verify:")) for ln in err), err
+    assert "Traceback" not in "\n".join(err)
