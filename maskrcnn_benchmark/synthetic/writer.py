@@ -63,7 +63,8 @@ def _is_ours(json_path):
 
 
 def _check_out_dir(out_dir, force):
-    """Create ``out_dir`` (and the three sub-folders); refuse to write over a dataset this module did not make."""
+    """Create ``out_dir`` (and the three sub-folders); refuse to write over a dataset this module did not make.
+    Returns ``(out_dir, ours)``: ``ours`` when this module had written there before (its marker file)."""
     if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir):
         raise ValueError(f"output directory must be a path, got {out_dir!r}")
     out_dir = os.fspath(out_dir)
@@ -93,7 +94,7 @@ def _check_out_dir(out_dir, force):
         os.unlink(probe)
     except OSError as e:
         raise OSError(e.errno, f"cannot write to output directory '{out_dir}': {e.strerror or e}") from None
-    return out_dir
+    return out_dir, ours
 
 
 def _split_json(split, seed, sizes, records):
@@ -134,12 +135,12 @@ def make_synthetic_coco(out_dir, num_train=DEFAULT_TRAIN, num_val=DEFAULT_VAL, i
     ``image_size``: ``(W, H)`` or a list of ``(W, H)`` (each image picks one at random).  ``progress``: ``None``
     or ``True`` — a one-line bar on stderr only when stderr is a terminal; ``False`` — nothing; a callable —
     called as ``progress(split, done, total)``.  ``force``: write even into a directory that holds a dataset
-    this generator did not make (its colliding files are overwritten).
+    this generator did not make (its colliding files are overwritten, its other files kept).
 
     Each split's images are written first (each file atomically) and its annotation file last, via a temporary
     file and ``os.replace``; an existing annotation file of the split is removed before its images are
     rewritten, so an interrupted run never leaves an annotation file that does not match the images.  Stale
-    ``.jpg`` files of an earlier, larger run of this generator are removed.
+    ``.jpg`` files of an earlier, larger run of this generator are removed (in a folder it had written before).
 
     Returns ``{"out_dir", "seconds", "train": {...}, "val": {...}}`` with per split ``images``, ``annotations``,
     ``image_dir``, ``ann_file``, ``objects_per_image`` (histogram list), ``occluded`` (annotated shapes whose
@@ -150,7 +151,7 @@ def make_synthetic_coco(out_dir, num_train=DEFAULT_TRAIN, num_val=DEFAULT_VAL, i
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     sizes = _normalize_sizes(image_size)
-    out_dir = _check_out_dir(out_dir, force)
+    out_dir, ours = _check_out_dir(out_dir, force)
     with open(os.path.join(out_dir, _MARKER_FILE), "w") as f:
         f.write(f"{MARKER}: written by maskrcnn_benchmark.synthetic\n")
 
@@ -181,8 +182,8 @@ def make_synthetic_coco(out_dir, num_train=DEFAULT_TRAIN, num_val=DEFAULT_VAL, i
                 del o["visible_mask"], o["full_mask"]
             bar.update(split, i + 1, total)
         keep = {r[1] for r in records}
-        with os.scandir(img_dir) as it:
-            stale = [e.path for e in it if e.name.endswith(".jpg") and e.name not in keep
+        with os.scandir(img_dir) as it:  # a folder this generator wrote before: its images of a larger run
+            stale = [e.path for e in it if ours and e.name.endswith(".jpg") and e.name not in keep
                      and len(e.name) == 16 and e.name[:12].isdigit()]
         for path in stale:
             os.unlink(path)

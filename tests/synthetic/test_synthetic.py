@@ -227,11 +227,17 @@ def test_refuses_to_overwrite_foreign_dataset(tmp_path):
     (out / "annotations").mkdir(parents=True)
     real = out / "annotations" / "instances_train2017.json"
     real.write_text(json.dumps({"info": {"description": "COCO 2017 Dataset"}, "images": []}))
+    (out / "train2017").mkdir()
+    coco_image = out / "train2017" / "000000000139.jpg"  # COCO's own naming, as the generator's
+    coco_image.write_bytes(b"a COCO image")
     with pytest.raises(ValueError, match="not made by this generator"):
         syn.make_synthetic_coco(out, num_train=2, num_val=1, progress=False)
     assert "COCO 2017" in real.read_text()
     syn.make_synthetic_coco(out, num_train=2, num_val=1, progress=False, force=True)
     assert len(_coco(real).dataset["images"]) == 2
+    # --force overwrites what collides; the images it did not write stay (they were removed as "stale": the
+    # generator's leftovers are only those of a folder it had written before)
+    assert coco_image.read_bytes() == b"a COCO image"
 
 
 def test_progress_only_on_a_terminal(tmp_path, monkeypatch):
