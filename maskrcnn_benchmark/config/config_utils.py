@@ -4,6 +4,7 @@ yacs alone reports an unknown key as ``KeyError: 'Non-existent config key: X'``.
 long ``EXTRA_CONFIG`` strings, so we check every key first and name the closest existing keys.
 """
 import difflib
+import math
 from ast import literal_eval
 
 import yaml
@@ -11,6 +12,8 @@ from yacs.config import CfgNode
 
 from ..utils.errors import ConfigError
 from .defaults import _C
+
+FPN_LEVELS = 5  # P2-P6: the levels of every backbone this package builds (modeling/backbone)
 
 __all__ = ["ConfigError", "get_cfg", "given_keys", "load_config", "merge_cfg_from_file", "merge_cfg_from_list",
            "check_values", "ignored_settings"]
@@ -52,9 +55,25 @@ def _check_key(cfg, full_key, source):
             return
         raise ConfigError(f"config key '{full_key}' in {source} is a section of keys, not a value: set its keys "
                           f"({full_key}.{next(iter(node[parts[-1]]))}, ...)")
-    close = difflib.get_close_matches(full_key, list(_all_keys(cfg)), n=3, cutoff=0.6)
+    keys = list(_all_keys(cfg))
+    by_upper = {}
+    for key in keys:
+        by_upper.setdefault(key.upper(), key)
+    # the key in another case (solver.base_lr), a key by its last name (NUM_CLASSES, DATADIR), then the closest
+    close = [by_upper[k] for k in difflib.get_close_matches(full_key.upper(), list(by_upper), n=3, cutoff=0.6)]
+    if not close:
+        last = {}
+        for key in keys:
+            last.setdefault(key.rsplit(".", 1)[-1], []).append(key)
+        name = full_key.upper().rsplit(".", 1)[-1]
+        match = difflib.get_close_matches(name, list(last), n=1, cutoff=0.8)
+        close = last[match[0]][:3] if match else []
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise ConfigError(f"unknown config key '{full_key}' in {source}{hint}")
+
+
+# keys of facebookresearch/maskrcnn-benchmark that NVIDIA's package renamed: taken under the new name
+RENAMED_KEYS = {"MODEL.RESNETS.BACKBONE_OUT_CHANNELS": "MODEL.BACKBONE.OUT_CHANNELS"}
 
 
 def _flatten(data, prefix=""):
@@ -122,15 +141,23 @@ def _set(cfg, full_key, value):
     node[parts[-1]] = value
 
 
+def _refuse_frozen(cfg, source):
+    if cfg.is_frozen():  # yacs guards attribute assignment only; a merge would change it and skip the checks
+        raise ConfigError(f"{source}: the config is frozen (a resolved or checked config); merge into a clone "
+                          "(cfg.clone(), then defrost())")
+
+
 def merge_cfg_from_list(cfg, opts, source="command line"):
     """Merge ``[KEY, VALUE, KEY, VALUE, ...]`` (values as strings or Python objects)."""
+    _refuse_frozen(cfg, source)
     opts = list(opts)
     if len(opts) % 2:
         raise ConfigError(f"{source}: overrides must be KEY VALUE pairs, '{opts[-1]}' has no value")
-    for full_key, value in zip(opts[0::2], opts[1::2]):
+    keys = [RENAMED_KEYS.get(k, k) for k in opts[0::2]]
+    for full_key, value in zip(keys, opts[1::2]):
         _check_key(cfg, full_key, source)
         _set(cfg, full_key, _coerce(cfg, full_key, value, source))
-    _note_given(cfg, opts[0::2])
+    _note_given(cfg, keys)
     return cfg
 
 
@@ -145,11 +172,30 @@ def _yaml_problem(e):
     return f"{problem}{where}" + (f" ({context})" if context else "")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml's safe loader, but a key given twice in one mapping is an error (yaml keeps the last: a section
+    repeated at the bottom of a file would replace the whole first one)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(f"key {key!r} appears twice in one mapping (lines {seen[key] + 1} and "
+                                  f"{key_node.start_mark.line + 1}): the second would replace the first")
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
 def merge_cfg_from_file(cfg, path):
-    """Merge a YAML file. Raises ConfigError naming the file for unreadable YAML or unknown keys."""
+    """Merge a YAML file. Raises ConfigError naming the file for unreadable YAML, a key given twice or unknown
+    keys."""
+    _refuse_frozen(cfg, f"config file '{path}'")
     try:
         with open(path) as f:
-            data = yaml.safe_load(f) or {}
+            data = yaml.load(f, Loader=_UniqueKeyLoader) or {}
+    except ConfigError as e:
+        raise ConfigError(f"config file '{path}': {e}") from None
     except OSError as e:
         raise ConfigError(f"cannot read config file '{path}': {e.strerror}") from None
     except UnicodeDecodeError as e:
@@ -159,10 +205,11 @@ def merge_cfg_from_file(cfg, path):
         raise ConfigError(f"config file '{path}' is not valid YAML: {_yaml_problem(e)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file '{path}' must hold a mapping of keys")
-    for full_key, value in _flatten(data):
+    items = [(RENAMED_KEYS.get(k, k), v) for k, v in _flatten(data)]
+    for full_key, value in items:
         _check_key(cfg, full_key, f"'{path}'")
         _set(cfg, full_key, _coerce(cfg, full_key, value, f"'{path}'"))
-    _note_given(cfg, [k for k, _ in _flatten(data)])
+    _note_given(cfg, [k for k, _ in items])
     return cfg
 
 
@@ -231,12 +278,32 @@ def check_values(cfg):
     v = cfg.MODEL.ROI_HEADS.BBOX_REG_WEIGHTS
     _require(len(v) == 4 and all(x > 0 for x in v), "MODEL.ROI_HEADS.BBOX_REG_WEIGHTS", v,
              "must hold 4 positive numbers (x, y, w, h)")
+    # the FPN's levels: anchors on P2-P6 (one stride and one size each), ROIs pooled from P2-P5
+    rpn = cfg.MODEL.RPN
+    _require(len(rpn.ANCHOR_STRIDE) == FPN_LEVELS and all(x > 0 for x in rpn.ANCHOR_STRIDE),
+             "MODEL.RPN.ANCHOR_STRIDE", tuple(rpn.ANCHOR_STRIDE),
+             f"must hold one stride per FPN level ({FPN_LEVELS}: P2-P6), positive; R-50-FPN: (4, 8, 16, 32, 64)")
+    _require(len(rpn.ANCHOR_SIZES) == FPN_LEVELS and all(x > 0 for x in rpn.ANCHOR_SIZES),
+             "MODEL.RPN.ANCHOR_SIZES", tuple(rpn.ANCHOR_SIZES),
+             f"must hold one size per FPN level ({FPN_LEVELS}: P2-P6), positive; R-50-FPN: (32, 64, 128, 256, 512)")
+    _require(len(rpn.ASPECT_RATIOS) > 0 and all(x > 0 for x in rpn.ASPECT_RATIOS), "MODEL.RPN.ASPECT_RATIOS",
+             tuple(rpn.ASPECT_RATIOS), "must hold positive ratios")
     box, mask = cfg.MODEL.ROI_BOX_HEAD.POOLER_SCALES, cfg.MODEL.ROI_MASK_HEAD.POOLER_SCALES
     heads = [("MODEL.ROI_BOX_HEAD.POOLER_SCALES", box)]
     if cfg.MODEL.MASK_ON:
         heads.append(("MODEL.ROI_MASK_HEAD.POOLER_SCALES", mask))
     for key, v in heads:
         _require(len(v) > 0 and all(0 < x <= 1 for x in v), key, v, "must hold scales in (0, 1]")
+        # the pooler takes the features from P2 on and maps each ROI to a level between its first and last scale
+        _require(len(v) <= FPN_LEVELS - 1 and all(abs(x - 0.25 / 2 ** i) < 1e-9 for i, x in enumerate(v)), key,
+                 tuple(v), "must be the FPN's P2, P3, ... scales in order: (0.25, 0.125, 0.0625, 0.03125) or a "
+                 "prefix of it")
+    for key in ("MODEL.RESNETS.NUM_GROUPS", "MODEL.RESNETS.WIDTH_PER_GROUP", "MODEL.RESNETS.STEM_OUT_CHANNELS",
+                "MODEL.RESNETS.RES2_OUT_CHANNELS"):
+        positive_int(key)
+    v = cfg.MODEL.ROI_MASK_HEAD.CONV_LAYERS
+    _require(len(v) > 0 and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v),
+             "MODEL.ROI_MASK_HEAD.CONV_LAYERS", tuple(v), "must hold the channels of at least one convolution")
     # both heads pool the same feature levels (the FPN's P2-P5)
     _require(not cfg.MODEL.MASK_ON or len(box) == len(mask), "MODEL.ROI_BOX_HEAD.POOLER_SCALES", box,
              "must hold one scale per level of MODEL.ROI_MASK_HEAD.POOLER_SCALES "
@@ -256,11 +323,11 @@ def check_values(cfg):
              "must hold positive integers")
     for key in ("SOLVER.BASE_LR", "SOLVER.GAMMA"):
         v = _get(cfg, key)
-        _require(v > 0, key, v, "must be > 0")
+        _require(math.isfinite(v) and v > 0, key, v, "must be a finite number > 0")
     for key in ("SOLVER.MOMENTUM", "SOLVER.WEIGHT_DECAY", "SOLVER.WEIGHT_DECAY_BIAS", "SOLVER.WARMUP_FACTOR",
                 "SOLVER.CLIP_GRAD_NORM"):
         v = _get(cfg, key)
-        _require(v >= 0, key, v, "must be >= 0")
+        _require(math.isfinite(v) and v >= 0, key, v, "must be a finite number >= 0")
     for key in ("MODEL.RPN.POSITIVE_FRACTION", "MODEL.ROI_HEADS.POSITIVE_FRACTION"):
         v = _get(cfg, key)
         _require(0 < v <= 1, key, v, "must be in (0, 1]")
@@ -269,6 +336,9 @@ def check_values(cfg):
                 "MODEL.ROI_HEADS.SCORE_THRESH", "MLPERF.MIN_BBOX_MAP", "MLPERF.MIN_SEGM_MAP"):
         v = _get(cfg, key)
         _require(0 <= v <= 1, key, v, "must be in [0, 1]")
+    for head in ("MODEL.RPN", "MODEL.ROI_HEADS"):  # the matcher's negatives lie below its positives
+        fg, bg = _get(cfg, f"{head}.FG_IOU_THRESHOLD"), _get(cfg, f"{head}.BG_IOU_THRESHOLD")
+        _require(bg <= fg, f"{head}.BG_IOU_THRESHOLD", bg, f"must not exceed {head}.FG_IOU_THRESHOLD ({fg})")
     steps = list(cfg.SOLVER.STEPS)
     _require(steps == sorted(steps) and all(isinstance(x, int) and x >= 0 for x in steps), "SOLVER.STEPS", steps,
              "must be increasing iterations >= 0")

@@ -22,6 +22,9 @@ def catalog_entries(cfg, names, is_train):
             out.append((name, catalog_get(catalog, name, cfg.DATASETS.DATA_DIR)))
         except KeyError as e:  # the catalog's message names the dataset and the known ones
             raise DatasetError(f"{key}: {e.args[0] if e.args else e}") from None
+        except Exception as e:  # noqa: BLE001 - a site's catalog (maskrcnn-benchmark's: RuntimeError)
+            raise DatasetError(f"{key}: the paths catalog cannot give '{name}': {type(e).__name__}: "
+                               f"{str(e).splitlines()[0] if str(e) else ''}") from None
     return out
 
 

@@ -69,6 +69,9 @@ def resolve_weights(cfg, path):
             path = catalog_get(catalog.ModelCatalog, path[len("catalog://"):], cfg.DATASETS.DATA_DIR)
         except KeyError as e:
             raise WeightsError(f"MODEL.WEIGHT '{path}': {e.args[0] if e.args else e}") from None
+        except Exception as e:  # noqa: BLE001 - a site's catalog (maskrcnn-benchmark's: RuntimeError)
+            raise WeightsError(f"MODEL.WEIGHT '{path}': the paths catalog cannot give it: {type(e).__name__}: "
+                               f"{str(e).splitlines()[0] if str(e) else ''}") from None
     return path
 
 

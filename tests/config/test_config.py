@@ -69,6 +69,23 @@ def test_r50_yaml_sets_exactly_the_reference_values():
     ("MODEL.BACKBONE.OUT_CHANNELS", "0", "OUT_CHANNELS' = 0: must be a positive integer"),
     ("MODEL.ROI_BOX_HEAD.POOLER_SCALES", "(0.25,)", "'MODEL.ROI_BOX_HEAD.POOLER_SCALES' = (0.25,): must hold "
      "one scale per level of MODEL.ROI_MASK_HEAD.POOLER_SCALES"),
+    # each a traceback (exit 5) in the model, or a model that trained on wrong anchors or pooled zeros
+    ("MODEL.RPN.ANCHOR_STRIDE", "(4, 8, 16, 32)", "'MODEL.RPN.ANCHOR_STRIDE' = (4, 8, 16, 32): must hold one "
+     "stride per FPN level"),
+    ("MODEL.RPN.ANCHOR_STRIDE", "(16,)", "'MODEL.RPN.ANCHOR_STRIDE' = (16,)"),
+    ("MODEL.RPN.ANCHOR_SIZES", "(32, 64, 128, 256)", "'MODEL.RPN.ANCHOR_SIZES' = (32, 64, 128, 256)"),
+    ("MODEL.RPN.ASPECT_RATIOS", "()", "'MODEL.RPN.ASPECT_RATIOS' = ()"),
+    ("MODEL.ROI_BOX_HEAD.POOLER_SCALES", "(0.03125, 0.0625, 0.125, 0.25)",
+     "'MODEL.ROI_BOX_HEAD.POOLER_SCALES' = (0.03125, 0.0625, 0.125, 0.25): must be the FPN's P2, P3, ... scales"),
+    ("MODEL.ROI_MASK_HEAD.POOLER_SCALES", "(0.25, 0.0625, 0.03125, 0.015625)",
+     "'MODEL.ROI_MASK_HEAD.POOLER_SCALES' = (0.25, 0.0625"),
+    ("MODEL.RPN.BG_IOU_THRESHOLD", "0.8", "'MODEL.RPN.BG_IOU_THRESHOLD' = 0.8: must not exceed "
+     "MODEL.RPN.FG_IOU_THRESHOLD (0.7)"),
+    ("MODEL.ROI_HEADS.BG_IOU_THRESHOLD", "0.6", "'MODEL.ROI_HEADS.BG_IOU_THRESHOLD' = 0.6"),
+    ("MODEL.ROI_MASK_HEAD.CONV_LAYERS", "()", "'MODEL.ROI_MASK_HEAD.CONV_LAYERS' = ()"),
+    ("MODEL.RESNETS.NUM_GROUPS", "0", "'MODEL.RESNETS.NUM_GROUPS' = 0: must be a positive integer"),
+    ("SOLVER.BASE_LR", "1e999", "'SOLVER.BASE_LR' = inf"),
+    ("SOLVER.MOMENTUM", "float('nan')", "MOMENTUM"),
 ])
 def test_values_that_cannot_work_are_one_line_errors(key, value, message):
     with pytest.raises(ConfigError) as e:
@@ -161,3 +178,42 @@ def test_a_model_without_masks_keeps_its_own_box_pooler_scales():
     (MASK_ON False, the reference's e2e_faster_rcnn_R_50_FPN_1x.yaml sets only the box head's scales) is fine."""
     cfg = load_config(R50_YAML, ["MODEL.MASK_ON", "False", "MODEL.ROI_MASK_HEAD.POOLER_SCALES", "(0.0625,)"])
     assert len(cfg.MODEL.ROI_BOX_HEAD.POOLER_SCALES) == 4
+
+
+def test_a_key_repeated_in_a_yaml_file_is_named(tmp_path):
+    """yaml keeps the last of two equal keys: a SOLVER section appended at the bottom of the R-50 file ("my
+    overrides") replaced the whole first one, BASE_LR, WEIGHT_DECAY and STEPS back to the defaults, silently."""
+    path = tmp_path / "mine.yaml"
+    path.write_text(open(R50_YAML).read() + "SOLVER:\n  IMS_PER_BATCH: 32\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    assert "'SOLVER'" in str(e.value) and "twice" in str(e.value) and str(path) in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_maskrcnn_benchmarks_own_key_for_the_fpn_width_is_taken(tmp_path):
+    """facebookresearch/maskrcnn-benchmark's stock R-50-FPN config sets MODEL.RESNETS.BACKBONE_OUT_CHANNELS (NVIDIA
+    renamed it MODEL.BACKBONE.OUT_CHANNELS); it was an unknown key whose first suggestion built another model."""
+    path = tmp_path / "upstream.yaml"
+    path.write_text("MODEL:\n  RESNETS:\n    BACKBONE_OUT_CHANNELS: 128\n")
+    from maskrcnn_benchmark.config import merge_cfg_from_file
+
+    assert merge_cfg_from_file(get_cfg(), str(path)).MODEL.BACKBONE.OUT_CHANNELS == 128
+    assert load_config(R50_YAML, ["MODEL.RESNETS.BACKBONE_OUT_CHANNELS", "64"]).MODEL.BACKBONE.OUT_CHANNELS == 64
+
+
+@pytest.mark.parametrize("key,suggested", [("solver.base_lr", "SOLVER.BASE_LR"), ("DATADIR", "DATASETS.DATA_DIR"),
+                                           ("NUM_CLASSES", "MODEL.ROI_BOX_HEAD.NUM_CLASSES")])
+def test_an_unknown_key_suggests_the_key_in_another_case_or_by_its_last_name(key, suggested):
+    with pytest.raises(ConfigError) as e:
+        load_config(R50_YAML, [key, "1"])
+    assert f"did you mean {suggested}" in str(e.value), str(e.value)
+
+
+def test_a_frozen_config_is_not_merged_into():
+    from maskrcnn_benchmark.config import merge_cfg_from_list
+
+    cfg = load_config(R50_YAML, freeze=True)
+    with pytest.raises(ConfigError, match="frozen"):
+        merge_cfg_from_list(cfg, ["SOLVER.BASE_LR", "-5"])
+    assert cfg.SOLVER.BASE_LR == 0.02

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import r50_cfg, small_cfg
+from helpers import R50_YAML, r50_cfg, small_cfg
 from maskrcnn_benchmark.modeling import build_detection_model
 from maskrcnn_benchmark.utils.c2_model_loading import WeightsError
 from maskrcnn_benchmark.utils.checkpoint import Checkpointer, DetectronCheckpointer
@@ -188,7 +188,7 @@ def test_resuming_with_another_schedule_is_refused_by_key(tmp_path, caplog):
     from maskrcnn_benchmark.solver import make_lr_scheduler, make_optimizer
 
     def parts(*opts):
-        cfg = load_config("", ["SOLVER.BASE_LR", "0.02", "SOLVER.STEPS", "(100, 200)", *opts])
+        cfg = load_config(R50_YAML, ["SOLVER.BASE_LR", "0.02", "SOLVER.STEPS", "(100, 200)", *opts])
         model = nn.Linear(3, 2)
         opt = make_optimizer(cfg, model)
         return cfg, model, opt, make_lr_scheduler(cfg, opt)
@@ -223,7 +223,7 @@ def test_resuming_in_another_dtype_is_refused_and_the_log_names_what_was_restore
     from maskrcnn_benchmark.solver import make_lr_scheduler, make_optimizer
 
     def parts(*opts):
-        cfg = load_config("", ["DTYPE", "float32", *opts])
+        cfg = load_config(R50_YAML, ["DTYPE", "float32", *opts])
         model = nn.Linear(3, 2)
         opt = make_optimizer(cfg, model)
         return cfg, model, opt, make_lr_scheduler(cfg, opt)
@@ -269,7 +269,7 @@ def test_resume_needs_the_whole_training_state(tmp_path):
     from maskrcnn_benchmark.solver import make_lr_scheduler, make_optimizer
 
     def parts(model):
-        cfg = load_config("", [])
+        cfg = load_config(R50_YAML, [])
         opt = make_optimizer(cfg, model)
         return cfg, model, opt, make_lr_scheduler(cfg, opt)
 

@@ -67,3 +67,34 @@ def test_a_catalog_whose_get_takes_the_name_alone_works(tmp_path):
     assert (key, name, root, ann) == ("DATASETS.TRAIN", "coco_2017_train", "/data/coco2017/train2017",
                                       "/data/coco2017/annotations/instances_train2017.json")
     assert resolve_weights(cfg, "catalog://R-50.pkl") == "/coco/models/R-50.pkl"
+
+
+UPSTREAM_STYLE_CATALOG = '''
+class DatasetCatalog:
+    @staticmethod
+    def get(name):
+        raise RuntimeError("Dataset not available: {}".format(name))
+
+
+class ModelCatalog:
+    @staticmethod
+    def get(name):
+        raise RuntimeError("model not present in the catalog {}".format(name))
+'''
+
+
+def test_a_catalog_that_does_not_know_a_name_is_one_line_naming_the_key(tmp_path):
+    """maskrcnn-benchmark's catalogs raise RuntimeError for a name they do not know ("Dataset not available"):
+    only a KeyError was taken as the catalog's answer, anything else a traceback (exit 5)."""
+    from maskrcnn_benchmark.config import load_config
+    from maskrcnn_benchmark.data.catalog import catalog_entries
+    from maskrcnn_benchmark.utils.errors import DatasetError, WeightsError
+    from maskrcnn_benchmark.utils.imports import resolve_weights
+
+    path = tmp_path / "upstream_catalog.py"
+    path.write_text(UPSTREAM_STYLE_CATALOG)
+    cfg = load_config("configs/e2e_mask_rcnn_R_50_FPN_1x.yaml", ["PATHS_CATALOG", str(path)])
+    with pytest.raises(DatasetError, match=r"DATASETS.TRAIN: .*Dataset not available: coco_2017_train"):
+        catalog_entries(cfg, cfg.DATASETS.TRAIN, True)
+    with pytest.raises(WeightsError, match=r"MODEL.WEIGHT 'catalog://R-50': .*model not present"):
+        resolve_weights(cfg, "catalog://R-50")
