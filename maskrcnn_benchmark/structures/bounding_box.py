@@ -113,12 +113,14 @@ class BoxList:
         """Scale to a new image size ``(width, height)``; fields that can be resized are resized too."""
         ratio_w = float(size[0]) / float(self.size[0])
         ratio_h = float(size[1]) / float(self.size[1])
-        if self.mode == "xyxy":  # Python-float ratios: no host-to-device copy of a scale tensor (float32 either way)
+        if ratio_w == ratio_h and self.mode == "xywh":  # the reference: scaled in their own mode (w' = w r)
+            bbox = self.bbox * ratio_w
+        elif self.mode == "xyxy":  # Python-float ratios: no host-to-device copy of a scale tensor (float32 either way)
             x1, y1, x2, y2 = self.bbox.unbind(-1)
             bbox = torch.stack((x1 * ratio_w, y1 * ratio_h, x2 * ratio_w, y2 * ratio_h), -1)
         else:
             return self.convert("xyxy").resize(size, *args, **kwargs).convert(self.mode)
-        out = BoxList(bbox, size, mode="xyxy")
+        out = BoxList(bbox, size, mode=self.mode)
         for k, v in self.extra_fields.items():
             if not isinstance(v, torch.Tensor) and hasattr(v, "resize"):
                 v = v.resize(size, *args, **kwargs)
@@ -126,7 +128,9 @@ class BoxList:
         return out
 
     def transpose(self, method):
-        """Flip horizontally (FLIP_LEFT_RIGHT) or vertically (FLIP_TOP_BOTTOM), "+1" aware."""
+        """Flip horizontally (FLIP_LEFT_RIGHT, "+1" aware: ``width - x2 - 1``) or vertically (FLIP_TOP_BOTTOM:
+        ``height - y2``, without the "+1", as the reference flips boxes; a ``masks`` field's polygons flip as the
+        reference's, ``height - y - 1``)."""
         if method not in (FLIP_LEFT_RIGHT, FLIP_TOP_BOTTOM):
             raise NotImplementedError("only FLIP_LEFT_RIGHT and FLIP_TOP_BOTTOM are implemented")
         width, height = self.size
@@ -134,7 +138,7 @@ class BoxList:
         if method == FLIP_LEFT_RIGHT:
             bbox = torch.stack((width - x2 - TO_REMOVE, y1, width - x1 - TO_REMOVE, y2), dim=-1)
         else:
-            bbox = torch.stack((x1, height - y2 - TO_REMOVE, x2, height - y1 - TO_REMOVE), dim=-1)
+            bbox = torch.stack((x1, height - y2, x2, height - y1), dim=-1)
         out = BoxList(bbox, self.size, mode="xyxy")
         for k, v in self.extra_fields.items():
             if not isinstance(v, torch.Tensor) and hasattr(v, "transpose"):

@@ -62,5 +62,12 @@ def cat_boxlist(bboxes):
             raise ValueError("cat_boxlist needs BoxLists of one image size, mode and set of fields")
     out = BoxList(torch.cat([b.bbox for b in bboxes], dim=0), size, mode)
     for field in fields:
-        out.add_field(field, torch.cat([b.get_field(field) for b in bboxes], dim=0))
+        values = [b.get_field(field) for b in bboxes]
+        if len(values) == 1:  # as the reference: one BoxList's fields as they are (masks included)
+            out.add_field(field, values[0])
+        elif all(isinstance(v, torch.Tensor) for v in values):
+            out.add_field(field, torch.cat(values, dim=0))
+        else:
+            raise ValueError(f"cat_boxlist cannot concatenate the field '{field}' ({type(values[0]).__name__}): "
+                             "tensor fields only")
     return out

@@ -126,7 +126,12 @@ class SegmentationMask:
         w, h = max(float(box[2] - box[0]), 1.0), max(float(box[3] - box[1]), 1.0)
         if self.mode == "mask":
             (ix1, iy1), (iw, ih) = _pixels(box[:2].tolist()), _pixels((w, h))
-            masks = self.masks[:, iy1:iy1 + ih, ix1:ix1 + iw]
+            height, width = self.masks.shape[1], self.masks.shape[2]
+            # clamped to the image, at least one pixel (maskrcnn-benchmark's BinaryMaskList.crop): a corner left
+            # of or above the image wrapped the slice around
+            x0, y0 = min(max(ix1, 0), max(width - 1, 0)), min(max(iy1, 0), max(height - 1, 0))
+            x1, y1 = max(min(ix1 + iw, width), x0 + 1), max(min(iy1 + ih, height), y0 + 1)
+            masks = self.masks[:, y0:y1, x0:x1]
             return SegmentationMask(masks, (masks.shape[2], masks.shape[1]), "mask")
         shift = box[:2]
 
@@ -215,8 +220,10 @@ class SegmentationMask:
             return SegmentationMask(self.masks[item], self.size, "mask")
         if isinstance(item, int):
             return SegmentationMask._from_polygons([self.polygons[item]], self.size)
+        if isinstance(item, (list, tuple)) and item and all(isinstance(i, bool) for i in item):
+            item = torch.tensor(item)
         if isinstance(item, torch.Tensor):
-            if item.dtype == torch.bool:
+            if item.dtype in (torch.bool, torch.uint8):  # a mask, as torch (and the BoxList beside) reads it
                 item = item.nonzero().squeeze(1)
             item = item.tolist()
         elif isinstance(item, slice):

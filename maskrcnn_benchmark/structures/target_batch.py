@@ -86,6 +86,9 @@ class TargetBatch:
                 valid[i, :c] = True
         image_wh = torch.tensor([t.size for t in targets], dtype=torch.float32, device=device).reshape(-1, 2)
         masks = [t.get_field("masks") if t.has_field("masks") else None for t in targets]
+        if masks and any(m is None for m in masks) and any(m is not None for m in masks):
+            raise ValueError(f"image {masks.index(None)} of the batch has no 'masks' field, the others have: "
+                             "a batch's targets all have masks or none has")
         if not masks or any(m is None for m in masks):
             return cls(boxes, labels, valid, image_wh, static=max_gt > 0)
         if all(m.mode == "poly" for m in masks):

@@ -3,7 +3,7 @@ import torch
 
 from helpers import empty_target
 from maskrcnn_benchmark.data.collate_batch import BatchCollator
-from maskrcnn_benchmark.structures import BoxList
+from maskrcnn_benchmark.structures import BoxList, SegmentationMask
 from maskrcnn_benchmark.data.samplers import DistributedSampler, GroupedBatchSampler, IterationBasedBatchSampler
 
 
@@ -93,6 +93,7 @@ def test_iteration_based_sampler_reiterates_with_new_epochs():
 def test_collator_pads_to_size_divisibility():
     t0, t1 = empty_target(41, 30), BoxList(torch.tensor([[1.0, 2.0, 10.0, 12.0]]), (20, 50))
     t1.add_field("labels", torch.tensor([3]))
+    t1.add_field("masks", SegmentationMask([[[1.0, 2.0, 10.0, 2.0, 10.0, 12.0]]], (20, 50)))
     batch = [(torch.ones(3, 30, 41), t0, 0), (torch.ones(3, 50, 20), t1, 1)]
     images, targets, ids = BatchCollator(32)(batch)
     assert images.tensors.shape == (2, 3, 64, 64) and images.image_sizes == [(30, 41), (50, 20)]

@@ -27,7 +27,9 @@ def test_area_resize_transpose_crop_clip():
     f = b.transpose(FLIP_LEFT_RIGHT)
     assert f.bbox.tolist() == [[30, 0, 39, 9], [25, 10, 34, 29]]
     v = b.transpose(FLIP_TOP_BOTTOM)
-    assert v.bbox.tolist() == [[0, 20, 9, 29], [5, 0, 14, 19]]
+    # the reference flips boxes top-bottom without the "+1" (image_height - ymax), unlike left-right and unlike
+    # its polygons; followed here (training flips left-right only)
+    assert v.bbox.tolist() == [[0, 21, 9, 30], [5, 1, 14, 20]]
     assert f.transpose(FLIP_LEFT_RIGHT).bbox.tolist() == b.bbox.tolist()
     c = b.crop((5, 5, 15, 25))
     assert c.size == (10, 20) and c.bbox.tolist() == [[0, 0, 4, 4], [0, 5, 9, 20]]
@@ -101,3 +103,33 @@ def test_pairwise_iou_is_torchvisions_box_iou_of_the_plus_one_boxes():
     real[:, 2:] += real[:, :2]
     torch.testing.assert_close(pairwise_iou(real, real.flip(0)), box_iou(real + shift, real.flip(0) + shift),
                                rtol=1e-6, atol=1e-7)
+
+
+def test_xywh_boxes_resized_by_one_ratio_scale_their_widths_as_the_reference():
+    """The reference scales the boxes by the ratio in their own mode when both ratios are equal (w' = w r); the
+    xyxy round trip gave (w - 1) r + 1."""
+    b = BoxList(torch.tensor([[0.0, 0.0, 10.0, 10.0], [5.0, 5.0, 1.0, 1.0]]), (100, 100), mode="xywh")
+    assert b.resize((200, 200)).bbox.tolist() == [[0, 0, 20, 20], [10, 10, 2, 2]]
+    assert b.resize((200, 100)).convert("xyxy").bbox.tolist() == b.convert("xyxy").resize((200, 100)).bbox.tolist()
+
+
+def test_one_boxlist_is_concatenated_with_its_fields_as_they_are():
+    from maskrcnn_benchmark.structures import SegmentationMask
+
+    b = _boxes()
+    b.add_field("masks", SegmentationMask([[[0.0, 0, 9, 0, 9, 9]], [[5.0, 10, 14, 10, 14, 29]]], (40, 30)))
+    out = cat_boxlist([b])
+    assert out.get_field("masks") is b.get_field("masks") and torch.equal(out.bbox, b.bbox)
+
+
+def test_a_batch_whose_targets_mix_masks_and_none_names_the_image():
+    """One image without a masks field dropped every image's masks and failed later in the mask head with a
+    TypeError ('NoneType' object is not subscriptable)."""
+    from maskrcnn_benchmark.structures import SegmentationMask
+    from maskrcnn_benchmark.structures.target_batch import TargetBatch
+
+    with_masks, without = _boxes(), _boxes()
+    with_masks.add_field("masks", SegmentationMask([[[0.0, 0, 9, 0, 9, 9]], [[5.0, 10, 14, 10, 14, 29]]], (40, 30)))
+    with pytest.raises(ValueError, match="image 1 of the batch has no 'masks' field"):
+        TargetBatch.from_boxlists([with_masks, without])
+    assert TargetBatch.from_boxlists([without, without]).has_polygons is False

@@ -125,3 +125,26 @@ def test_a_crop_to_a_fractional_box_rasterizes():
         assert bitmaps.size == (width, 8) and bitmaps.get_mask_tensor().shape == (1, 8, width)
         assert torch.equal(bitmaps.get_mask_tensor(), cropped.get_mask_tensor())
         assert bitmaps.get_mask_tensor().sum() == 25  # the square, whole inside the crop
+
+
+def test_a_uint8_or_list_mask_selects_instances_as_the_boxes_do():
+    """A uint8 index was read as instance numbers (0, 1, 1: three masks) while the BoxList beside took it as a mask
+    (two boxes)."""
+    import torch
+
+    from maskrcnn_benchmark.structures import SegmentationMask
+
+    m = SegmentationMask([[[0.0, 0, 5, 0, 5, 5]], [[1.0, 1, 6, 1, 6, 6]], [[2.0, 2, 7, 2, 7, 7]]], (10, 10))
+    for index in (torch.tensor([1, 0, 1], dtype=torch.uint8), torch.tensor([True, False, True])):
+        picked = m[index]
+        assert len(picked) == 2 and picked.polygons[1][0].tolist() == m.polygons[2][0].tolist()
+
+
+def test_a_bitmap_crop_past_the_corner_is_clamped_to_the_image():
+    import torch
+
+    from maskrcnn_benchmark.structures import SegmentationMask
+
+    m = SegmentationMask(torch.ones((1, 10, 10), dtype=torch.uint8), (10, 10), "mask")
+    c = m.crop([-3, 0, 5, 5])
+    assert tuple(c.masks.shape) == (1, 5, 5) and bool(c.masks.all())
