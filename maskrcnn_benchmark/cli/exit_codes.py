@@ -130,7 +130,9 @@ def _where(exc):
     if not frames:
         return "?"
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    ours = [f for f in frames if os.path.abspath(f.filename).startswith(root + os.sep)]
+    # the checkout's files, not the libraries of a venv made inside it (make's .venv)
+    ours = [f for f in frames if os.path.abspath(f.filename).startswith(root + os.sep)
+            and not {"site-packages", "dist-packages"} & set(os.path.abspath(f.filename).split(os.sep))]
     f = (ours or frames)[-1]
     name = os.path.relpath(f.filename, root) if ours else f.filename
     return f"{name}:{f.lineno} ({f.name})"

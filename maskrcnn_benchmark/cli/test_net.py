@@ -35,7 +35,11 @@ def test(args, opts):
 
 
 def main(argv=None):
-    setup_environment()  # the reference's site hook (TORCH_DETECTRON_ENV_MODULE), before anything else
     stop_on_signals()
     args, opts = parse_with_overrides(build_parser(), argv)
-    return run_program(lambda: test(args, opts))
+
+    def body():
+        setup_environment()  # the reference's site hook (TORCH_DETECTRON_ENV_MODULE): a failure is one line
+        return test(args, opts)
+
+    return run_program(body)

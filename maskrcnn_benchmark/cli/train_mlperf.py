@@ -62,7 +62,11 @@ def main(argv=None):
     from ..utils.signals import stop_on_signals
     from .exit_codes import run_program
 
-    setup_environment()  # the reference's site hook (TORCH_DETECTRON_ENV_MODULE), before anything else
     stop_on_signals()
     args, opts = parse_with_overrides(build_parser(), argv)
-    return run_program(lambda: train(args, opts))
+
+    def body():
+        setup_environment()  # the reference's site hook (TORCH_DETECTRON_ENV_MODULE): a failure is one line
+        return train(args, opts)
+
+    return run_program(body)

@@ -23,6 +23,7 @@ import logging
 import time
 
 from ..utils import comm
+from ..utils.logger import TRACEBACK_LOGGER
 from ..utils.errors import EvaluationFailed
 from ..utils.signals import Stopped
 from .events import EpochScores
@@ -63,6 +64,10 @@ class EvaluationHook(HookBase):
         if self.failure is None:
             self.failure = e
             self.trainer.storage.put_scalars(**{FAILED: 1.0})
+            # said here: a run that converged before it goes on to success and never reports it otherwise
+            logger.error("rank 0's evaluation failed: %s: %s", type(e).__name__,
+                         str(e).strip().splitlines()[0] if str(e).strip() else "")
+            logging.getLogger(TRACEBACK_LOGGER).error("rank 0's evaluation failed", exc_info=e)
 
     def _guarded(self, fn, *args):
         if self.failure is None:

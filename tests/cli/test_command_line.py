@@ -352,3 +352,48 @@ def test_a_full_disk_under_the_memory_profile_names_its_file(tmp_path):
         prof.step(1)
     code, line = describe(e.value)
     assert code == BAD_INPUT.code and "memory_rank0.csv" in line and "No space left" in line
+
+
+def test_the_place_of_an_internal_error_is_the_packages_frame_not_a_library_in_the_checkouts_venv(tmp_path):
+    """make's venv lives inside the checkout: a torch frame under .venv/ counted as "ours", and the line named
+    .venv/lib/.../torch/distributed/rendezvous.py instead of the package's call."""
+    import os
+
+    from maskrcnn_benchmark.cli import exit_codes
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(exit_codes.__file__))))
+    library = os.path.join(root, ".venv", "lib", "python3.11", "site-packages", "torch", "rendezvous.py")
+    namespace = {}
+    exec(compile("def rendezvous():\n    raise TimeoutError('1/2 clients joined')\n", library, "exec"), namespace)
+
+    def ours():
+        namespace["rendezvous"]()
+
+    try:
+        ours()
+    except TimeoutError as e:
+        where = exit_codes._where(e)
+    assert where.startswith("tests/cli/test_command_line.py:") and "(ours)" in where, where
+
+
+@pytest.mark.slow  # starts the programs
+@pytest.mark.parametrize("program", ["train_mlperf.py", "test_net.py"])
+def test_a_site_hook_that_fails_is_one_line(tmp_path, program):
+    """TORCH_DETECTRON_ENV_MODULE (the reference's site hook) ran outside the error handling: a missing file or a
+    module without setup_environment() printed a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    for hook in (tmp_path / "missing.py", tmp_path / "empty.py"):
+        if hook.name == "empty.py":
+            hook.write_text("X = 1\n")
+        r = subprocess.run([sys.executable, os.path.join(REPO, "tools", program), "--config-file",
+                            os.path.join(REPO, "configs", "e2e_mask_rcnn_synthetic_cpu.yaml")],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                           env=dict(os.environ, TORCH_DETECTRON_ENV_MODULE=str(hook)))
+        err = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == 1 and len(err) == 1 and err[0].startswith("error: ") and hook.name in err[0], \
+            (hook.name, r.returncode, r.stderr[-2000:])

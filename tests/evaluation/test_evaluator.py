@@ -1,3 +1,4 @@
+import logging
 """The evaluator and the scorers in a run: background = in-process, distributed = single process, a scoring
 process that dies is restarted, and the early stop comes at the first iteration after the target epoch's scores
 arrive."""
@@ -280,7 +281,7 @@ class _SecondEpochFails(_FakeBackground):
         return future if epoch == 1 else _FailingFuture(epoch, future.ready)
 
 
-def test_a_later_epochs_failed_scoring_does_not_undo_a_converged_epoch():
+def test_a_later_epochs_failed_scoring_does_not_undo_a_converged_epoch(caplog):
     """Epoch 1 meets the targets and epoch 2's scoring fails, both known at the same check (here MAX_ITER, which
     waits for every pending score): the run converged at epoch 1. The failure won, and a log holding a passing
     eval_accuracy ended in run_stop aborted with an error."""
@@ -293,9 +294,14 @@ def test_a_later_epochs_failed_scoring_does_not_undo_a_converged_epoch():
                       torch.device("cpu"), 10, 5,
                       hooks=[stop, EvaluationHook(background, lambda: None, log, poll=background.poll)])
     background.trainer = trainer
-    trainer.train()
+    with caplog.at_level(logging.WARNING):
+        trainer.train()
     assert stop.target_met and stop.converged_epoch == 1
     assert ("eval_accuracy", 1, 0.5, 0.5) in log.events and log.events[-1] == ("run_stop", True)
+    # the warning says the failure is "above": it is (it was kept and never logged)
+    failed = [r for r in caplog.records if "COCO scoring of epoch 2 failed: out of memory" in r.getMessage()]
+    assert failed and failed[0].created <= next(r.created for r in caplog.records if "failed (above)" in
+                                                  r.getMessage())
 
 
 def _rank(rank, world, init_file, done_at, out):
