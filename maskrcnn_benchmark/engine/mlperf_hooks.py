@@ -22,9 +22,9 @@ iteration later (:class:`StopDecision`), and only while a score is pending; epoc
 import logging
 import time
 
-from ..utils import comm
-from ..utils.logger import TRACEBACK_LOGGER
+from ..utils import comm, signals
 from ..utils.errors import EvaluationFailed
+from ..utils.logger import TRACEBACK_LOGGER
 from ..utils.signals import Stopped
 from .events import EpochScores
 from .trainer import HookBase
@@ -280,5 +280,8 @@ class MLPerfStopHook(HookBase):
                 #                         nothing: another rank may be gone)
         finally:
             self._stop_epoch()
-            self.ml.run_stop(self.target_met and t.error is None)
+            success = self.target_met and t.error is None
+            self.ml.run_stop(success)
             self.stopped_at = time.time()  # the end of the timed region (the final checkpoint comes after it)
+            if success:  # a stop signal from here on (a time limit while the final checkpoint is written) is only
+                signals.hold()  # recorded: the run converged, its log says so, and so will its exit code

@@ -81,6 +81,80 @@ def test_max_iter_inside_an_epoch_is_not_scored(tiny_data, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_final_checkpoint_that_cannot_be_written_leaves_a_converged_run_converged(tiny_data, tmp_path,
+                                                                                   monkeypatch):
+    """The final checkpoint is written after run_stop success: a full disk there ended the run with exit 1 and no
+    time-to-train line, its MLPerf log saying success. Its failure is a logged error; the outcome stands."""
+    import errno
+
+    from maskrcnn_benchmark.utils.checkpoint import DetectronCheckpointer
+    from maskrcnn_benchmark.utils.fileio import WriteError
+
+    save = DetectronCheckpointer.save
+
+    def full_disk_at_the_end(self, name, **kwargs):
+        if name == "model_final":
+            raise WriteError("checkpoint", f"{name}.pth", OSError(errno.ENOSPC, "No space left on device"))
+        return save(self, name, **kwargs)
+
+    monkeypatch.setattr(DetectronCheckpointer, "save", full_disk_at_the_end)
+    r = run_in_process(tiny_data, str(tmp_path), "SOLVER.MAX_ITER", 40, "SOLVER.IMS_PER_BATCH", 4, *LOW_TARGET,
+                       "SAVE_CHECKPOINTS", True, "SOLVER.CHECKPOINT_PERIOD", 0)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert "time to train:" in r.stdout and "the final checkpoint was not written" in r.stdout
+    assert [e["metadata"]["status"] for e in mllog_events(r.stdout) if e["key"] == "run_stop"] == ["success"]
+
+
+SLOW_FINAL_SAVE = """
+def setup_environment():
+    import sys, time
+    from maskrcnn_benchmark.utils.checkpoint import DetectronCheckpointer
+
+    save = DetectronCheckpointer.save
+
+    def slow_final(self, name, **kwargs):
+        if name == "model_final":
+            print("FINAL SAVE STARTS", flush=True)
+            time.sleep(4)
+        return save(self, name, **kwargs)
+
+    DetectronCheckpointer.save = slow_final
+"""
+
+
+@pytest.mark.slow
+def test_a_stop_signal_after_a_converged_run_stop_keeps_the_outcome(tiny_data, tmp_path):
+    """A Slurm time limit (SIGTERM) while the final checkpoint of a converged run is written: the run ended with
+    128 + 15 and "run_stop logged as aborted", its MLPerf log saying success, and no time-to-train line (the
+    trial counted as failed). After run_stop success a stop signal is only recorded."""
+    import os
+    import signal
+    import subprocess
+
+    from train_runs import train_cmd
+
+    hook = tmp_path / "site_env.py"
+    hook.write_text(SLOW_FINAL_SAVE)
+    out = tmp_path / "out"
+    out.mkdir()
+    cmd = train_cmd(tiny_data, str(out), "SOLVER.MAX_ITER", 40, "SOLVER.IMS_PER_BATCH", 4, *LOW_TARGET,
+                    "SAVE_CHECKPOINTS", True, "SOLVER.CHECKPOINT_PERIOD", 0)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", TORCH_DETECTRON_ENV_MODULE=str(hook))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=out, env=env)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "FINAL SAVE STARTS" in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest, _ = proc.communicate(timeout=120)
+    text = "".join(lines) + rest
+    assert proc.returncode == 0, text[-3000:]
+    assert "time to train:" in text and "stopped by" not in text
+    assert [e["metadata"]["status"] for e in mllog_events(text) if e["key"] == "run_stop"] == ["success"]
+
+
+@pytest.mark.slow
 def test_the_printed_time_to_train_is_the_logs(tiny_data, tmp_path, monkeypatch):
     """The final checkpoint is written after run_stop, outside the timed region: the time to train the run prints
     stopped after it (and after the scorer's shutdown), so it was the log's plus the write. Here the write takes
