@@ -1,8 +1,8 @@
 """The distributed bootstrap and collectives, in one place.
 
 Processes are started by bind_launch/torchrun/srun with ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``MASTER_ADDR``, ``MASTER_PORT`` in the environment (Slurm's ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``
-are used when those are missing). The device is pinned before ``init_process_group`` (NCCL needs it), the
+``MASTER_ADDR``, ``MASTER_PORT`` in the environment (inside an srun step, Slurm's ``SLURM_PROCID``/
+``SLURM_STEP_NUM_TASKS``/``SLURM_LOCALID`` are used when those are missing; an allocation's shell is one process). The device is pinned before ``init_process_group`` (NCCL needs it), the
 backend is NCCL on GPU and gloo on CPU, and a barrier ends the setup so a rank that cannot join fails early.
 
 Every collective gives up after ``timeout_s`` (the config's DISTRIBUTED_TIMEOUT). Each rank also beats a heartbeat
@@ -115,17 +115,24 @@ def as_rank_lost(exc):
     return RankLost(f"{who}; a collective on rank {get_rank()} failed{limit}: {first}")
 
 
+def _slurm(name):
+    """A Slurm task variable, only inside an srun step (which sets SLURM_STEP_NUM_TASKS): an allocation's shell
+    (salloc, an sbatch script) has SLURM_NTASKS too, for tasks it never started."""
+    return name if os.environ.get("SLURM_STEP_NUM_TASKS", "").strip() else "_NOT_IN_AN_SRUN_STEP"
+
+
 def launch_rank():
     """This process's global rank as the launcher set it (bind_launch: RANK; srun: SLURM_PROCID), before the
     process group exists (what the logs of each rank are named after)."""
-    return _env_int("RANK", "SLURM_PROCID", default=0)
+    return _env_int("RANK", _slurm("SLURM_PROCID"), default=0)
 
 
 def launch_sizes():
     """``(world size, processes on this node)`` as the launcher set them (bind_launch: WORLD_SIZE and
-    LOCAL_WORLD_SIZE; srun: SLURM_NTASKS and SLURM_NTASKS_PER_NODE), before the process group exists."""
-    world = _env_int("WORLD_SIZE", "SLURM_NTASKS", default=1)
-    per_node = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]
+    LOCAL_WORLD_SIZE; srun: SLURM_STEP_NUM_TASKS and SLURM_NTASKS_PER_NODE), before the process group exists."""
+    world = _env_int("WORLD_SIZE", _slurm("SLURM_STEP_NUM_TASKS"), default=1)
+    per_node = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get(_slurm("SLURM_NTASKS_PER_NODE"), "")
+    per_node = per_node.split("(")[0]
     return world, int(per_node) if per_node.strip().isdigit() else 1
 
 
@@ -133,10 +140,10 @@ def init_distributed(local_rank=None, device="cuda", timeout_s=300, side_group=F
     """Initialise torch.distributed from the environment; returns ``(rank, world_size, local_rank, device)``.
     ``side_group`` (a training run): with NCCL, also the gloo group :class:`AsyncFlag` uses
     (:func:`gloo_side_group`), formed now, before the run's clock starts."""
-    world = _env_int("WORLD_SIZE", "SLURM_NTASKS", default=1)
-    rank = _env_int("RANK", "SLURM_PROCID", default=0)
+    world = launch_sizes()[0]
+    rank = launch_rank()
     if local_rank is None or local_rank < 0:
-        local_rank = _env_int("LOCAL_RANK", "SLURM_LOCALID", default=0)
+        local_rank = _env_int("LOCAL_RANK", _slurm("SLURM_LOCALID"), default=0)
     use_cuda = device == "cuda"
     if use_cuda and not torch.cuda.is_available():
         raise NoGPU("MODEL.DEVICE is cuda but no GPU is visible: set MODEL.DEVICE cpu for a CPU run")
@@ -145,7 +152,7 @@ def init_distributed(local_rank=None, device="cuda", timeout_s=300, side_group=F
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
         per_node = launch_sizes()[1]
-        known = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("SLURM_NTASKS_PER_NODE")
+        known = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get(_slurm("SLURM_NTASKS_PER_NODE"))
         if known and world > per_node and not os.environ.get("MASTER_ADDR"):  # each node: its own loopback
             raise UserError(f"{world} processes, {per_node} per node, and MASTER_ADDR is not set: set it to the first "
                             "node of the job (scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1), or start "

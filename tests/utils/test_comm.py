@@ -58,6 +58,7 @@ def test_ranks_on_several_nodes_without_master_addr_are_one_line(monkeypatch):
     for key in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("SLURM_NTASKS", "8")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "8")  # an srun step's
     monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "4(x2)")
     monkeypatch.setenv("SLURM_PROCID", "0")
 
@@ -70,6 +71,26 @@ def test_ranks_on_several_nodes_without_master_addr_are_one_line(monkeypatch):
     code, line = describe(e.value)
     assert code == BAD_INPUT.code and "\n" not in line
     assert "MASTER_ADDR" in line and "8 processes" in line and "4 per node" in line
+
+
+def test_a_process_started_in_an_allocations_shell_is_alone(monkeypatch):
+    """python tools/train_mlperf.py typed in an salloc shell (or an sbatch script) with --ntasks-per-node=2: the
+    allocation's SLURM_NTASKS was taken for the world size, rank 0 waited DISTRIBUTED_TIMEOUT for a peer nobody
+    started and ended as an internal error. Slurm's task variables count only inside an srun step
+    (SLURM_STEP_NUM_TASKS); outside one the process is alone."""
+    for key in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK",
+                "SLURM_STEP_NUM_TASKS", "SLURM_STEP_ID"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in (("SLURM_JOB_ID", "123"), ("SLURM_NTASKS", "2"), ("SLURM_NTASKS_PER_NODE", "2"),
+                       ("SLURM_PROCID", "0"), ("SLURM_LOCALID", "0")):
+        monkeypatch.setenv(key, value)
+
+    def no_group(*args, **kwargs):
+        raise AssertionError("a process group was formed")
+
+    monkeypatch.setattr(comm.dist, "init_process_group", no_group)
+    assert comm.launch_sizes() == (1, 1) and comm.launch_rank() == 0
+    assert comm.init_distributed(device="cpu", timeout_s=1)[:3] == (0, 1, 0)
 
 
 def test_the_heartbeat_thread_has_ended_when_the_process_group_is_torn_down():
