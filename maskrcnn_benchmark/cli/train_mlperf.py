@@ -52,8 +52,11 @@ def train(args, opts):
     run = MLPerfRun(cfg, options)
     outcome = run.run()
     if run.rank == 0:
-        for line in outcome.summary():
-            print(line, flush=True)
+        try:
+            for line in outcome.summary():
+                print(line, flush=True)
+        except OSError:  # a terminal gone (a pipe's reader stopped): the outcome is the exit code and the logs'
+            pass
     return SUCCESS.code if outcome.success else NOT_CONVERGED.code
 
 

@@ -39,6 +39,23 @@ def log_file_name(rank):
     return "log.txt" if rank == 0 else f"log.rank{rank}.txt"
 
 
+class _TerminalHandler(logging.StreamHandler):
+    """The terminal's copy of the log: a stream that cannot be written (a pipe whose reader is gone, a full disk
+    under Slurm's output file) is written no more, quietly (logging printed a traceback per record); the log file
+    keeps every line."""
+
+    def emit(self, record):
+        if self.stream is None:
+            return
+        try:
+            self.stream.write(self.format(record) + self.terminator)
+            self.flush()
+        except OSError:
+            self.stream = None
+        except Exception:  # noqa: BLE001 - a record that cannot be formatted: logging's own report
+            self.handleError(record)
+
+
 def setup_logger(output_dir=None, rank=0, name="maskrcnn_benchmark"):
     logger = logging.getLogger(name)
     logger.setLevel(logging.INFO)
@@ -51,7 +68,7 @@ def setup_logger(output_dir=None, rank=0, name="maskrcnn_benchmark"):
             lg.removeHandler(h)
             h.close()
     if rank == 0:
-        h = logging.StreamHandler(sys.stdout)
+        h = _TerminalHandler(sys.stdout)
         h.setFormatter(_FORMAT)
         logger.addHandler(h)
     else:

@@ -50,13 +50,19 @@ def submission_platform(num_nodes=1, environ=None):
 
 
 class _LineHandler(logging.StreamHandler):
-    """Writes each record as a single ``write`` + flush of the whole line."""
+    """Writes each record as a single ``write`` + flush of the whole line. A stream that cannot be written (a pipe
+    whose reader is gone: ``| tee`` stopped by Ctrl-C; a full disk under Slurm's output file) is written no more,
+    quietly: logging printed a traceback for each record, and the MLPerf log file keeps every line."""
 
     def emit(self, record):
+        if self.stream is None:
+            return
         try:
             self.stream.write(self.format(record) + "\n")
             self.flush()
-        except Exception:
+        except OSError:
+            self.stream = None
+        except Exception:  # noqa: BLE001 - a record that cannot be formatted: logging's own report
             self.handleError(record)
 
 

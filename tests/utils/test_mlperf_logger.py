@@ -45,3 +45,42 @@ def test_submission_keys_left_empty_in_the_site_file_take_their_defaults(monkeyp
     assert values == {"submission_benchmark": "maskrcnn", "submission_org": "reference-implementation",
                       "submission_division": "closed", "submission_status": "onprem",
                       "submission_platform": "1xDGXH100"}
+
+
+def test_a_terminal_that_cannot_be_written_is_dropped_quietly(tmp_path, capsys):
+    """`... | tee out.log` stopped by Ctrl-C: each MLPerf line and each log line printed '--- Logging error ---' and
+    a traceback to stderr. The MLPerf log file keeps every line."""
+    import logging
+    import os
+
+    from maskrcnn_benchmark.utils.logger import setup_logger
+    from maskrcnn_benchmark.utils.mlperf_logger import MLPerfLogger
+
+    read, write = os.pipe()
+    os.close(read)
+    stream = os.fdopen(write, "w")
+    ml = MLPerfLogger(str(tmp_path / "mlperf_log.txt"), stream=stream)
+    ml.run_stop(False)
+    ml.cache_clear()
+    ml.close()
+    assert capsys.readouterr().err == ""
+    assert '"key": "run_stop"' in (tmp_path / "mlperf_log.txt").read_text()
+    loggers = [logging.getLogger(n) for n in ("maskrcnn_benchmark", "maskrcnn_benchmark.traceback")]
+    saved = [(lg.handlers[:], lg.propagate, lg.level) for lg in loggers]
+    try:
+        setup_logger(str(tmp_path), 0)
+        handler = loggers[0].handlers[0]
+        handler.setStream(os.fdopen(os.dup(stream.fileno()), "w"))
+        loggers[0].info("a line")
+        loggers[0].info("another")
+        assert capsys.readouterr().err == ""
+        assert "another" in (tmp_path / "log.txt").read_text()
+    finally:  # the package's loggers as they were (propagating to pytest's capture)
+        for lg, (handlers, propagate, level) in zip(loggers, saved):
+            for h in lg.handlers[:]:
+                lg.removeHandler(h)
+                if h not in handlers:
+                    h.close()
+            for h in handlers:
+                lg.addHandler(h)
+            lg.propagate, lg.level = propagate, level
