@@ -239,7 +239,12 @@ def test_cluster_md_steps_run_as_written(cluster, synthetic_data, runtime_bin):
     trainer: valid MLPerf logs), and the submission folder that mlperf-logging's package checker accepts."""
     w = Path(cluster.workdir) / "jobs" / "steps"
     (w / "models").mkdir(parents=True, exist_ok=True)
-    (w / "models" / "R-50.pkl").write_bytes(b"weights")
+    # a Detectron pickle (download_coco reads the weights it finds: a file that is not one is fetched again)
+    import numpy as np
+    import pickle
+
+    (w / "models" / "R-50.pkl").write_bytes(pickle.dumps({"blobs": {"conv1_w": np.zeros((1, 3, 1, 1), np.float32)}},
+                                                         protocol=2))
     system_json = w / "system.json"
     system_json.write_text(json.dumps({"host_processors_per_node": "1", "accelerators_per_node": "1",
                                        "host_processor_core_count": "2", "accelerator_model_name": "none (CPU)"}))
