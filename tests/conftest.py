@@ -16,6 +16,14 @@ if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+# Every process that compiles with inductor first probes which vector ISAs the compiler can build (cpu_vec_isa:
+# for each ISA the CPU's flags list, a small library built once into the cache and loaded by a new Python that
+# imports torch), about 12 CPU-seconds per process, before its first kernel; the suite's processes skip the probe
+# and take the ISAs the CPU's flags list (on this machine the same pick either way: avx512 avx512_vnni; a compiler
+# without one of them would fail the compiled tests, not pass them with another ISA).
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+
+
 def _xdist_controller(config):
     """The pytest-xdist process that hands the tests out to the workers and runs none: it imports neither torch
     nor the package (about 4 CPU-seconds and 3 s before the workers start, on 2 cores)."""
