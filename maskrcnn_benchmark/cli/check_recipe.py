@@ -40,13 +40,6 @@ def build_parser():
     return p
 
 
-def _value(cfg, key):
-    node = cfg
-    for part in key.split("."):
-        node = node[part]
-    return node
-
-
 def judge_recipe(cfg, world_size, ruleset, division="closed", allow_non_rcp=False, out=None):
     """Print the verdict on ``cfg``'s recipe at ``world_size`` processes (warnings and refusals to stderr) and
     raise :class:`~maskrcnn_benchmark.utils.errors.RecipeRefused` when it is refused. The config is resolved
@@ -54,6 +47,7 @@ def judge_recipe(cfg, world_size, ruleset, division="closed", allow_non_rcp=Fals
     from mlperf_review.recipe import check_recipe
     from mlperf_review.rules import CLOSED_FIXED_CONFIG
 
+    from ..config.config_utils import _get
     from ..engine.resolve import resolve
     from ..utils.errors import ConfigError, RecipeRefused
     from ..utils.mlperf_logger import MLPerfLogger
@@ -71,7 +65,7 @@ def judge_recipe(cfg, world_size, ruleset, division="closed", allow_non_rcp=Fals
     per_chip, rest = divmod(cfg.SOLVER.IMS_PER_BATCH, world_size)  # not a whole number: the batch check's to say
     verdict = check_recipe(stream.getvalue(), ruleset, division, allow_non_rcp,
                            images_per_chip=None if rest else per_chip,
-                           config={key: _value(cfg, key) for key in (*CLOSED_FIXED_CONFIG, "SOLVER.WARMUP_METHOD")})
+                           config={key: _get(cfg, key) for key in (*CLOSED_FIXED_CONFIG, "SOLVER.WARMUP_METHOD")})
     for w in verdict.warnings:
         print(f"check_recipe: WARNING: {w}", file=sys.stderr)
     for r in verdict.refusals[:-1]:

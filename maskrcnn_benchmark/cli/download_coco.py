@@ -281,8 +281,9 @@ def _main(args):
     if args.weights_dir:
         os.makedirs(args.weights_dir, exist_ok=True)
         dest = os.path.join(args.weights_dir, "R-50.pkl")
-        if os.path.exists(dest) and check_weights(dest):
-            print(f"weights: {check_weights(dest)}: downloading it again", flush=True)
+        problem = check_weights(dest) if os.path.exists(dest) else None
+        if problem:
+            print(f"weights: {problem}: downloading it again", flush=True)
             os.remove(dest)
         if not os.path.exists(dest):
             print(f"weights: downloading {args.weights_url}", flush=True)
