@@ -52,7 +52,8 @@ INTERNAL = ExitCode(5, "internal error", "an unexpected exception (a bug, or a b
                     "exception and the place", "the traceback is in the log file the line names: raise ulimit -n or "
                     "the shm size where it says so, else report it")
 STOPPED = ExitCode(128, "stopped (128 + signal)", "SIGTERM (Slurm time limit, scancel, a sibling rank died), "
-                   "SIGINT, SIGHUP, or SIGUSR1/SIGUSR2 (a Slurm `--signal` warning); run_stop logged as aborted",
+                   "SIGINT, SIGHUP, or SIGUSR1/SIGUSR2 (a Slurm `--signal` warning); the trainer's line says whether run_stop "
+                   "was logged as aborted (not before run_start)",
                    "rerun; --resume from the last checkpoint")
 
 # Found before the run starts (engine/preflight.py, tools/check_recipe.py), by tools/preflight.py on the batch host
@@ -198,28 +199,30 @@ def _traceback_file(exc):
         return f"nowhere: {e.strerror}"
 
 
-def describe(exc):
-    """``(exit code, the error line without 'error: ')`` for an exception that ended a program."""
+def describe(exc, stopped_note=""):
+    """``(exit code, the error line without 'error: ')`` for an exception that ended a program. ``stopped_note``
+    ends a stop's line: what the program made of the stop (the trainer: whether its MLPerf log has run_stop)."""
+    note = f"; {stopped_note}" if stopped_note else ""
     if isinstance(exc, Stopped):
-        return STOPPED.code + exc.signum, f"stopped by {exc}; run_stop logged as aborted"
+        return STOPPED.code + exc.signum, f"stopped by {exc}{note}"
     signum = signals.received()
     if signum is not None:
         name = signal.Signals(signum).name
         if _raised_while_handling(exc, Stopped):  # the cleanup itself failed: the user should know what
             return STOPPED.code + signum, (f"stopped by {name} ({type(exc).__name__} while stopping: "
-                                           f"{_one_line(exc)}); run_stop logged as aborted")
+                                           f"{_one_line(exc)}){note}")
         # The stop's own consequence overtook its Stopped: the signal reached the whole job, and a collective whose
         # peers stopped first, or a loader worker's batch, failed before Stopped was raised (or after torch printed
         # and cleared it: signals.received). The line is the stop's; the run's log keeps what failed.
         _log_traceback(exc, f"stopped by {name}; this error came before the stop was raised")
-        return STOPPED.code + signum, f"stopped by {name}; run_stop logged as aborted"
+        return STOPPED.code + signum, f"stopped by {name}{note}"
     signum = _stop_signal_that_ended_a_loader_worker(exc)
     if signum is not None:  # the job's stop reached the worker first, and this process has not had it yet
         name = signal.Signals(signum).name
         _log_traceback(exc, f"stopped by {name}: it ended a data loader worker first")
-        return STOPPED.code + signum, f"stopped by {name} (it ended a data loader worker first); run_stop logged as aborted"
+        return STOPPED.code + signum, f"stopped by {name} (it ended a data loader worker first){note}"
     if isinstance(exc, KeyboardInterrupt):
-        return STOPPED.code + 2, "stopped by SIGINT; run_stop logged as aborted"
+        return STOPPED.code + 2, f"stopped by SIGINT{note}"
     if isinstance(exc, NonFiniteLossError):
         return DIVERGED.code, f"{exc}; aborting the run"
     if isinstance(exc, RankLost):
@@ -234,7 +237,7 @@ def describe(exc):
     return INTERNAL.code, f"{type(exc).__name__} at {where}: {_one_line(exc)} (traceback in {log})"
 
 
-def run_program(body):
+def run_program(body, stopped_note=None):
     """Run ``body()`` (which returns an exit code) and turn any failure into one ``error:`` line and its code.
 
     Once ``body`` has returned or failed, a stop signal is only recorded (:func:`signals.hold`): one that comes
@@ -246,9 +249,10 @@ def run_program(body):
             signals.hold()  # a Stopped raised before this line replaces body's error, and is caught below
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - one line for the user; the log keeps the rest
         received = signals.received()
-        code, line = describe(e)
+        note = stopped_note() if stopped_note is not None else ""
+        code, line = describe(e, note)
         if signals.received() != received:  # the stop came while describing
-            code, line = describe(e)
+            code, line = describe(e, note)
         print(f"error: {line}", file=sys.stderr, flush=True)
         return code
 

@@ -37,7 +37,8 @@ def build_parser():
     return p
 
 
-def train(args, opts):
+def train(args, opts, started=None):
+    """Train one MLPerf run; ``started(run)`` receives the :class:`MLPerfRun` before it runs."""
     from ..config import load_config
     from .exit_codes import NOT_CONVERGED, SUCCESS
 
@@ -50,6 +51,8 @@ def train(args, opts):
                          coco_backend=args.coco_backend, timeout=args.timeout, local_rank=args.local_rank,
                          ruleset=args.ruleset)
     run = MLPerfRun(cfg, options)
+    if started is not None:
+        started(run)
     outcome = run.run()
     if run.rank == 0:
         try:
@@ -60,16 +63,33 @@ def train(args, opts):
     return SUCCESS.code if outcome.success else NOT_CONVERGED.code
 
 
-def main(argv=None):
+def train_program(args, opts, site_hook=True):
+    """:func:`train` through :func:`~.exit_codes.run_program`: its exit code, a failure's one ``error:`` line.
+    ``site_hook``: run the reference's site hook (TORCH_DETECTRON_ENV_MODULE) first; a failure is one line."""
     from ..utils.env import setup_environment
-    from ..utils.signals import stop_on_signals
     from .exit_codes import run_program
+
+    runs = []
+
+    def body():
+        if site_hook:
+            setup_environment()
+        return train(args, opts, runs.append)
+
+    def stopped_note():
+        """A stop after run_start leaves run_stop aborted in the MLPerf log (MLPerfRun logs it on the way out);
+        one before it leaves no run_stop, and no run to review."""
+        ml = runs[0].ml if runs else None
+        if ml is not None and "run_start" in ml.logged:
+            return "run_stop logged as aborted"
+        return "before run_start: the MLPerf log has no run_stop"
+
+    return run_program(body, stopped_note)
+
+
+def main(argv=None):
+    from ..utils.signals import stop_on_signals
 
     stop_on_signals()
     args, opts = parse_with_overrides(build_parser(), argv)
-
-    def body():
-        setup_environment()  # the reference's site hook (TORCH_DETECTRON_ENV_MODULE): a failure is one line
-        return train(args, opts)
-
-    return run_program(body)
+    return train_program(args, opts)

@@ -117,14 +117,14 @@ def test_a_stop_whose_stopped_exception_was_lost_is_still_a_stop(monkeypatch, tm
         with pytest.raises(signals.Stopped):  # what torch then prints and clears
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)
-        lost = exit_codes.describe(RuntimeError(gloo))
+        lost = exit_codes.describe(RuntimeError(gloo), "run_stop logged as aborted")
         try:
             try:
                 raise signals.Stopped(signal.SIGTERM)
             except signals.Stopped:
                 raise OSError(28, "No space left on device")  # the cleanup's own write fails
         except OSError as e:
-            cleanup = exit_codes.describe(e)
+            cleanup = exit_codes.describe(e, "run_stop logged as aborted")
     finally:
         for s, handler in saved.items():
             signal.signal(s, handler)

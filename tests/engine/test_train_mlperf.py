@@ -216,6 +216,29 @@ def test_bad_input_gives_one_clear_error_line(tiny_data, tmp_path, opts, needle,
     assert sorted(p.name for p in tmp_path.iterdir() if p.name not in earlier and not p.name.startswith(".")) == []
 
 
+@pytest.mark.parametrize("where,note", [
+    ("build_detection_model", "before run_start: the MLPerf log has no run_stop"),  # while init builds the model
+    ("make_device_loader", "run_stop logged as aborted"),                           # just after run_start
+])
+def test_a_stop_says_whether_the_mlperf_log_has_run_stop(tiny_data, tmp_path, monkeypatch, where, note):
+    """A stop during init (a Slurm time limit in a long compile) said "run_stop logged as aborted", a run_stop the
+    log never received: there is none before run_start."""
+    import signal
+
+    from maskrcnn_benchmark.engine import run as run_module
+    from maskrcnn_benchmark.utils.signals import Stopped
+
+    def stopped(*args, **kwargs):
+        raise Stopped(signal.SIGTERM)
+
+    monkeypatch.setattr(run_module, where, stopped)
+    r = run_in_process(tiny_data, str(tmp_path), "SOLVER.MAX_ITER", 2)
+    assert r.returncode == 128 + signal.SIGTERM, r.stdout[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == f"error: stopped by SIGTERM; {note}", r.stdout[-2000:]
+    stops = [e["metadata"]["status"] for e in mllog_events(r.stdout) if e["key"] == "run_stop"]
+    assert stops == ([] if note.startswith("before") else ["aborted"])
+
+
 @pytest.mark.slow
 def test_corrupt_training_image_is_named(tiny_data, tmp_path):
     import shutil

@@ -55,8 +55,8 @@ def run_merged(data_dir, out_dir, *opts, extra_args=(), timeout=600, env=None, c
 
 
 def run_in_process(data_dir, out_dir, *opts, config_file=None):
-    """Like :func:`run_merged`, in this process: the trainer's parser, ``train`` and ``run_program`` (which prints
-    the one ``error:`` line and returns the exit code), stdout and stderr merged in the order written. For failures
+    """Like :func:`run_merged`, in this process: the trainer's parser and ``train_program`` (which prints the one
+    ``error:`` line and returns the exit code), stdout and stderr merged in the order written. For failures
     found in the first iterations: no Python start and torch import per test (about 3.5 CPU-seconds each).
     ``main``'s first two steps, the site hook and the signal handlers, are left to the subprocess tests (they would
     change this process)."""
@@ -68,7 +68,6 @@ def run_in_process(data_dir, out_dir, *opts, config_file=None):
 
     from maskrcnn_benchmark.cli import train_mlperf
     from maskrcnn_benchmark.cli.common import parse_with_overrides
-    from maskrcnn_benchmark.cli.exit_codes import run_program
     from maskrcnn_benchmark.utils.logger import TRACEBACK_LOGGER
 
     argv = train_cmd(data_dir, out_dir, *opts)[2:]  # without the interpreter and the script
@@ -82,7 +81,7 @@ def run_in_process(data_dir, out_dir, *opts, config_file=None):
     try:
         with contextlib.redirect_stdout(merged), contextlib.redirect_stderr(merged):
             args, rest = parse_with_overrides(train_mlperf.build_parser(), argv)
-            code = run_program(lambda: train_mlperf.train(args, rest))
+            code = train_mlperf.train_program(args, rest, site_hook=False)
     finally:
         os.chdir(cwd)
         torch.set_num_threads(threads)
