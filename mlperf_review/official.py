@@ -36,6 +36,7 @@ import re
 import shutil
 import tempfile
 import warnings
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -63,6 +64,7 @@ RCP_RUNNING = " Running RCP Checker, pass: %s"
 RCP_RECORD = " RCP Record: %s"
 RCP_SUBMISSION_MEAN = " Submission mean epochs: %.4f"
 SCALING_FILE = "scaling.json"  # written by the RCP check, read by the result summarizer
+PACKAGE_CHECKER_PARAMS = "package_checker_params"  # the committee's bypasses, per system or per benchmark
 
 # Fields system_desc_checker.check_system_desc requires (training, 1.0.0+); staged with neutral values.
 SYSTEM_DESC_FIELDS = (
@@ -270,7 +272,7 @@ def stage(results: Sequence[Tuple[str, Path]], org: Optional[str], platform: Opt
                 opener = gzip.open if str(src).endswith(".gz") else open
                 with opener(src, "rb") as fin, open(dest, "wb") as fout:
                     shutil.copyfileobj(fin, fout)
-            except (OSError, EOFError):
+            except (OSError, EOFError, zlib.error):  # the review's parser names the file
                 dest.touch(exist_ok=True)
             pkg.files[Path(src).name] = dest
             pkg.shown[str(dest)] = Path(src).name
@@ -279,13 +281,17 @@ def stage(results: Sequence[Tuple[str, Path]], org: Optional[str], platform: Opt
 
 @contextlib.contextmanager
 def one_system(org_dir: Path, system: str):
-    """A copy of one system of a submission folder (its results and description) in a folder of its own, for the
-    package checker and the result summarizer: on a folder of several systems their verdict is the whole folder's
-    and their score rows are every system's. The RCP check's ``scaling.json`` is copied back beside the results.
-    Removed on exit."""
+    """A copy of one system of a submission folder (its results, its package checker parameters and its
+    description) in a folder of its own, for the package checker and the result summarizer: on a folder of several
+    systems their verdict is the whole folder's and their score rows are every system's. ``scaling.json`` is this
+    check's: an earlier one is left out of the copy, and the folder gets what the RCP check wrote (or none; the
+    summarizer applies any it finds). Removed on exit."""
     src = org_dir / "results" / system / rules.BENCHMARK
     with _scratch_package(org_dir.name, system) as pkg:
-        shutil.copytree(src, pkg.benchmark_dir, dirs_exist_ok=True)
+        shutil.copytree(src, pkg.benchmark_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns(SCALING_FILE))
+        system_params = src.parent / PACKAGE_CHECKER_PARAMS  # a system-wide bypass (rcp-bypass, ...)
+        if system_params.is_file():
+            shutil.copy2(system_params, pkg.benchmark_dir.parent / PACKAGE_CHECKER_PARAMS)
         shutil.copy2(org_dir / "systems" / f"{system}.json", pkg.org_dir / "systems" / f"{system}.json")
         for f in pkg.benchmark_dir.iterdir():
             pkg.shown[str(f)] = f.name
@@ -293,6 +299,8 @@ def one_system(org_dir: Path, system: str):
         scaling = pkg.benchmark_dir / SCALING_FILE
         if scaling.is_file():
             shutil.copy2(scaling, src / SCALING_FILE)
+        elif (src / SCALING_FILE).exists():
+            (src / SCALING_FILE).unlink()
 
 
 # ------------------------------------------------------------------------------------------------ compliance

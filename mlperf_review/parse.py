@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
@@ -292,7 +293,7 @@ def parse_log(path: Path) -> ParsedLog:
     try:
         with open_text(path) as fh:
             parse_lines(fh, str(path), log)
-    except (OSError, EOFError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, EOFError, UnicodeDecodeError, ValueError, zlib.error) as exc:  # zlib: a corrupted .gz
         log.issues.append(Issue(str(path), None, "unreadable",
                                 f"file could not be read to the end after line {log.n_lines}: {exc}"))
     if log.legacy_lines and not log.events:

@@ -7,6 +7,7 @@ The verdict rules themselves (file count, failed runs, seeds, RCPs, score) are t
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from typing import Dict, List, Optional, Tuple
 
 BENCHMARK = "maskrcnn"
@@ -157,6 +158,11 @@ def detect_ruleset(time_ms: Optional[float]) -> Tuple[str, str]:
     return newest, f"log dated {day.isoformat()}, after the last Mask R-CNN round {newest}"
 
 
+def _number(value) -> bool:
+    """A finite int or float (mllog writes a float nan as NaN and inf as Infinity; a logged value may be null)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _is_multiple(value: float, unit: float) -> bool:
     q = value / unit
     return abs(round(q) - q) < 1e-5
@@ -210,9 +216,9 @@ def closed_rule_warnings(hparams: Dict, ruleset: Optional[str], images_per_chip:
     out: List[str] = []
     gbs = hparams.get("global_batch_size")
     lr = hparams.get("opt_base_learning_rate")
-    if isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0:
+    if _number(lr) and lr > 0:
         ok = _is_multiple(lr, 0.02)
-        small_ok = at_least(ruleset, "2.0.0") and isinstance(gbs, (int, float)) and gbs < 16
+        small_ok = at_least(ruleset, "2.0.0") and _number(gbs) and gbs < 16
         if not ok and not (small_ok and _is_multiple(0.02, lr)):
             rule = "0.02*K" + (" (or 0.02/K when the global batch is < 16)" if at_least(ruleset, "2.0.0") else "")
             out.append(f"opt_base_learning_rate {lr:g} is not {rule}")
@@ -224,7 +230,9 @@ def closed_rule_warnings(hparams: Dict, ruleset: Optional[str], images_per_chip:
     steps = hparams.get("opt_learning_rate_decay_steps")
     if steps is not None and not (isinstance(steps, (list, tuple)) and len(steps) == 2):
         out.append(f"opt_learning_rate_decay_steps {steps!r} is not two steps")
-    elif (steps is not None and isinstance(gbs, (int, float)) and not isinstance(gbs, bool) and gbs > 0
+    elif steps is not None and not all(_number(step) for step in steps):
+        out.append(f"opt_learning_rate_decay_steps {list(steps)!r} is not two iteration numbers")
+    elif (steps is not None and _number(gbs) and gbs > 0
           and not at_least(ruleset, DECAY_RULE_BEFORE) and decay_steps_k(steps, gbs) is None):
         k = max(-9, _nearest_k(steps, gbs))
         near = [round(b * (1 + k / 10) * 16 / gbs) for b in DECAY_STEPS_BASE]
@@ -232,7 +240,7 @@ def closed_rule_warnings(hparams: Dict, ruleset: Optional[str], images_per_chip:
                    f"global_batch_size {gbs:g} for an integer K (K={k}: {near})")
     cand = hparams.get("num_image_candidates")
     if cand is not None:
-        if not isinstance(cand, (int, float)) or isinstance(cand, bool) or not _is_multiple(cand, 1000.0):
+        if not _number(cand) or not _is_multiple(cand, 1000.0):
             out.append(f"num_image_candidates {cand!r} is not a multiple of 1000")
         elif cand <= 0:
             out.append(f"num_image_candidates {cand!r} is not positive")
@@ -250,8 +258,8 @@ def closed_rule_warnings(hparams: Dict, ruleset: Optional[str], images_per_chip:
     if opt is not None and opt not in ("sgd_with_momentum", "sgd"):
         out.append(f"opt_name {opt!r} is not SGD with momentum (the reference optimizer)")
     warm = hparams.get("opt_learning_rate_warmup_steps")
-    if isinstance(warm, (int, float)) and warm < 0:
+    if _number(warm) and warm < 0:
         out.append(f"opt_learning_rate_warmup_steps {warm!r} is negative")
-    if isinstance(gbs, (int, float)) and not isinstance(gbs, bool) and gbs <= 0:
-        out.append(f"global_batch_size {gbs!r} is not positive")
+    if gbs is not None and not (_number(gbs) and gbs > 0):
+        out.append(f"global_batch_size {gbs!r} is not a positive number")
     return out

@@ -36,6 +36,7 @@ import os
 import re
 import shutil
 import subprocess
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -197,7 +198,8 @@ def _stage_results(files, bench):
                         shutil.copyfileobj(fin, fout)
                 else:
                     shutil.copyfile(src, dest)  # the contents; the mode is the umask's (a private LOGDIR's 0600 is not)
-            except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError; a truncated .gz an EOFError
+            except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError; a truncated .gz an
+                # EOFError; a corrupted deflate stream a zlib.error
                 raise SubmissionError(f"cannot copy the result file {src}: {e}") from None
         if bench.exists():
             bench.rmdir()  # empty (checked by the caller): the staged folder takes its place
@@ -220,7 +222,11 @@ def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] 
     files, _ = find_result_files(results_dir)
     if not files:
         raise SubmissionError(f"no result_*.txt in {results_dir}")
-    runs = [summarize(parse_log(p)) for p in files]
+    logs = [parse_log(p) for p in files]
+    unreadable = [str(i) for log in logs for i in log.issues if i.kind == "unreadable"]
+    if unreadable:  # a damaged file: its name, not what the runs it hides would have said ("no submitter")
+        raise SubmissionError(f"cannot read the result file {unreadable[0]}")
+    runs = [summarize(log) for log in logs]
     dated = sorted({r.ruleset for r in runs if r.n_events and r.ruleset})  # the rounds the logs are dated in
     round_warning = None
     if ruleset is None:  # as a plain review: the round most logs are dated in (the newest where none is)
@@ -350,6 +356,10 @@ def _holds_these_runs(bench: Path, files) -> bool:
     return True
 
 
+# the system description's counts the result summarizer reads as numbers
+COUNTS = ("number_of_nodes", "host_processors_per_node", "accelerators_per_node")
+
+
 def render(a: Assembly) -> str:
     lines = [f"submission folder: {a.org_dir}",
              f"  results:        {a.results[0].parent} ({len(a.results)} runs)",
@@ -362,8 +372,9 @@ def render(a: Assembly) -> str:
     for e in a.package.errors[:10]:
         lines.append(f"  - {e.strip()}")
     if a.summarizer.crash:
-        lines.append(f"result summarizer: no score ({a.summarizer.crash}): it reads number_of_nodes, "
-                     "host_processors_per_node and accelerators_per_node as numbers (--system-json)")
+        counts = [k for k in COUNTS if k in a.to_fill]  # a crash with the counts filled in is not theirs
+        lines.append(f"result summarizer: no score ({a.summarizer.crash})" + (
+            f": it reads {', '.join(counts)} as numbers (--system-json)" if counts else ""))
     if a.summarizer.score_min is not None:
         lines.append(f"result summarizer score: {a.summarizer.score_min:.2f} min"
                      + (f" (RCP scaling {a.summarizer.scaling_factor:g})" if a.summarizer.scaling_factor else ""))

@@ -184,15 +184,27 @@ def test_gz_and_other_files(tmp_path):
                               "slurm.out: not a result file: the official tools read result_*.txt only"]
 
 
-def test_corrupt_gzip(tmp_path):
+def _corrupt(data):
+    """The deflate stream damaged a few bytes past the gzip header: zlib.error ("invalid code lengths set"), not
+    the OSError or EOFError of a bad header or a truncated file."""
+    damaged = bytearray(data)
+    for i in range(12, 20):
+        damaged[i] ^= 0x5A
+    return bytes(damaged)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupted"])
+def test_corrupt_gzip(tmp_path, damage):
+    """A corrupted .gz (zlib.error) ended the review with "unexpected error while reviewing: Error -3 while
+    decompressing data", naming no file."""
     good = tmp_path / "ok.txt.gz"
     write_log(good)
     data = good.read_bytes()
-    (tmp_path / "result_0.txt.gz").write_bytes(data[: len(data) // 2])
+    (tmp_path / "result_0.txt.gz").write_bytes(data[: len(data) // 2] if damage == "truncated" else _corrupt(data))
     good.unlink()
     review = review_folder(tmp_path)
     run = review.runs[0]
-    assert any(i.kind == "unreadable" for i in run.issues)
+    assert any(i.kind == "unreadable" and "result_0.txt.gz" in str(i) for i in run.issues), run.issues
     assert run.compliance.passed is False
 
 
@@ -255,6 +267,28 @@ def test_closed_rule_function():
     assert len(closed_rule_warnings(small, "1.0.0")) == 1
     assert closed_rule_warnings(dict(good, min_image_size=640), "0.7.0") == [
         "min_image_size 640 is not 800 (fixed in the closed division)"]
+
+
+def test_values_no_number_makes_are_warnings_not_a_crash(tmp_path):
+    """mllog writes a float nan as NaN and inf as Infinity; a decay step may be null. Each raised inside the rule
+    check (ValueError, OverflowError, TypeError) and the review ended with "unexpected ... while reviewing",
+    naming neither the file nor the key."""
+    base = {"opt_base_learning_rate": 0.12, "opt_learning_rate_decay_factor": 0.1, "num_image_candidates": 6000,
+            "opt_learning_rate_decay_steps": [12000, 16000], "global_batch_size": 96}
+    nan, inf = float("nan"), float("inf")
+    assert closed_rule_warnings(dict(base, num_image_candidates=nan), "1.0.0") == [
+        "num_image_candidates nan is not a multiple of 1000"]
+    assert closed_rule_warnings(dict(base, opt_base_learning_rate=inf), "1.0.0") == [
+        "opt_base_learning_rate inf is not a positive number"]
+    assert closed_rule_warnings(dict(base, opt_learning_rate_decay_steps=[None, None]), "1.0.0") == [
+        "opt_learning_rate_decay_steps [None, None] is not two iteration numbers"]
+    assert closed_rule_warnings(dict(base, global_batch_size=inf), "1.0.0") == ["global_batch_size inf is not a "
+                                                                                "positive number"]
+    write_log(tmp_path / "result_0.txt", lr=inf, num_image_candidates=nan)
+    text = (tmp_path / "result_0.txt").read_text(encoding="latin-1")
+    assert "Infinity" in text and "NaN" in text  # as mllog's json.dumps writes them
+    review = review_folder(tmp_path)
+    assert "opt_base_learning_rate inf is not a positive number" in " ".join(review.hparam_warnings)
 
 
 def test_rules_reviewers_check_by_hand():

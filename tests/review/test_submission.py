@@ -204,12 +204,16 @@ def test_a_result_file_that_cannot_be_copied_leaves_no_half_built_folder(tmp_pat
     results = five_runs(tmp_path / "results")
     blob = gzip.compress((results / "result_3.txt").read_bytes())
     (results / "result_3.txt").unlink()
-    (results / "result_3.txt.gz").write_bytes(blob[: len(blob) // 2])
     out = tmp_path / "s"
-    rc = main(["submission", str(results), "--out", str(out), "--no-implementation"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and "result_3.txt.gz" in err[0], err
-    assert not list(out.rglob("result_*.txt"))
+    damaged = bytearray(blob)
+    for i in range(12, 20):  # the deflate stream: zlib.error, a traceback (neither OSError nor EOFError)
+        damaged[i] ^= 0x5A
+    for bad in (blob[: len(blob) // 2], bytes(damaged)):
+        (results / "result_3.txt.gz").write_bytes(bad)
+        rc = main(["submission", str(results), "--out", str(out), "--no-implementation"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and "result_3.txt.gz" in err[0], err
+        assert not list(out.rglob("result_*.txt"))
     (results / "result_3.txt.gz").write_bytes(blob)  # mended: the next attempt is not refused
     assert main(["submission", str(results), "--out", str(out), "--no-implementation"]) == 0
     capsys.readouterr()
@@ -290,6 +294,24 @@ def test_nvidias_platform_names_fill_the_counts_and_a_folder_without_a_score_is_
     assert "result summarizer: no score" in out and rc == 1, out
 
 
+def test_a_summarizer_crash_blames_the_counts_only_when_they_are_not_filled_in(tmp_path):
+    """Every crash of the result summarizer was said to come from the system description's counts (--system-json),
+    a result record without metadata too."""
+    from mlperf_review import official
+
+    def rendered(to_fill):
+        a = submission.Assembly(org_dir=tmp_path, system="s", results=[tmp_path / "result_0.txt"],
+                                system_json=tmp_path / "s.json", implementation=tmp_path, to_fill=to_fill,
+                                package=official.PackageCheck("3.1.0", passed=True),
+                                summarizer=official.SummarizerResult(crash="KeyError: 'metadata'"))
+        return next(line for line in submission.render(a).splitlines() if line.startswith("result summarizer"))
+
+    assert rendered([]) == "result summarizer: no score (KeyError: 'metadata')"
+    assert rendered(["cooling", "accelerators_per_node"]) == ("result summarizer: no score (KeyError: 'metadata'): "
+                                                              "it reads accelerators_per_node as numbers "
+                                                              "(--system-json)")
+
+
 @pytest.mark.slow  # starts git
 def test_uncommitted_changes_of_the_implementation_are_named(tmp_path):
     """The implementation folder copies the checkout as it is when the folder is built; a tracked file changed
@@ -306,3 +328,33 @@ def test_uncommitted_changes_of_the_implementation_are_named(tmp_path):
     assert submission.uncommitted(tmp_path) == []
     (tmp_path / "run_and_time.sh").write_text("echo two\n")
     assert submission.uncommitted(tmp_path) == ["run_and_time.sh"]
+
+
+@pytest.mark.slow  # the official checkers, three times
+def test_a_rebuild_keeps_no_stale_scaling_and_reads_the_systems_checker_params(tmp_path):
+    """The RCP check's scaling.json is this build's: a stale one in the folder (an earlier build's, with another
+    ruleset) was copied into the checked copy, and stayed in the folder when this build's RCP check wrote none;
+    the result summarizer applies any it finds. A committee's system-wide package_checker_params
+    (results/<system>/package_checker_params, which the official package checker reads) was left out of the
+    checked copy: its rcp-bypass did not count."""
+    results = five_runs(tmp_path / "results")
+    out = tmp_path / "s"
+    first = submission.assemble(results, out, copy_code=False, write_review=False)
+    assert first.passed, submission.render(first)
+    system_dir = out / "TESTORG" / "results" / "4xDGXH100"
+    scaling = system_dir / "maskrcnn" / "scaling.json"
+    written = scaling.read_text() if scaling.exists() else None
+    scaling.write_text(json.dumps({"scaling_factor": 3.0}))  # stale
+    again = submission.assemble(results, out, copy_code=False, write_review=False)
+    assert again.summarizer.score_min == pytest.approx(first.summarizer.score_min)
+    assert (scaling.read_text() if scaling.exists() else None) == written
+    # runs far faster than the RCP allows fail its check; the system-wide bypass lets them pass, as officially
+    fast = five_runs(tmp_path / "fast", epochs=(8, 8, 8, 8, 8))
+    out2 = tmp_path / "s2"
+    refused = submission.assemble(fast, out2, copy_code=False, write_review=False)
+    assert not refused.passed and any("RCP" in e for e in refused.package.errors), submission.render(refused)
+    (out2 / "TESTORG" / "results" / "4xDGXH100" / "package_checker_params").write_text("rcp-bypass")
+    official = subprocess.run([sys.executable, "-m", "mlperf_logging.package_checker", str(out2 / "TESTORG"),
+                               "training", "3.1.0"], capture_output=True, text=True, cwd=tmp_path)
+    bypassed = submission.assemble(fast, out2, copy_code=False, write_review=False)
+    assert bypassed.passed == (official.returncode == 0) == True, official.stdout[-2000:] + official.stderr[-2000:]
