@@ -29,6 +29,7 @@ import os
 import signal
 
 from ..utils.processes import die_with_parent
+from ..utils.signals import Stopped
 from .scoring import ScoringError
 
 logger = logging.getLogger(__name__)
@@ -171,12 +172,18 @@ class BackgroundScorer:
         except (OSError, EOFError):  # the process is gone (broken pipe), or a write failed half-way and the stream cannot be
             # trusted: a fresh process, sent this epoch again (or fail, the second time it dies receiving it)
             self._died(held=alive)
+        except Stopped:  # a stop signal in the second it takes to pickle and write an epoch: the run stops
+            raise
         except Exception as e:  # noqa: BLE001 - pickling the detections (out of memory): nothing was written
             self._waiting.pop(0)
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             error = (f"handing epoch {future.epoch}'s detections to the COCO scoring process failed: "
                      f"{type(e).__name__}{': ' + first if first else ''}")
             future._set(error=error)
+            try:
+                self._send_next()  # the epochs queued behind it (else their result() waits for nothing)
+            except ScoringError:  # each failed epoch's future holds its own error; this one is raised
+                pass
             raise ScoringError(error) from None
 
     def _died(self, held=None):

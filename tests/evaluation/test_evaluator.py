@@ -163,6 +163,58 @@ def test_hand_over_failures_and_shutdown_leave_no_future_waiting_forever(tmp_pat
             future.result()
 
 
+@pytest.mark.slow  # a scoring process
+def test_epochs_queued_behind_a_failed_hand_over_are_still_scored(tmp_path):
+    """Epoch 1 scoring, epochs 2 (cannot be pickled) and 3 queued: when epoch 1's scores came, handing epoch 2 over
+    failed, and epoch 3 was never sent; its result() waited for a message that never came."""
+    import threading
+
+    from scorers import HeldScorer
+
+    release = tmp_path / "release"
+    bg = BackgroundScorer(HeldScorer(str(release)))
+    try:
+        first, second, third = bg(b"a", epoch=1), bg(lambda: None, epoch=2), bg(b"abc", epoch=3)
+        release.touch()
+        with pytest.raises(ScoringError, match="handing epoch 2's detections"):
+            first.result()  # epoch 1's scores came, then handing epoch 2 over failed
+        assert first.result() == {"size": 1} and second.done()
+        got = []
+        waiter = threading.Thread(target=lambda: got.append(third.result()), daemon=True)
+        waiter.start()
+        waiter.join(60)
+        assert got == [{"size": 3}]
+    finally:
+        bg.shutdown()
+
+
+@pytest.mark.slow  # a scoring process
+def test_a_stop_signal_while_an_epoch_is_handed_over_stops_the_run(tmp_path, monkeypatch):
+    """SIGTERM raises Stopped wherever the main thread is, also inside the second it takes to pickle and write an
+    epoch's detections: it was taken for a pickling failure (evaluation failed, ScoringError), and the run went on
+    with its stop signals set aside. The stop is raised."""
+    import signal
+
+    from scorers import HeldScorer
+
+    from maskrcnn_benchmark.utils.signals import Stopped
+
+    release = tmp_path / "release"
+    release.touch()
+    bg = BackgroundScorer(HeldScorer(str(release)))
+    try:
+        assert bg(b"ab", epoch=1).result() == {"size": 2}
+
+        def stopped(message):
+            raise Stopped(signal.SIGTERM)
+
+        monkeypatch.setattr(bg._conn, "send", stopped)
+        with pytest.raises(Stopped):
+            bg(b"abc", epoch=2)
+    finally:
+        bg.shutdown()
+
+
 @pytest.mark.slow
 def test_scoring_failures_are_one_line(coco_set, tmp_path):
     ann, bbox, segm = coco_set
