@@ -94,9 +94,33 @@ if [[ "${PREFLIGHT_ONLY:-0}" == 1 ]]; then exit 0; fi
 start=$(date +%s)
 start_fmt=$(date +'%Y-%m-%d %r')
 echo "STARTING TIMING RUN AT ${start_fmt}"
-ret=0
+# A stop (Slurm's time limit or scancel signal every process of the step; a container runtime may signal only this
+# script) must not end this shell before the launcher: Slurm kills what is left of a step once its task (this
+# shell) has exited, the trainers in their cleanup before run_stop aborted is logged. The launcher runs in the
+# background (stdin kept), the signal is forwarded to it (a second copy is harmless: bind_launch stops once), and
+# the shell waits for its exit code.
 "${prof[@]}" "${launch[@]}" "${bind_args[@]}" "${TRAIN_SCRIPT}" "${extra_params[@]}" "${train_args[@]}" \
-  "${extra_config[@]}" "$@" || ret=$?
+  "${extra_config[@]}" "$@" <&0 &
+launcher=$!
+forwarded=0
+for sig in TERM INT HUP USR1 USR2; do
+  # shellcheck disable=SC2064  # the signal's name and the launcher's pid, fixed now
+  trap "forwarded=1; kill -s ${sig} ${launcher} 2> /dev/null || true" "${sig}"
+done
+while :; do
+  forwarded=0
+  ret=0
+  wait "${launcher}" || ret=$?
+  if [[ "${forwarded}" == 0 ]]; then break; fi  # the launcher's own exit code
+  # a trapped signal ends `wait` early: wait again, for the launcher's exit code (kept by bash once it has ended)
+  if ! kill -0 "${launcher}" 2> /dev/null; then
+    again=0
+    wait "${launcher}" 2> /dev/null || again=$?
+    if [[ "${again}" -ne 127 ]]; then ret="${again}"; fi  # 127: the first wait had it already
+    break
+  fi
+done
+trap - TERM INT HUP USR1 USR2
 end=$(date +%s)
 echo "ENDING TIMING RUN AT $(date +'%Y-%m-%d %r')"
 if [[ "${ret}" -eq 3 ]]; then

@@ -284,6 +284,57 @@ def test_run_and_time_propagates_failure(tmp_path):
     assert "training exited with code 7" in r.stderr
 
 
+STOPPING_STUB = """
+import os, signal, sys, time
+out = os.environ["STUB_OUT"]
+
+def stop(signum, frame):
+    time.sleep(2)  # a trainer's cleanup: run_stop aborted, the scorer shut down
+    open(os.path.join(out, "cleaned"), "w").close()
+    sys.exit(128 + signum)
+
+signal.signal(signal.SIGTERM, stop)
+open(os.path.join(out, "started"), "w").close()
+time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("to", ["the step", "the script"])
+def test_run_and_time_outlives_the_launcher_when_stopped(tmp_path, to):
+    """Slurm signals every process of a step at a time limit or scancel: run_and_time.sh died at once, and with it
+    the step's task; Slurm then kills what is left of the step (the trainers in their cleanup, before run_stop
+    aborted). A runtime that signals only its child (the script) left the launcher running, orphaned. The script
+    forwards the signal and ends after the launcher, with its exit code."""
+    import signal
+    import time
+
+    stub = tmp_path / "stub.py"
+    stub.write_text(STOPPING_STUB)
+    env = dict(DGXSYSTEM="CPU", PYTHON=sys.executable, TRAIN_SCRIPT=stub, LOGDIR=tmp_path / "results",
+               NPROC_PER_NODE=1, PREFLIGHT_DONE=1, STUB_OUT=tmp_path)
+    proc = subprocess.Popen([str(ROOT / "run_and_time.sh")], cwd=tmp_path, env=clean_env(**env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (tmp_path / "started").exists()
+        if to == "the step":
+            os.killpg(proc.pid, signal.SIGTERM)
+        else:
+            os.kill(proc.pid, signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+        assert (tmp_path / "cleaned").exists(), stderr  # the script ended after its trainer's cleanup
+        assert proc.returncode == 128 + signal.SIGTERM, stderr
+        assert "run_and_time: training exited with code 143" in stderr
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 @pytest.mark.slow
 def test_profile_memory_writes_csv(tmp_path):
     r = run_and_time(tmp_path, PROFILE="memory", NPROC_PER_NODE=2)
