@@ -80,7 +80,8 @@ if [[ "${CONTAINER_RUNTIME}" != none ]]; then
       [[ -r "${CONTAINER}" ]] ||
         fail "${EXIT_IMAGE_UNREADABLE}" "the container image '${CONTAINER}' does not exist or is not readable (build it with singularity/build.sh, or set CONTAINER)" ;;
     pyxis)
-      srun --help 2> /dev/null | grep -q -- --container-image ||
+      # the help read whole: grep -q would stop at the option, and srun's SIGPIPE fail the pipeline (pipefail)
+      [[ "$(srun --help 2> /dev/null)" == *--container-image* ]] ||
         fail "${EXIT_RUNTIME_MISSING}" "srun has no --container-image here: the pyxis plugin is not installed (CONTAINER_RUNTIME=pyxis)"
       if [[ "${CONTAINER}" == /* || "${CONTAINER}" == ./* ]]; then
         [[ -r "${CONTAINER}" ]] ||

@@ -11,9 +11,13 @@ export MLPERF_SUBMISSION_STATUS="${MLPERF_SUBMISSION_STATUS:-onprem}"
 
 ## Slurm: where the jobs go. sbatch reads these itself; slurm/submit.sh passes GPU_REQUEST in place of the batch
 ## scripts' --gpus-per-node=8.
-export SBATCH_PARTITION="${SBATCH_PARTITION:-}"
-export SBATCH_ACCOUNT="${SBATCH_ACCOUNT:-}"
-export SBATCH_QOS="${SBATCH_QOS:-}"
+SBATCH_PARTITION="${SBATCH_PARTITION:-}"  # e.g. gpu
+SBATCH_ACCOUNT="${SBATCH_ACCOUNT:-}"
+SBATCH_QOS="${SBATCH_QOS:-}"
+for _var in SBATCH_PARTITION SBATCH_ACCOUNT SBATCH_QOS; do  # exported only when set: sbatch takes "" as the value
+  if [[ -n "${!_var}" ]]; then export "${_var?}"; else unset "${_var}"; fi
+done
+unset _var
 # GPU_REQUEST: unset asks for --gpus-per-node=<DGXNGPU of the config>; or set it: --gres=gpu:h100:8, or "" where
 # nodes come with their GPUs. Example:
 # GPU_REQUEST="--gres=gpu:h100:8"

@@ -399,10 +399,13 @@ def test_the_site_files_data_and_weights_reach_the_hosts_trainer(tmp_path):
 
 def test_a_pyxis_job_without_an_image_names_the_squashfs_file_it_wants(tmp_path):
     """CONTAINER_RUNTIME=pyxis and no CONTAINER: the job handed singularity/maskrcnn.sif, a file enroot cannot run,
-    to --container-image. Its default is the squashfs file the Dockerfile's recipe makes (enroot import)."""
+    to --container-image. Its default is the squashfs file the Dockerfile's recipe makes (enroot import). srun's
+    help goes on after the option (grep -q stopped reading there: srun's SIGPIPE failed the pipeline under
+    pipefail, "the pyxis plugin is not installed")."""
     bindir = tmp_path / "pyxis-bin"
     bindir.mkdir()
-    (bindir / "srun").write_text('#!/bin/bash\nif [[ "$1" == --help ]]; then echo "  --container-image=IMAGE"; fi\n')
+    (bindir / "srun").write_text('#!/bin/bash\nif [[ "$1" == --help ]]; then echo "  --container-image=IMAGE"; '
+                                 'for i in $(seq 20000); do echo "  --more-help-$i"; done; fi\n')
     (bindir / "srun").chmod(0o755)
     r = run_job(tmp_path, path_dirs=[bindir], CONTAINER_RUNTIME="pyxis", CONTAINER=None)
     assert r.returncode == exit_codes.IMAGE_UNREADABLE.code, r.stdout + r.stderr

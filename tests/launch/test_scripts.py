@@ -335,6 +335,19 @@ def test_run_and_time_outlives_the_launcher_when_stopped(tmp_path, to):
             pass
 
 
+@pytest.mark.slow  # starts bash
+def test_the_site_template_exports_only_the_sbatch_settings_it_has():
+    """site.example.sh exported SBATCH_PARTITION, SBATCH_ACCOUNT and SBATCH_QOS empty when the site left them
+    empty: sbatch reads a variable that is set as the option's value, "" included, not as "use the default"."""
+    script = f"source {ROOT / 'slurm' / 'site.example.sh'}; env | grep '^SBATCH_' | sort"
+    env = {k: v for k, v in clean_env().items() if not k.startswith("SBATCH_")}
+    empty = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+    assert empty.stdout == "", empty.stdout + empty.stderr
+    given = subprocess.run(["bash", "-c", script], env=dict(env, SBATCH_PARTITION="gpu"), capture_output=True,
+                           text=True)
+    assert given.stdout == "SBATCH_PARTITION=gpu\n", given.stdout + given.stderr
+
+
 @pytest.mark.slow
 def test_profile_memory_writes_csv(tmp_path):
     r = run_and_time(tmp_path, PROFILE="memory", NPROC_PER_NODE=2)
