@@ -112,6 +112,11 @@ fi
 
 mapfile -t hosts < <(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname)}" 2> /dev/null || hostname)
 if [[ "${#hosts[@]}" -eq 0 ]]; then hosts=("$(hostname)"); fi
+# sbatch exports the submitting shell's environment: a MASTER_ADDR left there for a one-node test (127.0.0.1,
+# localhost) would send every other node's ranks to their own loopback, a hang until the rendezvous times out
+if [[ "${#hosts[@]}" -gt 1 && "${MASTER_ADDR:-}" =~ ^(127\.|localhost$|::1$|0\.0\.0\.0$) ]]; then
+  fail "${EXIT_BAD_INPUT}" "MASTER_ADDR=${MASTER_ADDR} (from the environment sbatch passed on) is a loopback address: the job's other $(( ${#hosts[@]} - 1 )) nodes cannot reach it; unset it (the default is the job's first node, ${hosts[0]})"
+fi
 export MASTER_ADDR="${MASTER_ADDR:-${hosts[0]}}"
 port0="${MASTER_PORT:-$((29500 + JOBID % 1000))}"
 read -r -a srun_extra <<< "${SRUN_ARGS:-}"

@@ -438,3 +438,21 @@ def test_the_preflight_of_a_pyxis_job_judges_all_its_nodes(tmp_path):
     run_job(tmp_path, path_dirs=[bindir], CONTAINER_RUNTIME="pyxis", CONTAINER="nvcr.io#nvidia/pytorch:25.05-py3",
             SLURM_JOB_NUM_NODES=4, SLURM_JOB_ID=7, SLURM_JOB_NODELIST="n[1-4]", DGXNGPU=2, NCCL_CHECK=0)
     assert "--world-size=8 " in (tmp_path / "preflight").read_text().splitlines()[0]
+
+
+def test_a_loopback_master_addr_from_the_submitting_shell_is_refused_in_a_multi_node_job(tmp_path):
+    """sbatch passes the submitting shell's environment on: a MASTER_ADDR exported there for a one-node test sent
+    the other nodes' ranks to their own loopback (a hang until the rendezvous timed out, blamed on the network).
+    One line, before any trial; in a one-node job it is what it says."""
+    bindir = tmp_path / "slurm-bin"
+    bindir.mkdir()
+    (bindir / "scontrol").write_text("#!/bin/bash\nprintf 'n1\\nn2\\n'\n")  # the job's nodes, n[1-2]
+    (bindir / "scontrol").chmod(0o755)
+    r = run_job(tmp_path, path_dirs=[bindir], MASTER_ADDR="127.0.0.1", SLURM_JOB_NODELIST="n[1-2]")
+    assert r.returncode == exit_codes.BAD_INPUT.code, r.stdout + r.stderr
+    assert errors(r) == ["error: MASTER_ADDR=127.0.0.1 (from the environment sbatch passed on) is a loopback address: "
+                         "the job's other 1 nodes cannot reach it; unset it (the default is the job's first node, "
+                         "n1)"]
+    assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").glob("result_*"))
+    one = run_job(tmp_path, MASTER_ADDR="127.0.0.1")  # one node (no scontrol answer: this host)
+    assert one.returncode == 0, one.stdout[-2000:] + one.stderr[-2000:]
