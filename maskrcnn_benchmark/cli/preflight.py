@@ -50,7 +50,7 @@ def main(argv=None):
 
         def check_files():
             check_before_init(cfg, args.world_size, args.nproc_per_node, resume=args.resume,
-                              gpus_here=not args.gpus_elsewhere)
+                              gpus_here=not args.gpus_elsewhere, coco_backend=args.coco_backend)
 
         try:
             judge_recipe(cfg, args.world_size, args.ruleset, args.division, args.allow_non_rcp)

@@ -14,8 +14,9 @@ from .exit_codes import SUCCESS, run_program
 
 def build_parser():
     p = parser("Evaluate Mask R-CNN weights on DATASETS.TEST")
-    p.add_argument("--ckpt", default="", help="a trained detector's weights (default MODEL.WEIGHT): a file that "
-                   "leaves a tensor of the model unset (the ImageNet R-50.pkl, a backbone only) is refused")
+    p.add_argument("--ckpt", default="", help="a trained detector's weights (default: OUTPUT_DIR's last checkpoint, "
+                   "as the reference, else MODEL.WEIGHT): a file that leaves a tensor of the model unset (the "
+                   "ImageNet R-50.pkl, a backbone only) is refused")
     p.add_argument("--skip-eval", action="store_true", help="only write the COCO results json")
     p.add_argument("--coco-backend", default="", choices=["", "auto", "faster_coco_eval", "pycocotools"],
                    help="COCO scoring backend (default: TEST.COCO_BACKEND)")
@@ -26,7 +27,8 @@ def test(args, opts):
     cfg = load_config(args.config_file, opts)
     logger = setup_logger(cfg.OUTPUT_DIR, comm.launch_rank())  # before init_distributed: the launcher's rank
     try:
-        results = evaluate_checkpoint(cfg, args.ckpt, args.skip_eval, args.coco_backend or None, logger)
+        results = evaluate_checkpoint(cfg, args.ckpt, args.skip_eval, args.coco_backend or None, logger,
+                                      local_rank=args.local_rank)
     finally:
         comm.destroy()
     for name, scores in results.items():

@@ -15,17 +15,21 @@ or the numbers, and what to do:
 ``WeightsMissing``       ``MODEL.WEIGHT`` (or, resuming, ``--resume``) names a file that does not exist
 ``NoGPU``                ``MODEL.DEVICE`` is cuda and torch sees no GPU (the driver line says why, when known)
 ``TooFewGPUs``           fewer GPUs on this node than processes to start on it
+``ConfigError``          the COCO scoring backend asked for (``TEST.COCO_BACKEND``, ``--coco-backend``) is not
+                         installed: the first evaluation would fail, after ``run_start`` and an epoch
 =======================  =======================================================================================
 """
+import importlib.util
 import os
 import shutil
 import subprocess
 
 from ..data.catalog import dataset_paths
 from ..utils.imports import resolve_weights
-from ..utils.errors import BatchNotDivisible, DatasetMissing, NoGPU, TooFewGPUs, WeightsMissing
+from ..utils.errors import BatchNotDivisible, ConfigError, DatasetMissing, NoGPU, TooFewGPUs, WeightsMissing
 
-__all__ = ["check_before_init", "check_batch", "check_data", "check_weights", "check_resume", "check_gpus"]
+__all__ = ["check_before_init", "check_batch", "check_data", "check_weights", "check_resume", "check_gpus",
+           "check_scoring"]
 
 
 def check_batch(cfg, world_size):
@@ -115,10 +119,23 @@ def check_resume(path):
                              "of the interrupted run, written with SAVE_CHECKPOINTS True)")
 
 
-def check_before_init(cfg, world_size, local_world_size=1, cuda=None, resume="", gpus_here=True):
+def check_scoring(backend, key="TEST.COCO_BACKEND"):
+    """The COCO scoring backend can be loaded (found, not imported: the check stays cheap). ``auto`` takes
+    pycocotools, the reference's, where faster-coco-eval is not installed; one named is needed."""
+    module = {"faster_coco_eval": "faster_coco_eval", "pycocotools": "pycocotools", "auto": "pycocotools"}[backend]
+    if importlib.util.find_spec(module) is None:
+        package = module.replace("_", "-")
+        raise ConfigError(f"{key} {backend}: {package} is not installed in this Python ({package} for the COCO "
+                          f"scoring of every epoch; pip install {package}"
+                          + (", or TEST.COCO_BACKEND auto)" if backend != "auto" else ")"))
+
+
+def check_before_init(cfg, world_size, local_world_size=1, cuda=None, resume="", gpus_here=True, coco_backend=""):
     """Every check above, cheapest first; ``resume``: the checkpoint of ``--resume`` (its weights replace
-    MODEL.WEIGHT's); ``gpus_here`` False: this host only submits (a login node), the GPUs are the job's nodes'."""
+    MODEL.WEIGHT's); ``gpus_here`` False: this host only submits (a login node), the GPUs are the job's nodes';
+    ``coco_backend``: ``--coco-backend`` (else TEST.COCO_BACKEND)."""
     check_batch(cfg, world_size)
+    check_scoring(coco_backend or cfg.TEST.COCO_BACKEND, "--coco-backend" if coco_backend else "TEST.COCO_BACKEND")
     if gpus_here:
         check_gpus(cfg, local_world_size, cuda)
     check_data(cfg)

@@ -109,7 +109,8 @@ class MLPerfRun:
         cfg = self.cfg
         # a bad path or batch ends the run here: before compiling, and before an earlier run's files in OUTPUT_DIR
         # are moved aside for this one
-        check_before_init(cfg, *comm.launch_sizes(), resume=self.options.resume)
+        check_before_init(cfg, *comm.launch_sizes(), resume=self.options.resume,
+                          coco_backend=self.options.coco_backend or "")
         lock, rotated, removed = claim_output_folder(cfg.OUTPUT_DIR, fresh=not self.options.resume,
                                                      reads=[cfg.MODEL.WEIGHT]) if self.rank == 0 else (None, [], [])
         try:

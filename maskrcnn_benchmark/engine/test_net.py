@@ -12,6 +12,7 @@ from ..modeling import build_detection_model
 from ..utils import comm
 from ..utils.checkpoint import DetectronCheckpointer
 from ..utils.fileio import write_text
+from .preflight import check_scoring
 from .resolve import resolve
 
 
@@ -32,19 +33,39 @@ def report(cfg, name, scores, skip_eval=False):
     return summary_line(name, scores) + "\n" + format_per_class_table(scores)
 
 
-def evaluate_checkpoint(cfg, weights="", skip_eval=False, backend=None, logger=None):
+def weights_to_evaluate(cfg, weights=""):
+    """``weights`` (``--ckpt``), else the run's last checkpoint (``OUTPUT_DIR/last_checkpoint``), else
+    ``MODEL.WEIGHT``: the reference's ``tools/test_net.py`` without ``--ckpt`` evaluates the run's latest
+    checkpoint."""
+    if weights:
+        return weights
+    last = DetectronCheckpointer(cfg, None, save_dir=cfg.OUTPUT_DIR).get_checkpoint_file()
+    return last or cfg.MODEL.WEIGHT
+
+
+def evaluate_checkpoint(cfg, weights="", skip_eval=False, backend=None, logger=None, local_rank=None):
     """``{dataset name: scores}`` on rank 0 (``scores`` as ``COCOEvaluator.evaluate()`` returns them; with
-    ``skip_eval`` only ``{"detections": N}``), ``{}`` on the other ranks."""
-    rank, world, _, device = comm.init_distributed(None, cfg.MODEL.DEVICE, timeout_s=cfg.DISTRIBUTED_TIMEOUT)
+    ``skip_eval`` only ``{"detections": N}``), ``{}`` on the other ranks. ``weights``: as
+    :func:`weights_to_evaluate` finds them."""
+    if not skip_eval:  # before the inference of the whole test set, not after it
+        check_scoring(backend or cfg.TEST.COCO_BACKEND, "--coco-backend" if backend else "TEST.COCO_BACKEND")
+    rank, world, _, device = comm.init_distributed(local_rank, cfg.MODEL.DEVICE, timeout_s=cfg.DISTRIBUTED_TIMEOUT)
     cfg = resolve(cfg, device, world, is_train=False)
     model = build_detection_model(cfg).to(device)
-    DetectronCheckpointer(cfg, model, logger=logger).load_weights(weights or cfg.MODEL.WEIGHT, complete=True)
+    weights = weights_to_evaluate(cfg, weights)
+    if logger is not None:
+        logger.info("evaluating the weights %s", weights)
+    DetectronCheckpointer(cfg, model, logger=logger).load_weights(weights, complete=True)
     results = {}
     loaders = [make_device_loader(cfg, loader, device, is_train=False)
                for loader in make_data_loader(cfg, is_train=False, num_replicas=world, rank=rank)]
     check_num_classes(cfg.MODEL.ROI_BOX_HEAD.NUM_CLASSES, None, [loader.dataset for loader in loaders])
     for name, loader in zip(cfg.DATASETS.TEST, loaders):
         folder = results_folder(cfg, name)
+        if rank == 0:  # an earlier evaluation's summary is not left beside these results
+            stale = os.path.join(folder, "coco_eval.md")
+            if os.path.exists(stale):
+                os.remove(stale)
         scorer = None if skip_eval else COCOScorer.for_dataset(loader.dataset, backend or cfg.TEST.COCO_BACKEND,
                                                                cfg.TEST.COCO_WORKERS)
         evaluator = COCOEvaluator(loader.dataset, scorer, mask_method=cfg.TEST.MASK_ENCODING, output_folder=folder)

@@ -31,6 +31,10 @@ def _env_int(*names, default=None):
 
 
 HEARTBEAT_PERIOD_S = 2.0
+# The store host (rank 0) has not answered this rank's heartbeat for this long: frozen (SIGSTOP, a hung node) or
+# gone. The diagnosis of a failed collective then names it without asking: each question would wait
+# DISTRIBUTED_TIMEOUT (a new connection too: the client's handshake waits on a frozen host whatever its timeout)
+STALE_S = 3 * HEARTBEAT_PERIOD_S
 _state = {"timeout": None, "heartbeat": None, "side_group": None}
 
 
@@ -40,6 +44,7 @@ class _Heartbeat:
 
     def __init__(self, host, port, rank, world, timeout_s):
         self.rank, self.world = rank, world
+        self.answered = time.monotonic()  # the store host's last answer to this rank's heartbeat
         self.store = dist.TCPStore(host, port, None, is_master=False, timeout=datetime.timedelta(seconds=timeout_s),
                                    wait_for_workers=False)
         self.prefix = f"maskrcnn_heartbeat/{os.environ.get('MASTER_PORT', '')}/"
@@ -49,20 +54,28 @@ class _Heartbeat:
 
     def _beat(self):
         key = f"{self.prefix}{self.rank}"
-        while not self._stop.is_set():
+        failures = 0
+        while not self._stop.is_set() and failures < 3:
             try:
                 self.store.add(key, 1)
-            except Exception:  # noqa: BLE001 - the store host is gone: nothing to beat into
-                return
+                self.answered = time.monotonic()
+                failures = 0
+            except Exception:  # noqa: BLE001 - one failed call is retried (a thread that stopped at the first made
+                failures += 1  # this healthy rank look like the one that stopped); three: the store host is gone
             self._stop.wait(HEARTBEAT_PERIOD_S)
 
     def counters(self):
+        """Every rank's counter; all ``None`` when the store host does not answer (this rank's own heartbeat
+        has had no answer for STALE_S, or a question fails)."""
+        gone = {r: None for r in range(self.world)}
+        if time.monotonic() - self.answered > STALE_S:
+            return gone
         out = {}
         for r in range(self.world):
             try:
                 out[r] = self.store.add(f"{self.prefix}{r}", 0)
-            except Exception:  # noqa: BLE001
-                out[r] = None
+            except Exception:  # noqa: BLE001 - it stopped answering: asking the next rank would wait again
+                return gone
         return out
 
     def stop(self):

@@ -65,6 +65,24 @@ def test_missing_files(coco, change, code, words, monkeypatch, capsys):
     assert all(w in errors[0] for w in words), errors[0]
 
 
+@pytest.mark.parametrize("extra,key", [(["TEST.COCO_BACKEND", "faster_coco_eval"], "TEST.COCO_BACKEND"),
+                                       (["--coco-backend", "faster_coco_eval"], "--coco-backend")])
+def test_a_scoring_backend_that_is_not_installed_is_refused(coco, monkeypatch, capsys, extra, key):
+    """faster-coco-eval is an optional package: asked for where it is not installed, the preflight said ready and
+    the first evaluation failed, after run_start and a whole epoch (test_net: after inferring the whole test
+    set). One line naming the setting; auto takes pycocotools there."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "faster_coco_eval" else find_spec(name, *a))
+    rc, errors = run(coco, *extra, monkeypatch=monkeypatch, capsys=capsys)
+    assert (rc, errors) == (exit_codes.BAD_INPUT.code, [
+        f"error: {key} faster_coco_eval: faster-coco-eval is not installed in this Python (faster-coco-eval for "
+        "the COCO scoring of every epoch; pip install faster-coco-eval, or TEST.COCO_BACKEND auto)"])
+    assert run(coco, "TEST.COCO_BACKEND", "auto", monkeypatch=monkeypatch, capsys=capsys) == (0, [])
+
+
 def test_global_batch_not_divisible(coco, monkeypatch, capsys):
     rc, errors = run(coco, world=40, per_node=8, monkeypatch=monkeypatch, capsys=capsys)
     assert rc == exit_codes.BATCH_NOT_DIVISIBLE.code

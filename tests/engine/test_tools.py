@@ -58,6 +58,12 @@ def test_test_net_writes_results_and_scores(tiny_data, tmp_path):
     r = subprocess.run(base + common, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "box AP" in r.stdout and "| circle |" in r.stdout and (folder / "coco_eval.md").exists()
+    # without --ckpt, as the reference: OUTPUT_DIR's last checkpoint (MODEL.WEIGHT, empty here, was loaded); and
+    # results written without scores leave no earlier evaluation's summary beside them
+    r = subprocess.run(base[:-2] + ["--skip-eval"] + common, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"evaluating the weights {weights}" in r.stdout + r.stderr
+    assert not (folder / "coco_eval.md").exists()
     r = subprocess.run(base[:-1] + [str(tmp_path / "missing.pth")] + common, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 1 and "missing.pth" in r.stderr and "Traceback" not in r.stderr

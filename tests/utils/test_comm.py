@@ -113,3 +113,48 @@ def test_the_heartbeat_thread_has_ended_when_the_process_group_is_torn_down():
     hb.stop()
     assert not hb._thread.is_alive()
     del host
+
+
+@pytest.mark.slow  # a process hosts the store
+def test_a_frozen_store_host_is_named_within_seconds_not_a_timeout_per_rank(tmp_path):
+    """The diagnosis of a failed collective asks the rendezvous store (on rank 0) for each rank's heartbeat, one
+    by one: with rank 0 frozen (SIGSTOP, a hung node) each question waited DISTRIBUTED_TIMEOUT, 32 ranks x 300 s
+    = 2.7 hours before the error line. A store host that has not answered this rank's own heartbeat for a few
+    periods is named without asking."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    host = subprocess.Popen([sys.executable, "-c", (
+        "import datetime, time, torch.distributed as dist\n"
+        f"s = dist.TCPStore('127.0.0.1', {port}, None, is_master=True, timeout=datetime.timedelta(seconds=60), "
+        "wait_for_workers=False)\n"
+        "print('up', flush=True)\n"
+        "time.sleep(120)\n")], stdout=subprocess.PIPE, text=True)
+    hb = None
+    try:
+        assert host.stdout.readline().strip() == "up"
+        hb = comm._Heartbeat("127.0.0.1", port, 1, 32, 300)
+        time.sleep(0.5)
+        assert all(v is not None for v in hb.counters().values())  # answered while the host runs
+        os.kill(host.pid, signal.SIGSTOP)
+        time.sleep(comm.STALE_S + 1)  # a collective fails DISTRIBUTED_TIMEOUT after the freeze: longer than this
+        found, t0 = [], time.monotonic()
+        asking = threading.Thread(target=lambda: found.append(hb.counters()), daemon=True)
+        asking.start()
+        asking.join(60)
+        assert found and all(v is None for v in found[0].values()), "still asking after 60 s"
+        assert time.monotonic() - t0 < 5
+    finally:
+        os.kill(host.pid, signal.SIGCONT)
+        host.kill()
+        host.wait()
+        if hb is not None:
+            hb.stop()  # its store call fails with the host gone: no thread left inside C++ at exit
