@@ -45,7 +45,7 @@ def judge_recipe(cfg, world_size, ruleset, division="closed", allow_non_rcp=Fals
     raise :class:`~maskrcnn_benchmark.utils.errors.RecipeRefused` when it is refused. The config is resolved
     first (:func:`~maskrcnn_benchmark.engine.resolve.resolve`, for ``MODEL.DEVICE``), as the run resolves it."""
     from mlperf_review.recipe import check_recipe
-    from mlperf_review.rules import CLOSED_FIXED_CONFIG
+    from mlperf_review.rules import CLOSED_FIXED_CONFIG, SUPPORTED_RULESETS
 
     from ..config.config_utils import _get
     from ..engine.resolve import resolve
@@ -57,6 +57,11 @@ def judge_recipe(cfg, world_size, ruleset, division="closed", allow_non_rcp=Fals
         raise ConfigError(f"--world-size {world_size}: the number of GPUs of the run cannot be negative")
     if world_size == 0:
         raise ConfigError("--world-size (or WORLD_SIZE) is needed: the number of GPUs of the run")
+    if ruleset not in SUPPORTED_RULESETS:  # (mlperf-logging's rules for it would be missing: an internal error)
+        raise ConfigError(f"--ruleset (or MLPERF_RULESET) '{ruleset}' is not a Mask R-CNN training ruleset: "
+                          f"{', '.join(SUPPORTED_RULESETS)}")
+    if division not in ("closed", "open"):  # argparse checks the choices of a given option, not of its default
+        raise ConfigError(f"--division (or MLPERF_SUBMISSION_DIVISION) '{division}' is neither closed nor open")
     cfg = resolve(cfg, cfg.MODEL.DEVICE, world_size)
     stream = io.StringIO()
     logger = MLPerfLogger(stream=stream, ruleset=ruleset)

@@ -83,6 +83,21 @@ def test_a_scoring_backend_that_is_not_installed_is_refused(coco, monkeypatch, c
     assert run(coco, "TEST.COCO_BACKEND", "auto", monkeypatch=monkeypatch, capsys=capsys) == (0, [])
 
 
+@pytest.mark.parametrize("env,line", [
+    ({"MLPERF_RULESET": "4.0.0"}, "error: --ruleset (or MLPERF_RULESET) '4.0.0' is not a Mask R-CNN training "
+                                  "ruleset: 0.7.0, 1.0.0, 1.1.0, 2.0.0, 2.1.0, 3.0.0, 3.1.0"),
+    ({"MLPERF_SUBMISSION_DIVISION": "Closed"}, "error: --division (or MLPERF_SUBMISSION_DIVISION) 'Closed' is "
+                                               "neither closed nor open"),
+])
+def test_a_ruleset_or_division_from_the_environment_is_one_line(coco, monkeypatch, capsys, env, line):
+    """An environment default escapes argparse's choices: MLPERF_RULESET=4.0.0 (mlperf-logging has no Mask R-CNN
+    rules for it) or MLPERF_SUBMISSION_DIVISION=Closed was an internal error (exit 5, a traceback file), and
+    run_and_time.sh stopped before a run the trainer would have taken."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert run(coco, monkeypatch=monkeypatch, capsys=capsys) == (exit_codes.BAD_INPUT.code, [line])
+
+
 def test_global_batch_not_divisible(coco, monkeypatch, capsys):
     rc, errors = run(coco, world=40, per_node=8, monkeypatch=monkeypatch, capsys=capsys)
     assert rc == exit_codes.BATCH_NOT_DIVISIBLE.code
