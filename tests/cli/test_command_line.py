@@ -281,7 +281,7 @@ def test_test_net_logs_as_the_rank_its_launcher_gave_it(tmp_path, monkeypatch):
     from helpers import R50_YAML
 
     monkeypatch.setenv("RANK", "1")
-    def evaluate(cfg, ckpt, skip_eval, backend, logger):
+    def evaluate(cfg, ckpt, skip_eval, backend, logger, local_rank=None):
         logger.info("an info line")
         logger.warning("a warning")
         return {}
