@@ -189,6 +189,11 @@ if [[ "${GPU_CHECK:-0}" == 1 ]]; then  # slurm/gpu_check.sbatch: the node's stag
     cp "${LOGDIR}/gpu-check/projection.json" "${projection_dir}/.projection.json.tmp"
     mv "${projection_dir}/.projection.json.tmp" "${projection_dir}/projection.json"
     echo "run_experiments: the next jobs take DGXRUNMINUTES from ${projection_dir}/projection.json"
+  elif [[ "${LOGDIR}/gpu-check" != "${projection_dir}" && -f "${projection_dir}/projection.json" ]]; then
+    # this check projected nothing (no step figure, no projection): an earlier node's or image's must not go on
+    # setting the next jobs' trial limits
+    rm -f "${projection_dir}/projection.json"
+    echo "run_experiments: this gpu-check wrote no projection: ${projection_dir}/projection.json (an earlier one) removed; the next jobs take DGXRUNMINUTES from their config"
   fi
   # A check that failed or ran out of time still wrote the report (summary.json): the checks across nodes run
   # anyway, they are what this allocation is for; the job's exit code keeps the failure. No report: gpu-check

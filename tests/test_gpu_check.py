@@ -842,10 +842,13 @@ def test_a_summary_left_unreadable_is_one_line_not_a_traceback(tmp_path, capsys)
 
 
 @pytest.mark.slow  # starts processes
-def test_a_sigterm_ends_the_running_check_and_leaves_the_report(tmp_path):
-    """An outer time limit's SIGTERM: the running check's whole session goes at once, the checks after it are
-    not started, the report holds what ran, exit 143. (The stop used to be an exception raised wherever gpu-check
-    was, e.g. inside a reader, which took it for that check's failure and went on.)"""
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_stop_signal_ends_the_running_check_and_leaves_the_report(tmp_path, sig):
+    """An outer time limit's SIGTERM, Ctrl-C or a closed terminal: the running check's whole session goes at once,
+    the checks after it are not started, the report holds what ran, exit 128 + the signal. (The stop used to be an
+    exception raised wherever gpu-check was, e.g. inside a reader, which took it for that check's failure and went
+    on; Ctrl-C and SIGHUP, which do not reach a check's own session, left it and its children running on the GPU
+    into the next measurements.)"""
     import signal
     import time
 
@@ -869,9 +872,11 @@ def test_a_sigterm_ends_the_running_check_and_leaves_the_report(tmp_path):
     while not pidfile.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(0.3)
-    proc.send_signal(signal.SIGTERM)
+    signum = getattr(signal, sig)
+    proc.send_signal(signum)
     stdout, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 143, stdout + stderr
+    assert proc.returncode == 128 + signum, stdout + stderr
+    assert f"gpu-check: stopped ({sig}): the report holds what ran" in stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["input"]["status"].startswith("FAILED (") or summary["input"]["status"] == "passed"
     assert summary["scoring"]["status"] == "NOT RUN (gpu-check was stopped while it ran)"
@@ -924,5 +929,10 @@ def test_a_cpu_rehearsal_writes_no_time_limits_for_the_trials(tmp_path):
     lines = gpu_check.projection(step, tmp_path, device="cpu")
     assert not (tmp_path / "projection.json").exists()
     assert any("projection.json not written" in line for line in lines), lines
+    # --quick on a GPU node: a batch of 1 at 96x128, launch-bound; the report said nothing of it and the trials
+    # took their limits from that rate
+    lines = gpu_check.projection(step, tmp_path, device="cuda", quick=True)
+    assert not (tmp_path / "projection.json").exists()
+    assert any("projection.json not written: --quick's tiny sizes" in line for line in lines), lines
     gpu_check.projection(step, tmp_path, device="cuda")
     assert (tmp_path / "projection.json").exists()

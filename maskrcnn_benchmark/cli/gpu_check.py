@@ -154,10 +154,14 @@ def _kill_session(proc):
         pass
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 def _stop(signum, frame):
-    """SIGTERM (an outer time limit): the running check's session is killed, and gpu-check writes the report of
-    what ran and ends (no exception is raised into whatever it was doing)."""
-    _STOP["requested"] = True
+    """SIGTERM (an outer time limit), Ctrl-C or a closed terminal: the running check's session is killed (its own
+    session: the terminal's signal does not reach it), and gpu-check writes the report of what ran and ends (no
+    exception is raised into whatever it was doing)."""
+    _STOP["requested"] = signum
     if _STOP["proc"] is not None:
         _kill_session(_STOP["proc"])
 
@@ -548,14 +552,16 @@ def config_batches(system="DGXH100"):
     return batches
 
 
-def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None, scoring=None, device="cuda"):
+def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None, scoring=None, device="cuda",
+               quick=False):
     """Lines of the projected time to train at 1, 4, 8 and 32 nodes (:mod:`mlperf_review.projection`: every term
     shown, the assumptions stated), from the measured per-GPU rate of the step a run takes: the eager one (``COMPILE``
     auto is off on CUDA, engine/resolve.py), or, when it was not measured, the slowest form measured (the
     projection sets the trials' time limits: a faster form that the run does not take would get them killed);
     ``out_dir``: also writes ``projection.json`` (``{"nodes": {"N": {"minutes": ...}}}``, what
-    slurm/run_experiments.sh reads for the trials' time limit), from figures measured on a GPU only (a CPU
-    rehearsal's would set the trials' limits from a CPU rate)."""
+    slurm/run_experiments.sh reads for the trials' time limit), from figures measured on a GPU at the recipe's
+    sizes only (a CPU rehearsal's, or ``--quick``'s tiny batches', would set the trials' limits from a rate no
+    run has)."""
     from mlperf_review import projection as paper
 
     rates = {name: float(re.match(r"[\d.]+", v).group()) for name, v in model_step.figures
@@ -602,6 +608,9 @@ def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None, scori
               f"{anchor.time_to_train_s:,.0f} s" for anchor, p in zip(paper.NVIDIA_ANCHORS, checks)]
     if out_dir is not None and device != "cuda":
         lines.append(f"projection.json not written: figures measured on the {device} set no trial's time limit")
+    elif out_dir is not None and quick:
+        lines.append("projection.json not written: --quick's tiny sizes (a batch of 1 at 96x128) set no trial's "
+                     "time limit")
     elif out_dir is not None:
         write_text(Path(out_dir) / "projection.json", what="gpu-check projection", text=json.dumps(
             {"per_gpu_img_s": per_gpu, "form": best_name,
@@ -764,6 +773,9 @@ def report(checks, out_dir, args, device_name, started, stack_lines=None):
              f"`<check>.log` beside this report.", ""]
     if args.device == "cpu":
         lines += ["**CPU run (`--quick`): these are not GPU figures.**", ""]
+    elif args.quick:
+        lines += ["**`--quick`: tiny sizes (a batch of 1 at 96x128), not the recipe's: no figure here is a "
+                  "training rate.**", ""]
     lines += ["## Stack", ""] + [f"- {line}" for line in (stack_lines or stack(args.device))] + [""]
     lines += ["| check | status | seconds | figure | value |", "|---|---|---:|---|---|"]
     for c in checks:
@@ -779,7 +791,8 @@ def report(checks, out_dir, args, device_name, started, stack_lines=None):
     scoring = next((c for c in checks if c.name == "scoring"), None)
     (out_dir / "projection.json").unlink(missing_ok=True)  # rewritten below from this run's figures, or gone
     try:
-        projected = (projection(model, out_dir, evaluation=evaluation, scoring=scoring, device=args.device)
+        projected = (projection(model, out_dir, evaluation=evaluation, scoring=scoring, device=args.device,
+                                quick=args.quick)
                      if model else
                      ["the training step was not measured"])
     except Exception as e:  # noqa: BLE001 - the report of the checks must not be lost to its projection
@@ -847,7 +860,7 @@ def _main(args):
     checks = plan(args, out_dir)  # --only: those checks, sharing the budget
     stack_lines = stack(args.device)
     _STOP.update(requested=False, proc=None)
-    previous = signal.signal(signal.SIGTERM, _stop)
+    previous = {sig: signal.signal(sig, _stop) for sig in STOP_SIGNALS}
     try:
         for c in checks:
             if _STOP["requested"]:
@@ -859,11 +872,13 @@ def _main(args):
             print(f"gpu-check: {c.name}: {c.status} ({c.seconds:.0f} s)", flush=True)
             report(checks, out_dir, args, device_name, started, stack_lines)  # what ran so far, kept
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if _STOP["requested"]:
         report(checks, out_dir, args, device_name, started, stack_lines)
-        print("gpu-check: stopped (SIGTERM): the report holds what ran", flush=True)
-        return 128 + signal.SIGTERM
+        name = signal.Signals(_STOP["requested"]).name
+        print(f"gpu-check: stopped ({name}): the report holds what ran", flush=True)
+        return 128 + _STOP["requested"]
     print(report(checks, out_dir, args, device_name, started, stack_lines))
     code, line = verdict(checks)
     print(line, flush=True)

@@ -366,6 +366,15 @@ def test_the_projection_reaches_the_job_through_submit(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(projection.read_text()) == {"nodes": {"1": {"minutes": 9}}}
 
+    # a gpu-check job that projected nothing (no step figure) leaves no earlier node's projection in force
+    python = _fake_gpu_check_python(tmp_path, 0, True)
+    python.write_text(python.read_text().replace('mkdir -p "$out"', 'mkdir -p "$out"; rm -f "$out/projection.json"',
+                                                 1))  # as gpu_check.py's report removes its own, rewritten or gone
+    r = run_job(tmp_path, GPU_CHECK=1, NEXP=0, PYTHON=python, RESULTS_ROOT=tmp_path / "results")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not projection.exists()
+    assert "this gpu-check wrote no projection" in r.stdout
+
 
 def test_weights_dir_is_read_on_the_hosts_too(tmp_path):
     """CONTAINER=none: DATADIR reached the trainer, WEIGHTS_DIR did not (the weights stayed /coco/models/R-50.pkl,
