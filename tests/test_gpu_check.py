@@ -339,6 +339,7 @@ def test_the_projection_shows_every_term_and_writes_the_trials_time_limits(tmp_p
     assert any("NVIDIA DGX H100, 8 nodes" in line and "published 246 s" in line for line in lines)
     written = json.loads((tmp_path / "projection.json").read_text())
     assert sorted(written["nodes"], key=int) == ["1", "4", "8", "32"]
+    assert written["system"] == "DGXH100"  # whose recipes: slurm/projection.sh gives it to no other system's job
     one = written["nodes"]["1"]
     assert one["minutes"] == pytest.approx(14.0556 * (117266 / 1200 + 3.1) / 60, abs=0.01)
     # the eager step not measured (it failed): the slowest form measured, said so
@@ -434,7 +435,7 @@ def test_the_report_survives_a_projection_that_fails_and_leaves_no_stale_project
     import argparse
     import datetime
 
-    args = argparse.Namespace(torch_version="2.11.0", device="cuda")
+    args = argparse.Namespace(torch_version="2.11.0", device="cuda", quick=False)
 
     def report(checks):
         return gpu_check.report(checks, tmp_path, args, "NVIDIA H100", datetime.datetime(2026, 11, 27),

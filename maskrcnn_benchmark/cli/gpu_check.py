@@ -539,7 +539,12 @@ def append_across_nodes(out_dir, checks):
 
 
 # ---------------------------------------------------------------------------------------------------- projection
-def config_batches(system="DGXH100"):
+# The system whose recipes (config_<system>*.sh: global batches, 12 images per GPU) the projection is of; recorded
+# in projection.json, and a job of another DGXSYSTEM does not take it (slurm/projection.sh)
+PROJECTED_SYSTEM = "DGXH100"
+
+
+def config_batches(system=PROJECTED_SYSTEM):
     """``{nodes: global batch}`` of this checkout's ``config_<system>*.sh`` (DGXNNODES and the SOLVER.IMS_PER_BATCH
     of their EXTRA_CONFIG defaults): the recipes whose trials take their time limits from the projection."""
     batches = {}
@@ -613,7 +618,7 @@ def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None, scori
                      "time limit")
     elif out_dir is not None:
         write_text(Path(out_dir) / "projection.json", what="gpu-check projection", text=json.dumps(
-            {"per_gpu_img_s": per_gpu, "form": best_name,
+            {"system": PROJECTED_SYSTEM, "per_gpu_img_s": per_gpu, "form": best_name,
              "nodes": {str(r.nodes): {"minutes": round(r.time_to_train_s / 60, 2), "global_batch": r.global_batch,
                                       "epochs": r.epochs, "img_s": round(r.throughput, 1),
                                       "eval_gap_s": round(r.eval_gap_s, 3)} for r in rows}}, indent=1))

@@ -343,7 +343,7 @@ def test_the_projection_reaches_the_job_through_submit(tmp_path):
 
     projection = tmp_path / "results" / "gpu-check" / "projection.json"
     projection.parent.mkdir(parents=True)
-    projection.write_text(json.dumps({"nodes": {"1": {"minutes": 4.2}, "4": {"minutes": 2.0}}}))
+    projection.write_text(json.dumps({"system": "DGXH100", "nodes": {"1": {"minutes": 4.2}, "4": {"minutes": 2.0}}}))
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "sbatch").write_text(f'#!/bin/bash\necho "$* DGXRUNMINUTES=$DGXRUNMINUTES" > "{tmp_path}/sbatch"\n'
@@ -357,6 +357,15 @@ def test_the_projection_reaches_the_job_through_submit(tmp_path):
     assert f"submit: DGXRUNMINUTES=5 from make gpu-check's projection ({projection})" in r.stderr
     # (5 + 10 init) x 1.25 = 18 min a trial, 5 trials + 15 min
     assert (tmp_path / "sbatch").read_text().split()[3:] == ["--time=01:45:00", "--gpus-per-node=8", "DGXRUNMINUTES=5"]
+    # the projection is of the DGXH100 recipes (GBS 96 epochs, 12 images per GPU): an A100 job (GBS 64) took it too
+    r = subprocess.run([str(ROOT / "slurm/submit.sh"), "slurm/maskrcnn_1node.sbatch"], capture_output=True, text=True,
+                       timeout=60, env=clean_env(SITE_CONFIG=tmp_path / "no-site.sh", DGXSYSTEM="DGXA100",
+                                                 RESULTS_ROOT=tmp_path / "results",
+                                                 PATH=f"{bindir}:{os.environ['PATH']}"))
+    assert r.returncode == 0, r.stderr
+    assert (f"submit: make gpu-check's projection ({projection}) is of the DGXH100 recipes, not DGXA100's: "
+            "DGXRUNMINUTES from the config") in r.stderr
+    assert "DGXRUNMINUTES=5" not in (tmp_path / "sbatch").read_text()
 
     # a gpu-check job's projection replaces it
     python = _fake_gpu_check_python(tmp_path, 0, True)
