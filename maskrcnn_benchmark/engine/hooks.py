@@ -5,6 +5,7 @@ import logging
 import time
 
 from ..utils import comm
+from ..utils.errors import NonFiniteLossError
 from ..utils.fileio import WriteError
 from ..utils.rng import get_rng_state
 from .trainer import HookBase
@@ -82,7 +83,8 @@ class CheckpointHook(HookBase):
         if self.save_final and self.trainer.error is None:
             try:
                 self._save("model_final")
-            except WriteError as e:  # after run_stop: the MLPerf log is complete, the run's outcome stands
+            except (WriteError, NonFiniteLossError) as e:  # after run_stop: the MLPerf log is complete, the run's
+                # outcome stands (weights a step after the target's epoch made non-finite are not saved)
                 logger.error("the final checkpoint was not written (the run's outcome stands): %s", e)
 
 

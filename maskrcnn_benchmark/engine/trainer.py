@@ -177,7 +177,8 @@ class Trainer:
                     self.check_finite()
                 for h in self.hooks:
                     h.after_step()
-            self.check_finite()
+            if not self.stop_requested:  # a stop at the target stands: its scores are of an epoch whose weights
+                self.check_finite()     # were checked at its end (the steps since decide nothing)
         except BaseException as e:
             self.error = e
             raise

@@ -158,3 +158,27 @@ def test_no_checkpoint_or_evaluation_runs_on_weights_a_non_finite_step_corrupted
     t = Trainer(model, opt, sched, [(_Images(), [], None)] * 10, torch.device("cpu"), 10, 4, nan_check_period=20)
     with pytest.raises(NonFiniteLossError, match="iteration 4"):  # the epoch end (4 iterations per epoch)
         t.train()
+
+
+def test_a_stop_at_the_target_stands_when_a_later_step_was_not_finite():
+    """Epoch 1's scores meet the target while epoch 2 trains (background scoring); a non-finite step in between
+    (on CUDA the flag is read every 20 iterations) made the loop's last check raise: run_stop aborted, exit 2, for
+    a run whose log already holds the qualifying eval_accuracy of weights checked finite at their epoch end. The
+    outcome stands; the final checkpoint of the later, corrupted weights is not written (one error line)."""
+    from maskrcnn_benchmark.engine.hooks import CheckpointHook
+
+    model, saved = _Model(bad={6}), []
+
+    class Checkpointer:
+        def save(self, name, **kwargs):
+            saved.append(name)
+
+    class ScoresArrive(HookBase):  # epoch 1's scores, in during epoch 2: the stop before iteration 7
+        def before_step(self):
+            if self.trainer.iter == 6:
+                self.trainer.request_stop("target reached")
+
+    t = _trainer(model, 12, nan_check_period=20, hooks=[ScoresArrive(), CheckpointHook(Checkpointer(), 0)])
+    t.storage.iters_per_epoch = 4
+    t.train()
+    assert t.error is None and t.iter == 6 and saved == []
