@@ -64,11 +64,14 @@ class CheckpointHook(HookBase):
         self.seed = seed
         self.evaluation = evaluation
 
-    def _save(self, name):
+    def _save(self, name, settle=True):
         self.trainer.check_finite()  # every rank: no checkpoint of weights a non-finite step corrupted
         extra = {}
         if self.evaluation is not None and comm.is_main_process():
-            extra["scores"] = [[e.epoch, e.bbox, e.segm] for e in self.evaluation.settle()]
+            # the final checkpoint (after run_stop) keeps the scores known: waiting for later epochs' would log
+            # their eval_accuracy after run_stop, and a run over is not resumed
+            known = self.evaluation.settle() if settle else self.evaluation.scores
+            extra["scores"] = [[e.epoch, e.bbox, e.segm] for e in known]
         states = comm.all_gather(get_rng_state())
         if comm.is_main_process():
             self.checkpointer.save(name, iteration=self.trainer.storage.iter, seed=self.seed, rng_states=states,
@@ -82,7 +85,7 @@ class CheckpointHook(HookBase):
     def after_train(self):
         if self.save_final and self.trainer.error is None:
             try:
-                self._save("model_final")
+                self._save("model_final", settle=False)
             except (WriteError, NonFiniteLossError) as e:  # after run_stop: the MLPerf log is complete, the run's
                 # outcome stands (weights a step after the target's epoch made non-finite are not saved)
                 logger.error("the final checkpoint was not written (the run's outcome stands): %s", e)

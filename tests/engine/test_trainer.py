@@ -182,3 +182,26 @@ def test_a_stop_at_the_target_stands_when_a_later_step_was_not_finite():
     t.storage.iters_per_epoch = 4
     t.train()
     assert t.error is None and t.iter == 6 and saved == []
+
+
+def test_the_final_checkpoint_waits_for_no_later_epochs_scores():
+    """The final checkpoint is written after run_stop: it waited for the scores of epochs still being computed
+    (settle) and logged their eval_accuracy after run_stop, out of the log's order. It keeps the scores known."""
+    from maskrcnn_benchmark.engine.events import EpochScores
+    from maskrcnn_benchmark.engine.hooks import CheckpointHook
+
+    saved, known = [], [EpochScores(1, 0.40, 0.35)]
+
+    class Checkpointer:
+        def save(self, name, **kwargs):
+            saved.append((name, kwargs["scores"]))
+
+    class Evaluation:
+        scores = known
+
+        def settle(self):
+            raise AssertionError("waited for a later epoch's scores after run_stop")
+
+    t = _trainer(_Model(), 3, hooks=[CheckpointHook(Checkpointer(), 0, evaluation=Evaluation())])
+    t.train()
+    assert saved == [("model_final", [[1, 0.40, 0.35]])]
