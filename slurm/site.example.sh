@@ -24,7 +24,7 @@ unset _var
 
 ## Container: singularity | apptainer | pyxis (srun --container-image, as on NVIDIA's SuperPODs), or CONTAINER=none
 ## to run on the hosts' own Python.
-CONTAINER_RUNTIME="${CONTAINER_RUNTIME:-singularity}"
+CONTAINER_RUNTIME="${CONTAINER_RUNTIME:-}"             # default: singularity, else apptainer where only it is installed
 CONTAINER="${CONTAINER:-}"                        # default: singularity/maskrcnn.sif in the checkout
 DATADIR="${DATADIR:-}"                            # COCO 2017 (train2017/ val2017/ annotations/), bound at /data
 WEIGHTS_DIR="${WEIGHTS_DIR:-}"                    # holds R-50.pkl, bound at /coco/models

@@ -474,3 +474,18 @@ def test_a_loopback_master_addr_from_the_submitting_shell_is_refused_in_a_multi_
     assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").glob("result_*"))
     one = run_job(tmp_path, MASTER_ADDR="127.0.0.1")  # one node (no scontrol answer: this host)
     assert one.returncode == 0, one.stdout[-2000:] + one.stderr[-2000:]
+
+
+def test_with_the_site_template_a_host_with_only_apptainer_runs_apptainer(tmp_path):
+    """The site template (every site copies it) set CONTAINER_RUNTIME to singularity, so the job's fallback to
+    apptainer where singularity is not installed never ran: exit 20 on an Apptainer-only cluster."""
+    bindir = tmp_path / "apptainer-bin"
+    bindir.mkdir()
+    (bindir / "apptainer").write_text("#!/bin/bash\nexit 0\n")
+    (bindir / "apptainer").chmod(0o755)
+    path = f"{bindir}:{local_srun(tmp_path)}:/usr/bin:/bin"
+    assert not any(os.path.exists(os.path.join(d, "singularity")) for d in path.split(":"))
+    r = run_job(tmp_path, CONTAINER=tmp_path / "missing.sif", SITE_CONFIG=ROOT / "slurm" / "site.example.sh",
+                PATH=path)
+    # past the runtime check (apptainer found), stopped at the image
+    assert r.returncode == exit_codes.IMAGE_UNREADABLE.code, r.stdout + r.stderr

@@ -70,7 +70,7 @@ def test_rpn_post_processing_identical_including_order(golden, device, mode):
             # batch: level order, unsorted; per image and test: by decreasing probability). Only the order among
             # *equal* probabilities is free: the reference leaves it to torch.topk, whose tie order depends on
             # the device and the tensor length; we keep level/rank order there.
-            # Boxes go through exp: last bits per BOX_ULPS (conftest); probabilities (sigmoid) are exact on the CPU
+            # Boxes go through exp: last bits per BOX_ULPS (ulps.py); probabilities (sigmoid) are exact on the CPU
             # (the reference's arithmetic). On CUDA the sigmoid's exp is CUDA's, not the CPU's vectorized one: last
             # bits differ (seen on an H200), so there the golden README's bound for another fp32 implementation,
             # 1e-6, applies, and the order among probabilities within 1e-6 of one another is free too (inductor's
@@ -115,6 +115,6 @@ def test_box_post_processing_identical(golden, device, padded):
             key = ref["labels"].double() * 10 - ref["scores"].double()
             order = torch.sort(key, stable=True).indices
             assert torch.equal(ours.get_field("labels"), ref["labels"][order]), len(ref["labels"])
-            # scores (softmax) and boxes (exp): last bits per SCORE_ULPS / BOX_ULPS (conftest); labels, order exact
+            # scores (softmax) and boxes (exp): last bits per SCORE_ULPS / BOX_ULPS (ulps.py); labels, order exact
             assert max_ulps(ours.get_field("scores"), ref["scores"][order]) <= SCORE_ULPS
             assert box_error_in_image_ulps(ours.bbox, ref["bbox_xyxy"][order], ours.size) <= BOX_ULPS
