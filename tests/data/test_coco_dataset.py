@@ -1,6 +1,7 @@
 import json
 import logging
 
+import numpy
 import pytest
 import torch
 from PIL import Image
@@ -111,6 +112,29 @@ def test_resize_rule_matches_reference():
     assert r.get_size((800, 600)) == (800, 1066)
 
 
+@pytest.mark.parametrize("to_bgr255", [True, False])
+def test_normalization_is_the_references_recipe_channel_by_channel(to_bgr255):
+    """The input tensor as the reference's transforms make it, from torchvision's to_tensor and normalize (an outside
+    oracle): BGR at 0-255 minus the Caffe2 means (or RGB at 0-1), on an image whose channels all differ (a swap
+    of two channels, or one channel's mean, passed the range check of the loader test)."""
+    import torchvision.transforms.functional as TF
+
+    from maskrcnn_benchmark.data.transforms import ToNormalizedTensor
+
+    gen = torch.Generator().manual_seed(0)
+    pixels = torch.randint(0, 256, (24, 32, 3), dtype=torch.uint8, generator=gen)
+    pixels[..., 0] //= 2                 # the channels' ranges differ: R low, G full, B high
+    pixels[..., 2] = 128 + pixels[..., 2] // 2
+    image = Image.fromarray(pixels.numpy(), "RGB")
+    mean, std = [102.9801, 115.9465, 122.7717], [1.0, 2.0, 4.0]
+    ours, _ = ToNormalizedTensor(mean, std, to_bgr255=to_bgr255)(image, None)
+    reference = TF.to_tensor(image)
+    if to_bgr255:
+        reference = reference[[2, 1, 0]] * 255
+    reference = TF.normalize(reference, mean, std)
+    torch.testing.assert_close(ours, reference, rtol=0, atol=1e-4)  # x * 255 of a uint8 / 255: within 1e-5
+
+
 def test_synthetic_dataset_through_transforms_and_loader(synthetic_dir):
     cfg = small_cfg()
     merge_cfg_from_list(cfg, ["DATASETS.DATA_DIR", str(synthetic_dir), "DATASETS.TRAIN", "('coco_2017_train',)",
@@ -154,6 +178,9 @@ def test_two_training_datasets_are_concatenated(synthetic_dir):
 
 
 def test_flip_moves_boxes_and_polygons_together(synthetic_dir):
+    """The reference's flip (x -> W - 1 - x for boxes and polygon vertices), exactly; the masks are pycocotools'
+    rasterization of the flipped polygons (an outside oracle: the mean difference of 2 % it replaced let a mask
+    shifted by several columns pass, and only each box's x1 was looked at)."""
     cfg = small_cfg("INPUT.HORIZONTAL_FLIP_PROB_TRAIN", 1.0, "INPUT.MIN_SIZE_TRAIN", "(128,)",
                     "INPUT.MAX_SIZE_TRAIN", 128)
     ds = COCODataset(str(synthetic_dir / "annotations" / "instances_train2017.json"),
@@ -161,13 +188,24 @@ def test_flip_moves_boxes_and_polygons_together(synthetic_dir):
     plain = COCODataset(ds.ann_file, ds.root, True, transforms=build_transforms(small_cfg(
         "INPUT.HORIZONTAL_FLIP_PROB_TRAIN", 0.0, "INPUT.MIN_SIZE_TRAIN", "(128,)", "INPUT.MAX_SIZE_TRAIN", 128),
         True))
-    img_f, t_f, _ = ds[0]
-    img_p, t_p, _ = plain[0]
-    torch.testing.assert_close(img_f, img_p.flip(-1))
-    assert t_f.bbox[:, 0].tolist() == pytest.approx((127 - t_p.bbox[:, 2]).tolist())
-    m_f = t_f.get_field("masks").convert("mask").get_mask_tensor()
-    m_p = t_p.get_field("masks").convert("mask").get_mask_tensor()
-    assert (m_f.flip(-1).float() - m_p.float()).abs().mean() < 0.02
+    import pycocotools.mask as mask_util
+
+    for i in range(3):
+        img_f, t_f, _ = ds[i]
+        img_p, t_p, _ = plain[i]
+        height, width = img_p.shape[-2:]
+        torch.testing.assert_close(img_f, img_p.flip(-1))
+        x1, y1, x2, y2 = t_p.bbox.unbind(1)
+        assert torch.equal(t_f.bbox, torch.stack([width - 1 - x2, y1, width - 1 - x1, y2], 1))
+        flipped = [[p.clone() for p in instance] for instance in t_p.get_field("masks").polygons]
+        for part in (p for instance in flipped for p in instance):
+            part[0::2] = width - part[0::2] - 1
+        ours = t_f.get_field("masks")
+        assert all(torch.equal(a, b) for x, y in zip(ours.polygons, flipped) for a, b in zip(x, y))
+        coco = [mask_util.decode(mask_util.merge(mask_util.frPyObjects([p.double().tolist() for p in instance],
+                                                                       height, width))) for instance in flipped]
+        assert torch.equal(ours.convert("mask").get_mask_tensor().to(torch.uint8),
+                           torch.from_numpy(numpy.stack(coco)))
 
 
 def test_training_filter_counts_crowd_boxes_like_the_reference(tmp_path):

@@ -74,8 +74,9 @@ def test_frozen_batchnorm_applies_fixed_affine_and_has_no_parameters():
     bn.weight.copy_(torch.tensor([2.0, 3.0]))
     bn.bias.copy_(torch.tensor([1.0, -1.0]))
     bn.running_mean.copy_(torch.tensor([0.5, 0.0]))
-    bn.running_var.copy_(torch.tensor([4.0, 1.0]))
+    # a variance of 1e-4: an epsilon as torchvision's FrozenBatchNorm2d adds (1e-5) would move the scale by 5 %
+    bn.running_var.copy_(torch.tensor([4.0, 1e-4]))
     x = torch.randn(1, 2, 3, 3)
-    expected = torch.stack(((x[0, 0] - 0.5) / 2 * 2 + 1, x[0, 1] * 3 - 1))[None]
-    torch.testing.assert_close(bn(x), expected)
+    expected = torch.stack(((x[0, 0] - 0.5) / 2 * 2 + 1, x[0, 1] / 0.01 * 3 - 1))[None]
+    torch.testing.assert_close(bn(x), expected)  # the reference's: scale = weight * rsqrt(running_var), no epsilon
     assert list(bn.parameters()) == []
