@@ -113,10 +113,15 @@ def test_pooler_pools_each_roi_from_its_level():
     gen = torch.Generator().manual_seed(0)
     scales = (0.25, 0.125, 0.0625, 0.03125)
     feats = [torch.randn(2, 3, 64 // 2 ** i, 64 // 2 ** i, generator=gen) for i in range(4)]
-    rois = torch.tensor([[0, 0, 0, 30, 30], [1, 10, 10, 200, 200], [0, 5, 5, 100, 120], [1, 0, 0, 250, 250.0]])
+    rois = torch.tensor([[0, 0, 0, 30, 30], [1, 10, 10, 200, 200], [0, 5, 5, 100, 120], [1, 0, 0, 250, 250.0],
+                         [0, 0, 0, 500, 500]])
     pooler = Pooler(7, scales, 2)
     out = pooler(feats, rois)
     levels = pooler.map_levels(rois[:, 1:])
+    # the reference's level (FPN's eq. 1 with "+1" sizes): floor(4 + log2(sqrt((w + 1)(h + 1)) / 224)), clamped to
+    # P2..P5 (from the scales): 31 px -> 1.1 -> P2, 191 -> 3.8 -> P3, 96x116 -> 2.9 -> P2, 251 -> 4.2 -> P4,
+    # 501 -> 5.2 -> P5 (the mapper itself was the only oracle of the levels, and no ROI reached the top one)
+    assert levels.tolist() == [0, 1, 0, 2, 3]
     for i, lvl in enumerate(levels.tolist()):
         expected = roi_align(feats[lvl], rois[i:i + 1], 7, scales[lvl], 2)
         torch.testing.assert_close(out[i:i + 1], expected)
