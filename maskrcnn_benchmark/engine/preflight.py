@@ -101,10 +101,25 @@ def check_gpus(cfg, local_world_size, cuda=None):
         raise NoGPU("MODEL.DEVICE is cuda but no GPU is visible on this node (CUDA_VISIBLE_DEVICES="
                     f"'{os.environ.get('CUDA_VISIBLE_DEVICES', '')}'); set MODEL.DEVICE cpu for a CPU run, or "
                     "ask Slurm for GPUs (--gpus-per-node)")
+    per_task = _gpus_per_task()
+    if per_task:  # srun --gpus-per-task: each task sees its own GPUs, not the node's (comm: local rank % count)
+        if count < per_task:
+            raise TooFewGPUs(f"srun --gpus-per-task={per_task} but torch sees {count} GPU(s) in this task "
+                             f"(CUDA_VISIBLE_DEVICES='{os.environ.get('CUDA_VISIBLE_DEVICES', '')}')")
+        return
     if count < local_world_size:
         raise TooFewGPUs(f"{local_world_size} processes per node but torch sees {count} GPU(s) here: two ranks "
                          f"would share a GPU; set DGXNGPU (--nproc_per_node) to {count} or run on nodes with "
                          f"{local_world_size} GPUs")
+
+
+def _gpus_per_task():
+    """The GPUs Slurm gives each task of this srun step (``--gpus-per-task``: SLURM_GPUS_PER_TASK, ``N`` or
+    ``type:N``), else 0."""
+    if not os.environ.get("SLURM_STEP_NUM_TASKS", "").strip():  # an allocation's shell: no task of a step
+        return 0
+    value = os.environ.get("SLURM_GPUS_PER_TASK", "").strip().rsplit(":", 1)[-1]
+    return int(value) if value.isdigit() else 0
 
 
 def _torch_cuda():

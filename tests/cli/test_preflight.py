@@ -115,6 +115,21 @@ def test_fewer_gpus_than_processes_per_node(coco, monkeypatch, capsys):
     assert rc == exit_codes.TOO_FEW_GPUS.code and "8 processes per node but torch sees 4 GPU(s)" in errors[0]
 
 
+def test_srun_with_gpus_per_task_gives_each_task_its_own_gpu(coco, monkeypatch, capsys):
+    """srun --ntasks-per-node=8 --gpus-per-task=1: each task sees one GPU (Slurm binds them), and the check asked
+    for 8 there (exit 14, 'two ranks would share a GPU') while the run works: the process group takes local rank
+    modulo the GPUs it sees. A task given fewer GPUs than it asked for is still refused."""
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "32")
+    monkeypatch.setenv("SLURM_GPUS_PER_TASK", "h100:1")
+    assert run(coco, gpus=1, world=8, per_node=8, monkeypatch=monkeypatch, capsys=capsys) == (0, [])
+    monkeypatch.setenv("SLURM_GPUS_PER_TASK", "2")
+    rc, errors = run(coco, gpus=1, world=8, per_node=8, monkeypatch=monkeypatch, capsys=capsys)
+    assert rc == exit_codes.TOO_FEW_GPUS.code and "srun --gpus-per-task=2 but torch sees 1 GPU(s)" in errors[0]
+    monkeypatch.delenv("SLURM_GPUS_PER_TASK")  # no per-task binding: the node's GPUs, one per local rank
+    rc, errors = run(coco, gpus=1, world=8, per_node=8, monkeypatch=monkeypatch, capsys=capsys)
+    assert rc == exit_codes.TOO_FEW_GPUS.code
+
+
 def test_no_gpu_on_a_gpu_system(coco, monkeypatch, capsys):
     monkeypatch.setattr(checks, "_nvidia_devices", lambda: [])
     monkeypatch.setattr(checks, "_driver_version", lambda: None)
