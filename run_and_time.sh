@@ -97,10 +97,10 @@ echo "STARTING TIMING RUN AT ${start_fmt}"
 # A stop (Slurm's time limit or scancel signal every process of the step; a container runtime may signal only this
 # script) must not end this shell before the launcher: Slurm kills what is left of a step once its task (this
 # shell) has exited, the trainers in their cleanup before run_stop aborted is logged. The launcher runs in the
-# background (stdin kept), the signal is forwarded to it (a second copy is harmless: bind_launch stops once), and
-# the shell waits for its exit code.
+# background (its stdin /dev/null: nothing reads it), the signal is forwarded to it (a second copy is harmless:
+# bind_launch stops once), and the shell waits for its exit code.
 "${prof[@]}" "${launch[@]}" "${bind_args[@]}" "${TRAIN_SCRIPT}" "${extra_params[@]}" "${train_args[@]}" \
-  "${extra_config[@]}" "$@" <&0 &
+  "${extra_config[@]}" "$@" &
 launcher=$!
 forwarded=0
 for sig in TERM INT HUP USR1 USR2; do
