@@ -27,7 +27,7 @@ $(STAMP): requirements.txt pyproject.toml
 # Everything (what CI runs): needs root for the system packages of the 4-node Slurm and launch tests.
 test: venv
 	@echo "make test: the Slurm cluster and launch tests need slurm-wlm, munge, numactl and shellcheck, the compiled tests g++; missing ones are installed now with apt-get (tests/cluster/install_deps.sh)"
-	@bash tests/cluster/install_deps.sh
+	@TEST_PYTHON="$(abspath $(PY))" bash tests/cluster/install_deps.sh
 	@rc=0; $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests || rc=$$?; \
 	  $(PY) -m pytest -q -ra --durations=12 -n $(SLOW_TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m slow tests || rc=$$?; exit $$rc
 
@@ -47,7 +47,7 @@ test-fast: venv
 
 # PYTHON: the venv's (make exports a PYTHON given on its command line, which demo.sh would otherwise run)
 demo: venv
-	PYTHON=$(abspath $(PY)) tools/demo.sh
+	PYTHON="$(abspath $(PY))" tools/demo.sh
 
 bench: venv
 	$(PY) bench/model_step.py --device cpu

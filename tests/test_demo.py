@@ -17,7 +17,8 @@ def test_demo_reaches_target_and_checker_succeeds_even_when_its_scorer_dies(tmp_
     evaluation has begun: the trainer finds it dead when it hands epoch 2 over, restarts it and sends epoch 2 to the
     new one, a death that costs epoch 2 none of its restarts) and once between evaluations (noticed at the next
     iteration, restarted); no epoch's scores are lost. A death while scoring an epoch: tests/evaluation."""
-    env = dict(DEMO_DIR=str(tmp_path / "demo"), DATADIR=str(tmp_path / "synthetic"),
+    env = dict(DEMO_DIR=str(tmp_path / "demo"), DEMO_DATADIR=str(tmp_path / "synthetic"),
+               DATADIR="/nonexistent/real-coco",  # exported for real COCO: not the demo's
                PYTHON=os.path.join(REPO, ".venv", "bin", "python"))
     # the OpenMP threads as the suite sets them (one per program when two pytest workers share the cores)
     run = Run(["bash", os.path.join(REPO, "tools", "demo.sh")], REPO, env=env, threads=None)

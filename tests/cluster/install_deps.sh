@@ -11,6 +11,12 @@ if [ "${CI:-}" = true ] && [ "$(id -u)" -ne 0 ]; then
 fi
 
 want=(slurm-wlm slurmctld slurmd slurm-client munge numactl shellcheck iproute2 util-linux bubblewrap g++)
+# inductor's C++ kernels include Python.h: the headers of the interpreter that runs the tests (TEST_PYTHON, from make
+# test), Debian's libpython3.X-dev for its own python3.X (pyenv, conda and uv Pythons carry theirs)
+if [ -n "${TEST_PYTHON:-}" ] && headers="$("${TEST_PYTHON}" -c 'import sys, sysconfig; print(sysconfig.get_paths()["include"], "%d.%d" % sys.version_info[:2])' 2> /dev/null)"; then
+  read -r include version <<< "${headers}"
+  if [ ! -f "${include}/Python.h" ]; then want+=("libpython${version}-dev"); fi
+fi
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -34,6 +40,6 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
 fi
 trap 'if [ "$created_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi' EXIT
 
-echo "install_deps: installing ${missing[*]} with apt-get (Slurm and munge for the 4-node sandbox cluster, numactl for bind_launch, shellcheck for the scripts, g++ for inductor's C++ kernels in the compiled tests)"
+echo "install_deps: installing ${missing[*]} with apt-get (Slurm and munge for the 4-node sandbox cluster, numactl for bind_launch, shellcheck for the scripts, g++ and Python's headers for inductor's C++ kernels in the compiled tests)"
 apt-get update -q
 DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -62,7 +62,29 @@ def test_a_python_older_than_torchs_is_refused_in_one_line(tmp_path):
 def test_the_demo_runs_the_venvs_python_whatever_python_make_was_given(tmp_path):
     """make exports a PYTHON given on its command line to its recipes: tools/demo.sh then ran that bare Python (no
     torch) instead of the venv's."""
+    import shlex
+
     r = _make(tmp_path, "-n", "demo", "PYTHON=python3.12")
     assert r.returncode == 0, r.stderr
     line = [ln for ln in r.stdout.splitlines() if "tools/demo.sh" in ln]
-    assert line and f"PYTHON={tmp_path / 'venv'}/bin/python" in line[0], r.stdout
+    assert line and shlex.split(line[0])[:2] == [f"PYTHON={tmp_path / 'venv'}/bin/python", "tools/demo.sh"], r.stdout
+
+
+def test_a_checkout_whose_path_has_a_space_runs_the_demo_with_its_venv(tmp_path):
+    """A checkout in "my projects": the demo's PYTHON (the venv's, by its absolute path) was cut at the space, and
+    make demo failed with 'No such file or directory' (127)."""
+    import shlex
+    import shutil
+
+    checkout = tmp_path / "my projects" / "maskrcnn"
+    checkout.mkdir(parents=True)
+    for name in ("Makefile", "requirements.txt", "pyproject.toml"):
+        shutil.copy(ROOT / name, checkout / name)
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    (checkout / ".venv" / "bin" / "python").write_text("")
+    (checkout / ".venv" / ".installed").write_text("")  # newer than the files it is made from: no venv step
+    r = subprocess.run(["make", "--no-print-directory", "-n", "demo"], cwd=checkout, capture_output=True, text=True,
+                       timeout=60, env={k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))})
+    assert r.returncode == 0, r.stderr
+    line = [ln for ln in r.stdout.splitlines() if "tools/demo.sh" in ln]
+    assert line and shlex.split(line[0])[:2] == [f"PYTHON={checkout}/.venv/bin/python", "tools/demo.sh"], r.stdout

@@ -101,6 +101,33 @@ def test_install_deps_fails_under_ci_where_the_root_only_tests_would_skip(tmp_pa
     assert local.returncode == 0, local.stdout + local.stderr
 
 
+@pytest.mark.slow  # starts a process as another user
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the script as an unprivileged user: needs root to switch")
+def test_install_deps_asks_for_the_headers_of_a_python_without_them():
+    """inductor's C++ kernels include Python.h: a Debian python3 without libpython3.X-dev failed every compiled
+    test (CppCompileError) on a fresh machine; the tests' interpreter (TEST_PYTHON, from make test) is asked where
+    its headers are, and missing ones are installed with the rest (here, as nobody, named: nothing installed)."""
+    import tempfile
+
+    script = str(ROOT / "tests" / "cluster" / "install_deps.sh")
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", script]
+    tmp_path = Path(tempfile.mkdtemp())  # one nobody can enter (pytest's is root's alone)
+    tmp_path.chmod(0o755)
+    no_headers = tmp_path / "python-without-headers"
+    no_headers.write_text(f"#!/bin/bash\necho {tmp_path}/include 3.97\n")  # a version whose headers are not here
+    no_headers.chmod(0o755)
+    env = {k: v for k, v in clean_env(HOME=str(tmp_path)).items() if k != "CI"}
+    r = subprocess.run(nobody, env=dict(env, TEST_PYTHON=str(no_headers)), capture_output=True, text=True,
+                       cwd=tmp_path)
+    assert r.returncode == 0 and "libpython3.97-dev" in r.stderr, r.stdout + r.stderr
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "Python.h").write_text("")
+    r = subprocess.run(nobody, env=dict(env, TEST_PYTHON=str(no_headers)), capture_output=True, text=True,
+                       cwd=tmp_path)
+    assert "libpython" not in r.stdout + r.stderr, r.stdout + r.stderr
+    shutil.rmtree(tmp_path)
+
+
 def source_config(name, **env):
     script = f"source ./config_{name}.sh && " + " && ".join(f'printf "%s=%s\\n" {v} "${{{v}-}}"' for v in
                                                           CONFIG_VARS + ["CONFIG_FILE", "DTYPE", "WEIGHTS"])
@@ -621,3 +648,30 @@ def test_the_preflight_judges_the_world_bind_launch_starts(tmp_path, env, world)
     r = run_and_time(tmp_path, PYTHON=stub, PREFLIGHT_DONE=0, PREFLIGHT_ONLY=1, NPROC_PER_NODE=2, **env)
     assert r.returncode == 0, r.stderr
     assert f"--world-size={world} " in (tmp_path / "preflight").read_text()
+
+
+@pytest.mark.slow  # starts bash
+@pytest.mark.parametrize("code,words", [(3, "training did not reach the target (exit 3: not converged)"),
+                                        (12, "training failed (exit 12): the error line above says why")])
+def test_the_demo_names_a_failure_for_what_it_is_and_writes_only_its_own_data(tmp_path, code, words):
+    """Every failure of make demo was 'training did not reach the target' (a missing file, a folder in use,
+    Ctrl-C); and a DATADIR exported for real COCO (the cluster's steps, the image's /data) was the folder the demo
+    wrote its synthetic data into."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "python"
+    fake.write_text(textwrap.dedent(f"""\
+        #!/bin/bash
+        echo "$*" >> {calls}
+        if [[ "$1" == tools/make_synthetic_coco.py ]]; then exit 0; fi
+        if [[ "$1" == tools/preflight.py ]]; then exit 0; fi
+        exit {code}
+        """))
+    fake.chmod(0o755)
+    env = clean_env(PYTHON=fake, DEMO_DIR=tmp_path / "demo", DEMO_DATADIR=tmp_path / "synthetic",
+                    DATADIR="/nonexistent/real-coco")
+    r = subprocess.run(["bash", str(ROOT / "tools" / "demo.sh")], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == code, r.stdout + r.stderr
+    assert f"demo: {words}" in r.stderr, r.stderr
+    first = calls.read_text().splitlines()[0]
+    assert first.startswith(f"tools/make_synthetic_coco.py --out {tmp_path / 'synthetic'} "), first
+    assert "/nonexistent/real-coco" not in calls.read_text()
