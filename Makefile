@@ -17,7 +17,8 @@ venv: $(STAMP)
 # A venv without a working pip (Debian's python3 without python3-venv makes bin/python, then fails for want of
 # ensurepip) is made again, not kept: it would fail at 'No module named pip' until make clean.
 $(STAMP): requirements.txt pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "make: $(PYTHON) is too old: torch 2.12.1 needs Python 3.10 or newer (PYTHON=python3.11 make ...)" >&2; exit 1; }
+	@command -v $(PYTHON) > /dev/null || { echo "make: $(PYTHON) is not installed: install Python 3.10-3.14, or name one (PYTHON=python3.11 make ...)" >&2; exit 1; }
+	@$(PYTHON) -c 'import sys; v = sys.version_info; sys.exit(not ((3, 10) <= v[:2] <= (3, 14) and v[:3] != (3, 14, 1)))' || { echo "make: $(PYTHON) is Python $$($(PYTHON) -c 'import platform; print(platform.python_version())' 2> /dev/null): torch 2.12.1 and torchvision 0.27.1 need Python 3.10 or newer, up to 3.14 (torchvision excludes 3.14.1) (PYTHON=python3.11 make ...)" >&2; exit 1; }
 	@$(PY) -m pip --version > /dev/null 2>&1 || { rm -rf $(VENV); $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); echo "make: '$(PYTHON) -m venv' failed: on Debian/Ubuntu install python3-venv (apt-get install python3-venv), then run make again" >&2; exit 1; }; }
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile -r requirements.txt

@@ -2,6 +2,7 @@
 could not be made is made again, an old Python is refused in one line, and the demo runs the venv's Python."""
 import os
 import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -15,10 +16,13 @@ def _python(tmp_path, version="3.11", venv_fails=False):
     """A stand-in for python3: ``-m venv DIR`` makes DIR/bin/python (which takes any command and logs it), or, as
     Debian's python3 without python3-venv does, makes it and then fails (ensurepip missing)."""
     fake = tmp_path / f"python{version}"
+    parts = [int(p) for p in version.split(".")] + [0]
+    version_tuple = (*parts[:3], "final", 0)
     fake.write_text(textwrap.dedent(f"""\
         #!/bin/bash
-        if [[ "$1" == -c ]]; then  # the version check: sys.version_info < (3, 10)
-          [[ "{version}" == 3.9 ]] && exit 1; exit 0
+        if [[ "$1" == -c ]]; then  # the version check, run by a real Python that says it is {version}
+          if [[ "$2" == *platform* ]]; then echo "{version}"; exit 0; fi
+          exec {sys.executable} -c "import sys; sys.version_info = {version_tuple}; exec(sys.argv[1])" "$2"
         fi
         if [[ "$1 $2" == "-m venv" ]]; then
           dir="${{@: -1}}"
@@ -57,6 +61,19 @@ def test_a_python_older_than_torchs_is_refused_in_one_line(tmp_path):
     r = _make(tmp_path, "venv", f"PYTHON={_python(tmp_path, version='3.9')}")
     assert r.returncode != 0 and "Python 3.10 or newer" in r.stderr, r.stdout + r.stderr
     assert not (tmp_path / "venv").exists()
+
+
+@pytest.mark.parametrize("version,refused", [("3.14.1", True), ("3.15.0", True), ("3.14.0", False)])
+def test_a_python_newer_than_the_wheels_is_refused_in_one_line(tmp_path, version, refused):
+    """torchvision 0.27.1 requires Python >= 3.10 but not 3.14.1, and torch 2.12.1 has no wheel past 3.14: pip's
+    'No matching distribution found for torchvision==0.27.1' is what such a Python got."""
+    r = _make(tmp_path, "venv", f"PYTHON={_python(tmp_path, version=version)}")
+    if refused:
+        assert r.returncode != 0 and f"is Python {version}: torch 2.12.1 and torchvision 0.27.1 need Python 3.10 " \
+            "or newer, up to 3.14 (torchvision excludes 3.14.1)" in r.stderr, r.stdout + r.stderr
+        assert not (tmp_path / "venv").exists()
+    else:
+        assert (tmp_path / "venv" / "bin" / "python").exists(), r.stdout + r.stderr
 
 
 def test_the_demo_runs_the_venvs_python_whatever_python_make_was_given(tmp_path):
