@@ -10,7 +10,8 @@ loss scaling, optimizer) for 2 and for 12 images, the package's custom ops (NMS,
 targets) included; the non-finite loss check and the metrics line read the device every 20 iterations, outside
 the step. So with ``mode="reduce-overhead"`` CUDA graphs can hold the compiled model's forward and backward (on an
 H100 gpu-check's compiled run recorded 2, in its warm-up, and none after; loss scaling, the fused SGD and the LR
-schedule run eagerly after them, also without a host read); inductor's graph partition is set explicitly on (older
+schedule run eagerly after them, also without a host read with torch's fused SGD: apex's FusedSGD, where apex is
+installed, has the scaler read its overflow flag every float16 step); inductor's graph partition is set explicitly on (older
 torch in NGC images has it off), and a failed capture falls back to the eager step with one warning, like any compile
 failure. On an H100 (torch 2.11) that mode ran at 70.3 img/s against the eager step's 85.3 and the compiled step's 54.1
 without CUDA graphs (12 images of 800x1333, float16; on an H200: 82.0, 96.8, 59.6; docs/benchmarks.md): ``COMPILE`` is

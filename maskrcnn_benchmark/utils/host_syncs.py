@@ -83,15 +83,19 @@ def _has_bool_index(indices):
                for t in indices)
 
 
-def _is_masked_fill(args):
-    """``x[mask] = v`` that needs no nonzero: one index, a boolean mask on ``x``'s device, and one value held by
-    the host (a Python number). ATen then runs it as ``masked_fill`` (its ``canDispatchToMaskedFill``) and inductor
-    lowers it to a select; any other boolean-indexed write finds the mask's elements first (a nonzero)."""
+def _is_masked_fill(args, kwargs, value_is_a_number):
+    """``x[mask] = v`` that needs no nonzero: one index, a boolean mask on ``x``'s device, no accumulation, and one
+    value held by the host. ATen then runs it as ``masked_fill`` (its ``canDispatchToMaskedFill``) and inductor
+    lowers it to a select; any other boolean-indexed write finds the mask's elements first (a nonzero). On the CPU
+    every tensor is on the host, so the value counts as held by the host only when ``x[mask] = v`` was given a
+    Python number (``value_is_a_number``, seen at ``Tensor.__setitem__``): a one-element tensor there, or any value
+    given to ``index_put_`` itself, would be on the GPU in a GPU run."""
     indices = [t for t in args[1] if t is not None]
     value = args[2] if len(args) > 2 else None
-    return (len(indices) == 1 and indices[0].dtype in (torch.bool, torch.uint8)
+    accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+    return (len(indices) == 1 and indices[0].dtype in (torch.bool, torch.uint8) and not accumulate
             and indices[0].device == args[0].device and isinstance(value, torch.Tensor) and value.numel() == 1
-            and value.device.type == "cpu")
+            and value.device.type == "cpu" and value_is_a_number)
 
 
 def _custom_op_body(func):
@@ -113,6 +117,7 @@ class HostSyncCounter(TorchDispatchMode):
         self._nms = _torchvision_nms()
         self._saved = {}
         self._depth = 0
+        self._setitem_numbers = []  # per Tensor.__setitem__ in progress: was its value a Python number
 
     # -- the Tensor methods that read memory without an op ----------------------------------------------------
     def __enter__(self):
@@ -129,6 +134,16 @@ class HostSyncCounter(TorchDispatchMode):
                 with torch.utils._python_dispatch._disable_current_modes():
                     return _original(t, *args, **kwargs)
             setattr(torch.Tensor, name, wrapped)
+        setitem = torch.Tensor.__setitem__
+        self._saved["__setitem__"] = setitem
+
+        def wrapped_setitem(t, index, value, _original=setitem):
+            counter._setitem_numbers.append(isinstance(value, (int, float, bool)))
+            try:
+                return _original(t, index, value)
+            finally:
+                counter._setitem_numbers.pop()
+        torch.Tensor.__setitem__ = wrapped_setitem
         return super().__enter__()
 
     def __exit__(self, *exc):
@@ -151,7 +166,8 @@ class HostSyncCounter(TorchDispatchMode):
         if func in _INDEX_READS and len(args) > 1 and _has_bool_index(args[1]):
             return DATA_SHAPE
         if func in _INDEX_WRITES and len(args) > 1 and _has_bool_index(args[1]):
-            return MASKED_WRITE if _is_masked_fill(args) else DATA_SHAPE
+            number = bool(self._setitem_numbers) and self._setitem_numbers[-1]
+            return MASKED_WRITE if _is_masked_fill(args, kwargs, number) else DATA_SHAPE
         if torch.Tag.data_dependent_output in func.tags:  # one op whose kernel reads a value (torch.allclose)
             return HOST_READ
         return None

@@ -39,6 +39,11 @@ WAITS = [
     ("masked write of several values", DATA_SHAPE, lambda: _x.clone().__setitem__(_mask, torch.tensor([7.0, 8, 9]))),
     ("masked write through two indices", DATA_SHAPE,
      lambda: torch.zeros(4, 4).__setitem__((_mask, torch.tensor([0, 1, 2])), 1.0)),
+    # one value, but a tensor (on the GPU in a GPU run, where ATen finds the mask's rows first: the CPU run cannot
+    # tell it from a Python number by its device), and an accumulating write
+    ("masked write of a one-element tensor", DATA_SHAPE, lambda: _x.clone().__setitem__(_mask, _x.min())),
+    ("accumulating masked write", DATA_SHAPE,
+     lambda: _x.clone().index_put_((_mask,), torch.tensor(1.0), accumulate=True)),
 ]
 
 
