@@ -140,9 +140,9 @@ def check_scoring(backend, key="TEST.COCO_BACKEND"):
     module = {"faster_coco_eval": "faster_coco_eval", "pycocotools": "pycocotools", "auto": "pycocotools"}[backend]
     if importlib.util.find_spec(module) is None:
         package = module.replace("_", "-")
-        raise ConfigError(f"{key} {backend}: {package} is not installed in this Python ({package} for the COCO "
-                          f"scoring of every epoch; pip install {package}"
-                          + (", or TEST.COCO_BACKEND auto)" if backend != "auto" else ")"))
+        raise ConfigError(f"{key} {backend}: the package {package}, which scores every epoch's AP, is not installed "
+                          f"in this Python: pip install {package}"
+                          + (", or TEST.COCO_BACKEND auto" if backend != "auto" else ""))
 
 
 def check_before_init(cfg, world_size, local_world_size=1, cuda=None, resume="", gpus_here=True, coco_backend=""):

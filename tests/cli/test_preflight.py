@@ -78,8 +78,8 @@ def test_a_scoring_backend_that_is_not_installed_is_refused(coco, monkeypatch, c
                         lambda name, *a: None if name == "faster_coco_eval" else find_spec(name, *a))
     rc, errors = run(coco, *extra, monkeypatch=monkeypatch, capsys=capsys)
     assert (rc, errors) == (exit_codes.BAD_INPUT.code, [
-        f"error: {key} faster_coco_eval: faster-coco-eval is not installed in this Python (faster-coco-eval for "
-        "the COCO scoring of every epoch; pip install faster-coco-eval, or TEST.COCO_BACKEND auto)"])
+        f"error: {key} faster_coco_eval: the package faster-coco-eval, which scores every epoch's AP, is not "
+        "installed in this Python: pip install faster-coco-eval, or TEST.COCO_BACKEND auto"])
     assert run(coco, "TEST.COCO_BACKEND", "auto", monkeypatch=monkeypatch, capsys=capsys) == (0, [])
 
 
