@@ -49,16 +49,26 @@ def test_mask_targets_identical_on_all_200_instances(golden, device, mode):
 
 
 def test_segmentation_mask_crop_then_resize_is_the_references_on_all_200_instances(golden):
-    """The public API the mask loss's docstring names, ``SegmentationMask.crop(box).resize((M, M))``, as the 2018
+    """The public API the mask loss's docstring names, ``SegmentationMask.crop(box).resize((M, M))``, on each
+    instance as the dataset reads it from a COCO annotation (the golden degenerate parts reach the dataset's drop),
+    as the 2018
     reference's ``Polygons`` computes it (the MLPerf semantics): shift by the raw box corner, scale by ``M / max(x2
     - x1, 1)`` with the box's float32 width. The crop rounded its size to whole pixels, and the resize then scaled
     by ``M / round(w)``: 119 of the 200 golden instances differed (a box 10.49 wide: 14 pixels)."""
     from maskrcnn_benchmark.structures.segmentation_mask import SegmentationMask
 
+    import types
+
+    from maskrcnn_benchmark.data.datasets import COCODataset
+
     g = golden("mask_targets")
     m = int(g["resolution"])
+    reader = types.SimpleNamespace(ann_file="golden mask_targets", _warned_degenerate=True)
+    assert sum(len(p) < 6 for parts in g["polygons"] for p in parts) > 0  # degenerate parts the dataset must drop
     for i, (parts, box, size) in enumerate(zip(g["polygons"], g["boxes_xyxy"], g["image_size_wh"])):
-        masks = SegmentationMask([[p for p in parts if len(p) >= 6]], tuple(size.tolist()))
+        # the instance as the dataset reads a COCO annotation (its degenerate parts dropped there, not here)
+        w, h = size.tolist()
+        masks = COCODataset._segmentation(reader, [{"id": i, "segmentation": [list(p) for p in parts]}], w, h)
         got = masks.crop(box).resize((m, m)).get_mask_tensor()[0]
         assert torch.equal(got.bool(), g["targets_legacy_2018"][i].bool()), f"instance {i}"
 
