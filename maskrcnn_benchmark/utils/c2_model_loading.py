@@ -59,7 +59,7 @@ def load_c2_pickle(path):
     return {k: v for k, v in data.items() if isinstance(v, np.ndarray) and not k.endswith("_momentum")}
 
 
-_BN_SUFFIX = {"s": "weight", "b": "bias", "rm": "running_mean", "riv": "running_var"}
+_BN_SUFFIX = {"s": "weight", "b": "bias"}
 
 
 def c2_name_to_ours(name, prefix="backbone.body."):
@@ -104,19 +104,26 @@ def load_c2_weights(model, path, logger=None):
                                f"model expects {tuple(state[ours].shape)} for '{ours}'")
         new_state[ours] = tensor
         loaded.append(name)
-    body = [k for k in state if k.startswith("backbone.body.")
-            and not k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
-    missing = sorted(set(body) - set(new_state))
-    if missing:
-        # A backbone left at its initialization never recovers: its frozen BN stays the identity and the frozen
-        # stages (FREEZE_CONV_BODY_AT) never learn; the run would only fail to converge, hours later.
-        raise WeightsError(f"weights file '{path}' leaves {len(missing)} of the backbone's {len(body)} tensors "
-                           f"unset (e.g. {', '.join(missing[:3])}; it provided {len(loaded)} blobs): not a "
-                           "Detectron/MSRA ResNet pickle of this depth (R-50.pkl's blobs are named conv1_w, "
-                           "res_conv1_bn_s, res2_0_branch2a_w, ...)")
+    missing = require_backbone(state, new_state, path, f"it provided {len(loaded)} blobs): not a Detectron/MSRA "
+                               "ResNet pickle of this depth (R-50.pkl's blobs are named conv1_w, res_conv1_bn_s, "
+                               "res2_0_branch2a_w, ...")
     model.load_state_dict(new_state, strict=False)
     if logger is not None:
         logger.info("loaded %d blobs from %s", len(loaded), path)
         if unmatched:
             logger.info("blobs in %s not used by the model: %s", path, ", ".join(unmatched))
     return loaded, unmatched, missing
+
+
+def require_backbone(model_state, loaded, path, detail):
+    """Refuse weights that leave a tensor of the ResNet body unset (its FrozenBN statistics aside: a Detectron
+    pickle has none, they stay mean 0, variance 1). A backbone left at its initialization never recovers: its
+    frozen BN stays the identity and the frozen stages (FREEZE_CONV_BODY_AT) never learn; the run would only
+    fail to converge, hours later. ``loaded``: the model's names the file set. Returns [] (nothing missing)."""
+    body = [k for k in model_state if k.startswith("backbone.body.")
+            and not k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
+    missing = sorted(set(body) - set(loaded))
+    if missing:
+        raise WeightsError(f"weights file '{path}' leaves {len(missing)} of the backbone's {len(body)} tensors "
+                           f"unset (e.g. {', '.join(missing[:3])}; {detail})")
+    return missing

@@ -22,7 +22,7 @@ import warnings
 
 import torch
 
-from .c2_model_loading import WeightsError, c2_name_to_ours, load_c2_weights
+from .c2_model_loading import WeightsError, c2_name_to_ours, load_c2_weights, require_backbone
 from .fileio import atomic_write, write_text
 from .imports import resolve_weights
 from .model_serialization import load_state_dict
@@ -155,10 +155,13 @@ class Checkpointer:
         if not isinstance(state, dict):
             raise WeightsError(f"weights file '{path}' holds no model state dict")
         try:
-            _, unmatched, _ = load_state_dict(self._model(), state, self.logger)
+            matched, unmatched, _ = load_state_dict(self._model(), state, self.logger)
         except (ValueError, RuntimeError) as e:
             raise WeightsError(f"weights file '{path}' does not fit this model: {str(e).splitlines()[0]}") \
                 from None
+        require_backbone(self._model().state_dict(), matched, path,
+                         f"its names match {len(matched)} of the model's): the file's tensor names do not fit "
+                         "this model's (backbone.body.stem.conv1.weight, or a torchvision ResNet's conv1.weight)")
         return unmatched
 
     def _load_into_model(self, path, complete=False):

@@ -2,9 +2,10 @@
 
 ``load_state_dict(model, loaded)`` tolerates a ``module.`` prefix (a checkpoint of a DataParallel /
 DistributedDataParallel model, or a wrapped model loading a plain checkpoint) and matches keys by suffix: each
-model key takes the longest loaded key it ends with, so a checkpoint of a sub-module (a backbone) or with an
-extra prefix loads. Unlike the reference, a suffix must start at a ``.`` boundary (``fc6.weight`` never matches
-``c6.weight``). Model keys that nothing matches keep their values; they are logged.
+model key takes the longest loaded key it ends with, so a checkpoint of a sub-module (a backbone, its names
+without the model's prefix) loads; names under another prefix than ``module.`` match nothing (weights that
+leave a backbone tensor unset are refused by the checkpointer). Unlike the reference, a suffix must start at a
+``.`` boundary (``fc6.weight`` never matches ``c6.weight``). Model keys that nothing matches keep their values; they are logged.
 """
 import logging
 import re

@@ -290,3 +290,23 @@ def test_resume_needs_the_whole_training_state(tmp_path):
     with pytest.raises(WeightsError) as e:
         DetectronCheckpointer(*parts(nn.Linear(3, 2))).resume(str(tmp_path / "nosched.pth"))
     assert "nosched.pth" in str(e.value) and "scheduler" in str(e.value)
+
+
+def test_training_weights_that_set_none_of_the_backbone_are_refused(tmp_path):
+    """A ``.pth`` whose names fit no backbone tensor (here every key under an extra ``model.`` prefix, which
+    suffix matching cannot strip) loaded with a warning only: the run then trained a random, partly frozen
+    backbone that can never converge. Refused as R-50.pkl's blobs are (test_c2_loading)."""
+    state = build_detection_model(small_cfg()).state_dict()
+    path = tmp_path / "prefixed.pth"
+    torch.save({"model." + k: v for k, v in state.items()}, path)
+    with pytest.raises(WeightsError) as e:
+        DetectronCheckpointer(small_cfg(), build_detection_model(small_cfg())).load_weights(str(path))
+    body = [k for k in state if k.startswith("backbone.body.") and not k.endswith(("running_mean", "running_var"))]
+    msg = str(e.value)
+    assert "\n" not in msg and "prefixed.pth" in msg
+    assert f"leaves {len(body)} of the backbone's {len(body)} tensors unset" in msg
+    # the same weights under their own names load (a backbone-only file too: the heads keep their initialization)
+    torch.save(state, path)
+    DetectronCheckpointer(small_cfg(), build_detection_model(small_cfg())).load_weights(str(path))
+    torch.save({k: v for k, v in state.items() if k.startswith("backbone.body.")}, path)
+    DetectronCheckpointer(small_cfg(), build_detection_model(small_cfg())).load_weights(str(path))
