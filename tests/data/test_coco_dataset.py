@@ -72,19 +72,21 @@ def test_edge_cases_crowd_empty_contiguous_ids_and_rle(tmp_path):
 def test_degenerate_polygon_warns_and_invalid_polygon_errors(tmp_path, caplog):
     """A part of fewer than 3 points is dropped whatever its parity, as the reference drops it (len < 6): an odd
     one ([x, y, x2]) raised, in a loader worker, at a random iteration of the run. A part of 3 points or more
-    that is not pairs of numbers would break the reference too: one error naming the annotation."""
+    that is not pairs of numbers would break the reference too: one error naming the annotation, when the dataset
+    is built (it was raised in a loader worker when the image was first drawn)."""
     anns = [_ann(1, 1, 5, [2, 3, 10, 8], seg=[[2, 3, 12, 3]]),
             _ann(2, 2, 5, [2, 3, 10, 8], seg=[[2, 3, 12], [2, 3, 12, 3, 7, 9]]),
             _ann(3, 3, 5, [2, 3, 10, 8], seg=[[2, 3, 12, 3, 7, 9, 4]])]
-    ann, root = _write(tmp_path, [_img(1), _img(2), _img(3)], anns)
+    ann, root = _write(tmp_path, [_img(1), _img(2), _img(3)], anns[:2])
     ds = COCODataset(ann, root, True)
     with caplog.at_level(logging.WARNING):
         _, t, _ = ds[0]
     assert "degenerate" in caplog.text and len(t) == 1
     _, t, _ = ds[1]
     assert [[p.tolist() for p in inst] for inst in t.get_field("masks").polygons] == [[[2.0, 3.0, 12.0, 3.0, 7.0, 9.0]]]
+    ann, root = _write(tmp_path, [_img(1), _img(2), _img(3)], anns)
     with pytest.raises(DatasetError, match="annotation 3 .*invalid polygon"):
-        ds[2]
+        COCODataset(ann, root, True)
 
 
 def test_bad_inputs_name_the_file(tmp_path):
@@ -295,6 +297,19 @@ def test_evaluation_loader_keeps_its_worker_between_evaluations(synthetic_dir):
     (lambda d: d["annotations"].append(7), r"has an entry of 'annotations' that is not an object: 7"),
     (lambda d: d.update(categories={"id": 5}), r"is not COCO instances json"),
     (lambda d: d["images"][0].pop("file_name"), r"image 1 in '.*instances.json' has no file_name"),
+    # below: pycocotools' index, the aspect grouping, the evaluator or a loader worker an epoch in raised a bare
+    # KeyError / ZeroDivisionError / AttributeError, or a wrong box trained silently
+    (lambda d: d["images"][0].pop("id"), r"image '1.jpg' in '.*instances.json' has no integer id"),
+    (lambda d: d["annotations"][0].pop("id"), r"an annotation of image 1 in '.*instances.json' has no integer id"),
+    (lambda d: d["categories"][0].pop("id"), r"category 'a' in '.*instances.json' has no integer id"),
+    (lambda d: d.pop("categories"), r"is not COCO instances json"),
+    (lambda d: d["images"][0].pop("width"), r"image 1 in '.*instances.json' has no width and height"),
+    (lambda d: d["images"][0].update(height=0), r"image 1 in '.*instances.json' has no width and height .*: 40x0"),
+    (lambda d: d["annotations"][0].pop("segmentation"), r"annotation 1 in '.*instances.json' has no segmentation"),
+    (lambda d: d["annotations"][0].update(segmentation=[[1, 2, 3, 4, 5, 6, 7]]),
+     r"annotation 1 in '.*instances.json' has an invalid polygon \(7 coordinates"),
+    # a number too large for a float parses as inf without json's NaN/Infinity hook (the text is put in below)
+    (lambda d: d["annotations"][0].update(bbox=[2, 3, "1e999", 8]), r"annotation 1 .* has an invalid bbox"),
 ])
 def test_annotation_files_of_the_wrong_shape_are_one_line_errors_naming_the_file(tmp_path, change, needle):
     """Each was an AttributeError or KeyError traceback (exit 5) when the dataset was built or indexed."""
@@ -303,7 +318,7 @@ def test_annotation_files_of_the_wrong_shape_are_one_line_errors_naming_the_file
         data = json.load(f)
     change(data)
     with open(path, "w") as f:
-        json.dump(data, f)
+        f.write(json.dumps(data).replace('"1e999"', "1e999"))
     with pytest.raises(DatasetError, match=needle) as e:
         COCODataset(path, root, True)
     assert "\n" not in str(e.value)

@@ -44,12 +44,27 @@ _FAST_FORMATS = ("JPEG", "PNG", "WEBP", "GIF")
 _EIGHT_BIT_MODES = ("1", "L", "LA", "P", "PA", "RGB", "RGBA", "CMYK", "YCbCr")
 
 
+def _has_id(x):
+    return type(x.get("id")) is int
+
+
+def _invalid_polygon(seg):
+    """The first part of a polygon list that is not a list of an even number of coordinates (parts of fewer
+    than 3 points are dropped later, whatever their parity, as the reference drops them), else None."""
+    for p in seg:
+        if not isinstance(p, list) or (len(p) >= 6 and len(p) % 2):
+            return p
+    return None
+
+
 def _check_annotations(data, ann_file, has_constants):
-    """Every annotation names a known image and category and has finite coordinates; one line otherwise.
-    Polygons are scanned only when the file holds a NaN/Infinity literal (the only way a JSON writer puts a
-    non-finite number in a file): COCO train has 40 M polygon coordinates."""
+    """Every image, annotation and category has an id, every image its size, every annotation a known image
+    and category, finite box coordinates and a segmentation; one line otherwise, when the dataset is built (not
+    as a KeyError in pycocotools' index, the loader's aspect grouping or a loader worker an epoch in).
+    Polygon coordinates are scanned only when the file holds a NaN/Infinity literal (the only way a JSON writer
+    puts a non-finite number in a file): COCO train has 40 M of them."""
     if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
-            or not isinstance(data.get("annotations", []), list) or not isinstance(data.get("categories", []), list):
+            or not isinstance(data.get("annotations", []), list) or not isinstance(data.get("categories"), list):
         raise DatasetError(f"annotation file '{ann_file}' is not COCO instances json (no images/annotations/"
                            "categories lists)")
     for what in ("images", "annotations", "categories"):
@@ -60,10 +75,21 @@ def _check_annotations(data, ann_file, has_constants):
     for i in data["images"]:
         if not isinstance(i.get("file_name"), str) or not i["file_name"]:
             raise DatasetError(f"image {i.get('id')!r} in '{ann_file}' has no file_name")
-    cats = {c.get("id") for c in data.get("categories", [])}
-    images = {i.get("id") for i in data["images"]}
+        if not _has_id(i):
+            raise DatasetError(f"image '{i['file_name']}' in '{ann_file}' has no integer id")
+        w, h = i.get("width"), i.get("height")
+        if type(w) not in _NUMBER or type(h) not in _NUMBER or not (w >= 1 and h >= 1):
+            raise DatasetError(f"image {i['id']} in '{ann_file}' has no width and height of at least 1 pixel: "
+                               f"{w}x{h}")
+    for c in data["categories"]:
+        if not _has_id(c):
+            raise DatasetError(f"category {c.get('name')!r} in '{ann_file}' has no integer id")
+    cats = {c["id"] for c in data["categories"]}
+    images = {i["id"] for i in data["images"]}
     for a in data.get("annotations", []):
         aid = a.get("id")
+        if type(aid) is not int:
+            raise DatasetError(f"an annotation of image {a.get('image_id')!r} in '{ann_file}' has no integer id")
         if a.get("category_id") not in cats:
             raise DatasetError(f"annotation {aid} in '{ann_file}' has category_id {a.get('category_id')!r}, which "
                                f"is not in the file's categories ({', '.join(map(str, sorted(cats)))})")
@@ -73,12 +99,21 @@ def _check_annotations(data, ann_file, has_constants):
         bbox = a.get("bbox")
         if not isinstance(bbox, (list, tuple)) or len(bbox) != 4 or not (  # numbers (unrolled: COCO has 860k)
                 type(bbox[0]) in _NUMBER and type(bbox[1]) in _NUMBER and type(bbox[2]) in _NUMBER
-                and type(bbox[3]) in _NUMBER) or (has_constants and _non_finite(bbox)):
+                and type(bbox[3]) in _NUMBER) or not math.isfinite(sum(bbox)):  # 1e999 parses as inf
             raise DatasetError(f"annotation {aid} in '{ann_file}' has an invalid bbox {bbox!r} (4 finite numbers "
                                "[x, y, w, h] expected)")
         seg = a.get("segmentation")
-        if has_constants and isinstance(seg, list) and any(isinstance(p, list) and _non_finite(p) for p in seg):
-            raise DatasetError(f"annotation {aid} in '{ann_file}' has a polygon with a non-finite coordinate")
+        if isinstance(seg, list):
+            bad = _invalid_polygon(seg)
+            if bad is not None:
+                raise DatasetError(f"annotation {aid} in '{ann_file}' has an invalid polygon ("
+                                   + (f"{len(bad)} coordinates: x, y pairs expected)" if isinstance(bad, list)
+                                      else f"{bad!r:.40}: a list of x, y coordinates expected)"))
+            if has_constants and any(_non_finite(p) for p in seg):
+                raise DatasetError(f"annotation {aid} in '{ann_file}' has a polygon with a non-finite coordinate")
+        elif not isinstance(seg, dict):
+            raise DatasetError(f"annotation {aid} in '{ann_file}' has no segmentation (polygons or RLE): "
+                               f"{seg!r:.40}")
 
 
 def load_coco(ann_file):
