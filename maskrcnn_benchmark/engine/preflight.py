@@ -15,7 +15,8 @@ or the numbers, and what to do:
 ``WeightsMissing``       ``MODEL.WEIGHT`` (or, resuming, ``--resume``) names a file that does not exist
 ``NoGPU``                ``MODEL.DEVICE`` is cuda and torch sees no GPU (the driver line says why, when known)
 ``TooFewGPUs``           fewer GPUs on this node than processes to start on it
-``ConfigError``          the COCO scoring backend asked for (``TEST.COCO_BACKEND``, ``--coco-backend``) is not
+``ConfigError``          ``DATASETS.TEST`` does not name one dataset (the run scores one); the COCO scoring
+                         backend asked for (``TEST.COCO_BACKEND``, ``--coco-backend``) is not
                          installed: the first evaluation would fail, after ``run_start`` and an epoch
 =======================  =======================================================================================
 """
@@ -29,7 +30,7 @@ from ..utils.imports import resolve_weights
 from ..utils.errors import BatchNotDivisible, ConfigError, DatasetMissing, NoGPU, TooFewGPUs, WeightsMissing
 
 __all__ = ["check_before_init", "check_batch", "check_data", "check_weights", "check_resume", "check_gpus",
-           "check_scoring"]
+           "check_scoring", "check_test_set"]
 
 
 def check_batch(cfg, world_size):
@@ -39,6 +40,14 @@ def check_batch(cfg, world_size):
             raise BatchNotDivisible(
                 f"{key} ({value}) is not divisible by the number of processes ({world_size}): every process "
                 f"takes the same number of images; use a multiple of {world_size} or another number of GPUs")
+
+
+def check_test_set(cfg):
+    names = tuple(cfg.DATASETS.TEST)
+    if len(names) != 1:
+        raise ConfigError(f"DATASETS.TEST {names}: a training run must name one dataset, the validation set it "
+                          "scores every epoch and stops on (MLPerf's eval_accuracy); evaluate others with "
+                          "tools/test_net.py")
 
 
 def check_data(cfg):
@@ -150,6 +159,7 @@ def check_before_init(cfg, world_size, local_world_size=1, cuda=None, resume="",
     MODEL.WEIGHT's); ``gpus_here`` False: this host only submits (a login node), the GPUs are the job's nodes';
     ``coco_backend``: ``--coco-backend`` (else TEST.COCO_BACKEND)."""
     check_batch(cfg, world_size)
+    check_test_set(cfg)
     check_scoring(coco_backend or cfg.TEST.COCO_BACKEND, "--coco-backend" if coco_backend else "TEST.COCO_BACKEND")
     if gpus_here:
         check_gpus(cfg, local_world_size, cuda)
