@@ -125,7 +125,7 @@ class Checkpointer:
         data.update(kwargs)
         path = os.path.join(self.save_dir, f"{name}.pth")
         atomic_torch_save(data, path)
-        self.tag_last_checkpoint(path)
+        self.tag_last_checkpoint(os.path.abspath(path))  # a relative OUTPUT_DIR means nothing from elsewhere
         self.logger.info("saved checkpoint %s", path)
         return path
 
@@ -136,11 +136,18 @@ class Checkpointer:
         return bool(self.save_dir) and os.path.exists(os.path.join(self.save_dir, "last_checkpoint"))
 
     def get_checkpoint_file(self):
+        """The file ``last_checkpoint`` names. A tag that names no file from here (relative to where an earlier
+        run started, or a folder moved since) is taken as the file of that name in this folder, where it was
+        saved."""
         try:
             with open(os.path.join(self.save_dir, "last_checkpoint")) as f:
-                return f.read().strip()
+                tag = f.read().strip()
         except OSError:
             return ""
+        here = os.path.join(self.save_dir, os.path.basename(tag))
+        if tag and (not os.path.isabs(tag) or not os.path.isfile(tag)) and os.path.isfile(here):
+            return here
+        return tag
 
     # -- loading --------------------------------------------------------------------------------------------
     def _load_file(self, f):

@@ -310,3 +310,21 @@ def test_training_weights_that_set_none_of_the_backbone_are_refused(tmp_path):
     DetectronCheckpointer(small_cfg(), build_detection_model(small_cfg())).load_weights(str(path))
     torch.save({k: v for k, v in state.items() if k.startswith("backbone.body.")}, path)
     DetectronCheckpointer(small_cfg(), build_detection_model(small_cfg())).load_weights(str(path))
+
+
+def test_the_last_checkpoint_is_found_from_any_directory(tmp_path, monkeypatch):
+    """A run with a relative OUTPUT_DIR (the default is ".") tagged "./model_final.pth", which test_net, run
+    later from another directory with the folder given absolute, read against its own working directory: the
+    file was missing there, or another run's model_final.pth was evaluated without a word."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    Checkpointer(nn.Linear(3, 2), save_dir=".", save_to_disk=True).save("model_final")
+    monkeypatch.chdir(tmp_path / "b")
+    torch.save({"model": nn.Linear(3, 2).state_dict()}, "model_final.pth")  # another run's file, here
+    found = Checkpointer(nn.Linear(3, 2), save_dir=str(tmp_path / "a")).get_checkpoint_file()
+    assert os.path.samefile(found, tmp_path / "a" / "model_final.pth")
+    # a tag of the reference (a path relative to where that run started) names a file of the folder
+    (tmp_path / "a" / "last_checkpoint").write_text("output/model_final.pth")
+    assert os.path.samefile(Checkpointer(None, save_dir=str(tmp_path / "a")).get_checkpoint_file(),
+                            tmp_path / "a" / "model_final.pth")
