@@ -65,6 +65,8 @@ def atomic_write(path, mode="w", what="file", fsync=True, encoding=None):
                 os.fsync(f.fileno())
         os.chmod(tmp, _file_mode())
         os.replace(tmp, path)
+        if fsync:
+            _fsync_folder(folder)
     except WriteError:
         _remove(tmp)
         raise
@@ -74,6 +76,21 @@ def atomic_write(path, mode="w", what="file", fsync=True, encoding=None):
     except BaseException:
         _remove(tmp)
         raise
+
+
+def _fsync_folder(folder):
+    """The rename on disk too (a crash after it could otherwise leave the old name). Where a folder cannot be
+    opened or synced (some network file systems), the file's own sync above is what there is."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _remove(path):
