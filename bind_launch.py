@@ -870,6 +870,9 @@ class Launcher:
     def start(self) -> None:
         membind = not self.args.no_membind
         for b in self.plan:
+            if self.stop_signal is not None:  # stopped while starting: wait() stops those already running
+                _info(f"received signal {self.stop_signal} while starting the ranks; starting no more")
+                return
             how, prefix, cpus = resolve_binding(b, self.args.binding, membind)
             cmd = prefix + build_command(self.args, b.local_rank)
             env = child_env(self.args, b.local_rank)

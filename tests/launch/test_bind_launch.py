@@ -747,3 +747,27 @@ def test_children_get_one_openmp_thread_unless_told(monkeypatch):
     assert "OMP_NUM_THREADS" not in bl.child_env(one, 0)
     monkeypatch.setenv("OMP_NUM_THREADS", "7")
     assert bl.child_env(args, 1)["OMP_NUM_THREADS"] == "7"
+
+
+def test_a_stop_signal_while_the_ranks_start_starts_no_more_of_them(monkeypatch):
+    """Slurm's time limit or scancel while the launcher starts its ranks (each start can wait up to two 20 s
+    numactl probes): the signal reached the ranks already running, and the loop went on starting the others,
+    which wait() then killed at once."""
+    args = bl.parse_args(["--nproc_per_node=4", "--binding=none", "train.py"])
+    launcher = bl.Launcher(args, bl.plan_bindings(4, 1, 4))
+    started = []
+
+    class Started:  # a rank that has already ended: nothing real to signal
+        pid = -1
+
+        def __init__(self, cmd, **_):
+            started.append(cmd)
+            if len(started) == 1:
+                launcher._forward(signal.SIGTERM, None)
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(bl.subprocess, "Popen", Started)
+    launcher.start()
+    assert len(started) == 1 and launcher.stop_signal == signal.SIGTERM
