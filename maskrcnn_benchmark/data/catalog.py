@@ -25,18 +25,25 @@ def catalog_entries(cfg, names, is_train):
         except Exception as e:  # noqa: BLE001 - a site's catalog (maskrcnn-benchmark's: RuntimeError)
             raise DatasetError(f"{key}: the paths catalog cannot give '{name}': {type(e).__name__}: "
                                f"{str(e).splitlines()[0] if str(e) else ''}") from None
+        entry = out[-1][1]
+        factory = entry.get("factory") if isinstance(entry, dict) else None
+        args = entry.get("args") if isinstance(entry, dict) else None
+        if factory != "COCODataset" or not isinstance(args, dict) or \
+                not all(isinstance(args.get(k), str) for k in ("root", "ann_file")):
+            given = f"a {factory}" if factory != "COCODataset" else f"a COCODataset of args {args!r:.80}"
+            raise DatasetError(f"{key}: the paths catalog gives '{name}' as {given}: this package reads "
+                               "COCO-format datasets (factory COCODataset, args root and ann_file)")
     return out
 
 
 def dataset_paths(cfg):
     """``(key, name, image folder, annotation file)`` of every dataset of DATASETS.TRAIN and TEST, as the catalog
-    resolves them (nothing is opened). A factory whose arguments are not a COCO root/ann_file gives ``None``s."""
+    resolves them (nothing is opened)."""
     out = []
     for is_train, names in ((True, cfg.DATASETS.TRAIN), (False, cfg.DATASETS.TEST)):
         key = f"DATASETS.{'TRAIN' if is_train else 'TEST'}"
         for name, entry in catalog_entries(cfg, names, is_train):
-            args = entry.get("args", {})
-            out.append((key, name, args.get("root"), args.get("ann_file")))
+            out.append((key, name, entry["args"]["root"], entry["args"]["ann_file"]))
     return out
 
 

@@ -101,8 +101,7 @@ def test_a_ruleset_or_division_from_the_environment_is_one_line(coco, monkeypatc
 @pytest.mark.parametrize("names", ["('coco_2017_val','coco_2017_train')", "()"])
 def test_a_training_run_scores_one_test_set(coco, monkeypatch, capsys, names):
     """The run evaluates and stops on one validation set (MLPerf's eval_accuracy is one pair of APs): a second
-    DATASETS.TEST name was built, its files read on every rank, and then never evaluated, silently; none was an
-    IndexError traceback when the run built its test loader, after init_start."""
+    DATASETS.TEST name was built, its files read on every rank, and then never evaluated, silently."""
     rc, errors = run(coco, "DATASETS.TEST", names, monkeypatch=monkeypatch, capsys=capsys)
     assert (rc, len(errors)) == (exit_codes.BAD_INPUT.code, 1), errors
     assert errors[0].startswith("error: DATASETS.TEST ") and "must name one dataset" in errors[0]

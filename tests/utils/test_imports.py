@@ -98,3 +98,22 @@ def test_a_catalog_that_does_not_know_a_name_is_one_line_naming_the_key(tmp_path
         catalog_entries(cfg, cfg.DATASETS.TRAIN, True)
     with pytest.raises(WeightsError, match=r"MODEL.WEIGHT 'catalog://R-50': .*model not present"):
         resolve_weights(cfg, "catalog://R-50")
+
+
+def test_a_dataset_of_another_factory_than_coco_is_one_line(tmp_path):
+    """maskrcnn-benchmark's catalog also names Pascal VOC (factory PascalVOCDataset, args data_dir/split): this
+    package reads COCO-format datasets only, and such an entry was an AttributeError (or KeyError 'ann_file')
+    traceback when the datasets were built."""
+    from maskrcnn_benchmark.config import load_config
+    from maskrcnn_benchmark.data.catalog import catalog_entries
+    from maskrcnn_benchmark.utils.errors import DatasetError
+
+    path = tmp_path / "voc_catalog.py"
+    path.write_text("class DatasetCatalog:\n    @staticmethod\n    def get(name):\n        return dict(factory="
+                    "'PascalVOCDataset', args=dict(data_dir='/data/voc/VOC2007', split='train'))\n")
+    cfg = load_config("configs/e2e_mask_rcnn_R_50_FPN_1x.yaml",
+                      ["PATHS_CATALOG", str(path), "DATASETS.TRAIN", "('voc_2007_train',)"])
+    with pytest.raises(DatasetError) as e:
+        catalog_entries(cfg, cfg.DATASETS.TRAIN, True)
+    assert str(e.value) == ("DATASETS.TRAIN: the paths catalog gives 'voc_2007_train' as a PascalVOCDataset: this "
+                            "package reads COCO-format datasets (factory COCODataset, args root and ann_file)")
