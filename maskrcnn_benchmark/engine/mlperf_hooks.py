@@ -133,6 +133,10 @@ class EvaluationHook(HookBase):
             if last:  # MAX_ITER: the scores still pending decide the run; wait for them
                 self._guarded(self._wait)
 
+    def settle_before_abort(self):
+        if comm.is_main_process():
+            self._guarded(self._wait)
+
     def _wait(self, keep=None):
         """Record the scores of every pending epoch but ``keep``, waiting for them."""
         kept = []
@@ -269,6 +273,11 @@ class MLPerfStopHook(HookBase):
         if self._epoch_ended:
             self._epoch_ended = False
             self._start_epoch(self.trainer.storage.epoch + 1)
+
+    def decide_before_abort(self):
+        code = self._decision.agree(self._state())
+        if code & StopDecision.TARGET_MET:  # else the non-finite step ends the run (a failed evaluation too)
+            self._act(code)
 
     def after_train(self):
         t = self.trainer

@@ -40,6 +40,14 @@ class HookBase:
     def after_train(self):
         pass
 
+    def settle_before_abort(self):
+        """Every rank, when the loop found a non-finite step: finish the work already decided by earlier
+        weights (the scores of epochs still being computed), before the outcome is decided."""
+
+    def decide_before_abort(self):
+        """Every rank, after :meth:`settle_before_abort`: a hook may request the stop, which then stands (the
+        loop ends without the non-finite error)."""
+
 
 class Trainer:
     """Runs iterations ``start_iter + 1 .. max_iter`` (1-based, as the reference counts).
@@ -53,9 +61,11 @@ class Trainer:
     NVIDIA's FP16 optimizer does: that is not an abort; the run aborts only when the scale falls below
     MIN_LOSS_SCALE. The scaler reads the gradients, not the loss: a NaN loss as a rule has NaN gradients
     (skipped), an infinite one need not (binary cross-entropy at a float16 logit that overflowed is infinite with
-    a gradient of +-1), and that step is taken, as the reference's apex scaler takes it; the metrics line shows
-    the inf. Both rules are checked every ``nan_check_period`` iterations from device-side state: one host read per
-    check, none in the other steps (bench/host_syncs.py lists it apart from the step).
+    a gradient of +-1), and that step is taken, as the reference's apex scaler takes it (a logged iteration's
+    metrics line shows the inf). Both rules are checked every ``nan_check_period`` iterations, at epoch ends and
+    after the last iteration, from device-side state: one host read per check, none in the other steps
+    (bench/host_syncs.py lists it apart from the step). A non-finite step does not undo a target met before it:
+    the scores still pending decide first (:meth:`_stop_stands_after_abort`).
 
     ``forward(images, targets) -> loss dict`` runs the step's forward: the model itself, or the compiled step
     (:class:`~maskrcnn_benchmark.engine.compile.CompiledForward`); the loop is the same for both, and ``model``
@@ -149,6 +159,18 @@ class Trainer:
         self.scaler.scale(losses).backward()
         return loss_dict, losses
 
+    def _stop_stands_after_abort(self):
+        """A non-finite step (found on every rank together). The scores still pending are of epochs whose
+        weights were checked finite at their ends: they are waited for, and a target they meet stands, as a
+        stop decided before the step does; the final checkpoint of the later weights is then not written
+        (CheckpointHook). Whether a converged run succeeds does not depend on whether its scorer beat the
+        check."""
+        for h in self.hooks:
+            h.settle_before_abort()
+        for h in self.hooks:
+            h.decide_before_abort()
+        return self.stop_requested
+
     def request_stop(self, reason):
         """End the loop before the next iteration (a hook's decision: the target is met)."""
         self.stop_requested = True
@@ -173,8 +195,14 @@ class Trainer:
                 self.run_step(images, targets)
                 # every nan_check_period iterations (a read of the device), and at epoch ends: no evaluation of
                 # weights a non-finite step corrupted (checkpoints check before they write: CheckpointHook)
-                if self.iter % self.nan_check_period == 0 or self.storage.is_epoch_end():
-                    self.check_finite()
+                if self.iter % self.nan_check_period == 0 or self.storage.is_epoch_end() or \
+                        self.iter >= self.max_iter:
+                    try:
+                        self.check_finite()
+                    except NonFiniteLossError:
+                        if not self._stop_stands_after_abort():
+                            raise
+                        break
                 for h in self.hooks:
                     h.after_step()
             if not self.stop_requested:  # a stop at the target stands: its scores are of an epoch whose weights

@@ -205,3 +205,20 @@ def test_the_final_checkpoint_waits_for_no_later_epochs_scores():
     t = _trainer(_Model(), 3, hooks=[CheckpointHook(Checkpointer(), 0, evaluation=Evaluation())])
     t.train()
     assert saved == [("model_final", [[1, 0.40, 0.35]])]
+
+
+def test_the_last_iteration_is_checked_before_the_hooks_evaluate_it():
+    """PER_EPOCH_EVAL False evaluates once, after the last iteration, which is neither a multiple of the check's
+    period nor an epoch end: a NaN in the last steps on CUDA was inferred from and its eval_accuracy logged,
+    and only then did the loop's last check abort the run."""
+    model, seen = _Model(bad={8}), []
+
+    class EvaluateAtTheEnd(HookBase):
+        def after_step(self):
+            if self.trainer.iter >= self.trainer.max_iter:
+                seen.append(bool(torch.isfinite(model.w)))
+
+    t = _trainer(model, 10, nan_check_period=20, hooks=[EvaluateAtTheEnd()])
+    with pytest.raises(NonFiniteLossError, match="iteration 10"):
+        t.train()
+    assert seen == []

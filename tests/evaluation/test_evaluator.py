@@ -15,7 +15,7 @@ from helpers import small_cfg
 from maskrcnn_benchmark.data import make_data_loader
 from maskrcnn_benchmark.synthetic import make_synthetic_coco
 from maskrcnn_benchmark.engine.mlperf_hooks import EvaluationHook, MLPerfStopHook
-from maskrcnn_benchmark.engine.trainer import Trainer
+from maskrcnn_benchmark.engine.trainer import NonFiniteLossError, Trainer
 from maskrcnn_benchmark.evaluation import (BackgroundScorer, COCOEvaluator, COCOScorer, Detections, ScoringError,
                                            inference_on_dataset)
 from maskrcnn_benchmark.modeling import build_detection_model
@@ -547,3 +547,56 @@ def test_a_scoring_process_that_could_not_start_leaves_its_error_to_be_seen(monk
         bg([], epoch=1)
     bg.shutdown()  # nothing to stop: no error of its own
     assert bg.pid is None
+
+
+class _NaNAt(_Model):
+    def __init__(self, at):
+        super().__init__()
+        self.at, self.calls = at, 0
+
+    def forward(self, images, targets):
+        self.calls += 1
+        return {"loss": self.w ** 2 * (float("nan") if self.calls == self.at else 1.0)}
+
+
+class _Scores(_FakeFuture):
+    ap = 0.5
+
+    def result(self):
+        return {"bbox": {"stats": {"AP": self.ap}}, "segm": {"stats": {"AP": self.ap}}}
+
+
+class _SlowScorer(_FakeBackground):
+    def __init__(self, ap):
+        super().__init__(done_at=10 ** 9)  # in only when waited for
+        self.ap = ap
+
+    def score(self, detections, epoch):
+        future = _Scores(epoch, lambda: False)
+        future.ap = self.ap
+        self.submitted.append(epoch)
+        return future
+
+
+@pytest.mark.parametrize("ap,converged", [(0.5, True), (0.2, False)])
+def test_a_non_finite_step_while_scores_are_pending_lets_them_decide(ap, converged):
+    """Epoch 1 (iterations 1-5, checked finite at its end) is being scored when iteration 7 is not finite. The run
+    ended at once, run_stop aborted, exit 2, though epoch 1's scores met the targets: whether a converged run
+    succeeded depended on whether its scorer beat the next finite check. The scores still pending decide first:
+    a target they meet stands (as a stop decided before the step does); else the run ends as diverged, their
+    eval_accuracy logged."""
+    model = _NaNAt(7)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    log = _Log()
+    stop = MLPerfStopHook((0.377, 0.339), log)
+    scorer = _SlowScorer(ap)
+    trainer = Trainer(model, opt, WarmupMultiStepLR(opt, (100,), 0.1, warmup_iters=0), [(_Images(), [], None)] * 20,
+                      torch.device("cpu"), 20, 5, hooks=[stop, EvaluationHook(scorer, lambda: None, log)])
+    scorer.trainer = trainer
+    if converged:
+        trainer.train()
+        assert trainer.error is None and stop.target_met and trainer.iter == 7
+    else:
+        with pytest.raises(NonFiniteLossError, match="iteration 7"):
+            trainer.train()
+    assert log.events[-3:] == [("eval_accuracy", 1, ap, ap), ("epoch_stop", 2), ("run_stop", converged)]
