@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from ..utils.fileio import write_bytes
+from ..utils.fileio import write_bytes, write_text
 from .scenes import CATEGORIES, DEFAULT_SIZE, SHAPES_PER_IMAGE, SPLITS, _normalize_sizes, generate_image
 
 DEFAULT_TRAIN = 600
@@ -62,23 +62,42 @@ def _is_ours(json_path):
     return MARKER.encode() in head
 
 
+def _written_before(out_dir):
+    """The image paths (relative to ``out_dir``) this generator has written there and not removed, from its
+    marker file: the only files it ever deletes. None without a marker."""
+    try:
+        with open(os.path.join(out_dir, _MARKER_FILE)) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    return {ln for ln in lines[1:] if ln}
+
+
+def _record_written(out_dir, names):
+    write_text(os.path.join(out_dir, _MARKER_FILE),
+               f"{MARKER}: written by maskrcnn_benchmark.synthetic; the images it wrote:\n"
+               + "".join(f"{n}\n" for n in sorted(names)), what="generator's marker", fsync=False)
+
+
 def _check_out_dir(out_dir, force):
-    """Create ``out_dir`` (and the three sub-folders); refuse to write over a dataset this module did not make.
-    Returns ``(out_dir, ours)``: ``ours`` when this module had written there before (its marker file)."""
+    """Create ``out_dir`` (and the three sub-folders); refuse to write over a dataset this module did not make:
+    an annotation file without the generator's mark (whatever the folder's marker says: COCO may have been
+    unpacked there since), or images in a folder without its marker. Returns ``(out_dir, written)``: the images
+    it wrote there before (:func:`_written_before`)."""
     if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir):
         raise ValueError(f"output directory must be a path, got {out_dir!r}")
     out_dir = os.fspath(out_dir)
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise ValueError(f"output path '{out_dir}' exists and is not a directory")
-    ours = os.path.exists(os.path.join(out_dir, _MARKER_FILE))
-    if not force and not ours:
+    written = _written_before(out_dir)
+    if not force:
         foreign = []
         for split, (name, *_rest) in SPLITS.items():
             ann = os.path.join(out_dir, "annotations", f"instances_{name}.json")
             if os.path.exists(ann) and not _is_ours(ann):
                 foreign.append(ann)
             img_dir = os.path.join(out_dir, name)
-            if os.path.isdir(img_dir):
+            if written is None and os.path.isdir(img_dir):
                 with os.scandir(img_dir) as it:
                     if any(e.name.lower().endswith(".jpg") for e in it):
                         foreign.append(img_dir)
@@ -94,7 +113,7 @@ def _check_out_dir(out_dir, force):
         os.unlink(probe)
     except OSError as e:
         raise OSError(e.errno, f"cannot write to output directory '{out_dir}': {e.strerror or e}") from None
-    return out_dir, ours
+    return out_dir, written or set()
 
 
 def _split_json(split, seed, sizes, records):
@@ -139,8 +158,9 @@ def make_synthetic_coco(out_dir, num_train=DEFAULT_TRAIN, num_val=DEFAULT_VAL, i
 
     Each split's images are written first (each file atomically) and its annotation file last, via a temporary
     file and ``os.replace``; an existing annotation file of the split is removed before its images are
-    rewritten, so an interrupted run never leaves an annotation file that does not match the images.  Stale
-    ``.jpg`` files of an earlier, larger run of this generator are removed (in a folder it had written before).
+    rewritten, so an interrupted run never leaves an annotation file that does not match the images.  The images
+    of an earlier, larger run are removed: those the folder's marker file records as this generator's, never
+    another file.
 
     Returns ``{"out_dir", "seconds", "train": {...}, "val": {...}}`` with per split ``images``, ``annotations``,
     ``image_dir``, ``ann_file``, ``objects_per_image`` (histogram list), ``occluded`` (annotated shapes whose
@@ -151,9 +171,11 @@ def make_synthetic_coco(out_dir, num_train=DEFAULT_TRAIN, num_val=DEFAULT_VAL, i
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     sizes = _normalize_sizes(image_size)
-    out_dir, ours = _check_out_dir(out_dir, force)
-    with open(os.path.join(out_dir, _MARKER_FILE), "w") as f:
-        f.write(f"{MARKER}: written by maskrcnn_benchmark.synthetic\n")
+    out_dir, written = _check_out_dir(out_dir, force)
+    # recorded before they are written: an interrupted run's images are known to the next one
+    written |= {f"{SPLITS[split][0]}/{SPLITS[split][2] + i:012d}.jpg"
+                for split, total in (("train", num_train), ("val", num_val)) for i in range(total)}
+    _record_written(out_dir, written)
 
     bar = _Progress(progress)
     t0 = time.monotonic()
@@ -181,12 +203,15 @@ def make_synthetic_coco(out_dir, num_train=DEFAULT_TRAIN, num_val=DEFAULT_VAL, i
             for o in objs:      # keep memory flat: masks are not needed any more
                 del o["visible_mask"], o["full_mask"]
             bar.update(split, i + 1, total)
-        keep = {r[1] for r in records}
-        with os.scandir(img_dir) as it:  # a folder this generator wrote before: its images of a larger run
-            stale = [e.path for e in it if ours and e.name.endswith(".jpg") and e.name not in keep
-                     and len(e.name) == 16 and e.name[:12].isdigit()]
-        for path in stale:
-            os.unlink(path)
+        keep = {f"{name}/{r[1]}" for r in records}
+        stale = {n for n in written if n.startswith(name + "/") and n not in keep}  # its images of a larger run
+        for n in sorted(stale):
+            try:
+                os.unlink(os.path.join(out_dir, n))
+            except FileNotFoundError:
+                pass
+        written -= stale
+        _record_written(out_dir, written)
         write_bytes(ann_file, _split_json(split, seed, sizes, records), what="annotation file")
         summary[split] = {"images": total, "annotations": n_ann, "image_dir": img_dir, "ann_file": ann_file,
                           "objects_per_image": hist, "occluded": occluded}

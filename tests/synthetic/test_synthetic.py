@@ -238,6 +238,24 @@ def test_refuses_to_overwrite_foreign_dataset(tmp_path):
     # --force overwrites what collides; the images it did not write stay (they were removed as "stale": the
     # generator's leftovers are only those of a folder it had written before)
     assert coco_image.read_bytes() == b"a COCO image"
+    # a second run, with or without --force: the folder now has the generator's marker, which was all that
+    # counted; the run took every COCO-named image it had not written for its own leftover and deleted it
+    syn.make_synthetic_coco(out, num_train=1, num_val=1, progress=False)
+    syn.make_synthetic_coco(out, num_train=1, num_val=1, progress=False, force=True)
+    assert coco_image.read_bytes() == b"a COCO image"
+    assert len(list((out / "train2017").glob("*.jpg"))) == 2  # its own earlier second image is gone
+
+
+def test_real_coco_unpacked_over_a_synthetic_folder_is_not_overwritten(tmp_path):
+    """The marker of an earlier synthetic run made a later one skip the check for a foreign dataset: COCO
+    unpacked into the folder since (or DEMO_DATADIR pointed at it) had its annotation files replaced."""
+    out = tmp_path / "coco"
+    syn.make_synthetic_coco(out, num_train=2, num_val=1, progress=False)
+    real = out / "annotations" / "instances_val2017.json"
+    real.write_text(json.dumps({"info": {"description": "COCO 2017 Dataset"}, "images": []}))
+    with pytest.raises(ValueError, match="not made by this generator.*instances_val2017.json"):
+        syn.make_synthetic_coco(out, num_train=2, num_val=1, progress=False)
+    assert "COCO 2017" in real.read_text()
 
 
 def test_progress_only_on_a_terminal(tmp_path, monkeypatch):
