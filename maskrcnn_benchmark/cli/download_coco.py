@@ -11,26 +11,30 @@ Result (``--out DIR``)::
 
 Zips are kept in ``--zips-dir`` (default ``DIR/zips``) unless ``--remove-zips``; a zip already there with the
 right md5 is not downloaded again, and a part already unpacked and complete (marker ``DIR/.unpacked-<zip>``, or its
-files all there: a COCO copied from elsewhere, without its zips) is skipped; an unpacked part found incomplete is
-unpacked again. A download is checked against its Content-Length (a connection dropped midway is an error, not a
+files all there, of their sizes in the zip where it is there: a COCO copied from elsewhere, without its zips) is
+skipped; an unpacked part found incomplete is unpacked again. A download is checked against its Content-Length (a connection dropped midway is an error, not a
 file), and temporary files that a killed download left are removed at the start.
 
     python tools/download_coco.py --out /data --verify-only [--weights-dir /coco/models]
 
-checks an existing dataset without downloading anything: both annotation files parse, every image they list is
-in its folder and not empty, and R-50.pkl reads as Detectron weights; exit 1 with what is wrong.
+checks an existing dataset without downloading anything: both annotation files parse and are COCO 2017's (this
+package's synthetic set is refused; a file that says it is COCO 2017 must list 118287 and 5000 images), every image
+they list is in its folder and not empty (and of its size in the zip, where the zip is there), and R-50.pkl reads
+as Detectron weights; exit 1 with what is wrong.
 ``--base-url`` may be ``file:///some/dir`` (offline mirrors, tests); ``--checksums FILE`` (md5sum format)
 replaces the built-in md5s.  Exit code 0 on success, 1 on a checksum mismatch or a download error.
 """
 
 import argparse
 import hashlib
+import http.client
 import json
 import os
 import shutil
 import sys
 import urllib.request
 import zipfile
+import zlib
 
 from .common import Parser
 from ..utils.fileio import atomic_write, remove_stale_temp_files
@@ -55,13 +59,28 @@ def md5sum(path, chunk=1 << 20):
 
 
 def read_checksums(path):
+    """``{zip name: md5}`` of an md5sum-format file; a line whose first field is not an md5 (a sha256sum file)
+    is an error: it would match no zip, and a good zip would be fetched again and deleted."""
     sums = {}
     with open(path) as f:
-        for line in f:
+        for n, line in enumerate(f, 1):
             parts = line.split()
             if len(parts) >= 2 and not line.startswith("#"):
-                sums[os.path.basename(parts[1].lstrip("*"))] = parts[0].lower()
+                md5 = parts[0].lower()
+                if len(md5) != 32 or any(c not in "0123456789abcdef" for c in md5):
+                    raise ValueError(f"{path} line {n}: '{parts[0]}' is not an md5 (32 hex digits; the md5sum "
+                                     "format is: <md5>  <file name>)")
+                sums[os.path.basename(parts[1].lstrip("*"))] = md5
     return sums
+
+
+# what a download can end with besides a complete file: OSError (urllib's URLError and HTTPError too), and a
+# chunked transfer cut off (http.client.IncompleteRead, an HTTPException)
+DOWNLOAD_ERRORS = (OSError, http.client.HTTPException)
+
+
+def _why(e):
+    return str(e) if isinstance(e, (OSError, ValueError)) and str(e) else f"{type(e).__name__}: {e}"
 
 
 def download(url, dest, quiet=False):
@@ -111,25 +130,71 @@ def check_weights(path):
 
 SPLITS = {"train": ("train2017", "annotations/instances_train2017.json"),
           "val": ("val2017", "annotations/instances_val2017.json")}
+# what COCO 2017's instances files list (their info.description is COCO_2017)
+COCO_2017, OFFICIAL_IMAGES = "COCO 2017 Dataset", {"train": 118287, "val": 5000}
 
 
-def _image_files(ann_path):
+def _read_annotations(ann_path):
+    """``(info.description, image file names)`` of a COCO annotation file."""
     with open(ann_path) as f:
         data = json.load(f)
     try:
-        return [im["file_name"] for im in data.get("images", [])]
+        info = data.get("info")
+        return (str(info.get("description", "")) if isinstance(info, dict) else "",
+                [im["file_name"] for im in data.get("images", [])])
     except (AttributeError, TypeError, KeyError) as e:
         raise ValueError(f"not a COCO annotation file ({type(e).__name__}: {e})") from None
+
+
+def _image_files(ann_path):
+    return _read_annotations(ann_path)[1]
+
+
+def _not_coco_2017(split, path):
+    """Why the annotation file at ``path`` is not COCO 2017's (this package's synthetic set; a file that says it
+    is COCO 2017 but lists another number of images), or None (COCO 2017's, or a set of another name: judged
+    by its own list)."""
+    from ..synthetic.writer import MARKER
+
+    description, images = _read_annotations(path)
+    if MARKER in description:
+        return f"{path} is the synthetic dataset of this package, not COCO 2017"
+    if description == COCO_2017 and len(images) != OFFICIAL_IMAGES[split]:
+        return (f"{path} lists {len(images)} images: COCO 2017's {SPLITS[split][0]} has "
+                f"{OFFICIAL_IMAGES[split]} (a cut or edited file)")
+    return None
+
+
+def _size_problems(name, out, zpath):
+    """Files of part ``name`` whose size differs from their zip's (an unpack killed while it wrote one leaves it
+    short); [] without a zip."""
+    if not os.path.isfile(zpath):
+        return []
+    try:
+        with zipfile.ZipFile(zpath) as z:
+            members = [m for m in z.infolist() if not m.is_dir()]
+    except (OSError, zipfile.BadZipFile):
+        return []  # judged when it is unpacked (its md5 first)
+    bad = []
+    for m in members:
+        path = os.path.join(out, os.path.normpath(m.filename))
+        size = os.path.getsize(path) if os.path.isfile(path) else None
+        if size != m.file_size:
+            bad.append(f"{path} is {'missing' if size is None else f'{size} bytes'}, {m.file_size} in "
+                       f"{os.path.basename(zpath)}")
+    return [f"{bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")] if bad else []
 
 
 def verify_part(name, out):
     """Problems of an unpacked part (an empty list when it is complete). Nothing is downloaded."""
     if name == "annotations":
         problems = []
-        for _, ann in SPLITS.values():
+        for split, (_, ann) in SPLITS.items():
             path = os.path.join(out, ann)
             try:
-                _image_files(path)
+                problem = _not_coco_2017(split, path)
+                if problem:
+                    problems.append(problem)
             except FileNotFoundError:
                 problems.append(f"{path} is missing")
             except (OSError, ValueError) as e:
@@ -152,10 +217,14 @@ def verify_part(name, out):
         if empty else []
 
 
+def _zip_path(args, name):
+    return os.path.join(args.zips_dir or os.path.join(args.out, "zips"), os.path.basename(PARTS[name][0]))
+
+
 def verify_only(args):
     problems = []
     for name in ("annotations", "train", "val"):
-        found = verify_part(name, args.out)
+        found = verify_part(name, args.out) or _size_problems(name, args.out, _zip_path(args, name))
         problems += found
         if not found and name != "annotations":
             print(f"{name}: {len(_image_files(os.path.join(args.out, SPLITS[name][1])))} images, all present")
@@ -188,10 +257,14 @@ def fetch_part(name, args, sums):
             return True
         print(f"{name}: unpacked before, now incomplete ({problems[0]}): unpacking it again", flush=True)
         os.remove(marker)
-    elif not problems:  # unpacked without a marker (copied from elsewhere): not fetched again
-        print(f"{name}: already there, complete (no zip needed)")
-        open(marker, "w").close()
-        return True
+    else:  # no marker: an unpack killed midway leaves a file short (its zip is there to tell)
+        problems = problems or _size_problems(name, args.out, os.path.join(args.zips_dir, fname))
+        if not problems:  # unpacked without a marker (copied from elsewhere): not fetched again
+            print(f"{name}: already there, complete (no zip needed)")
+            open(marker, "w").close()
+            return True
+        if os.path.exists(os.path.join(args.zips_dir, fname)):
+            print(f"{name}: incomplete ({problems[0]}): unpacking it again", flush=True)
     zpath = os.path.join(args.zips_dir, fname)
     if os.path.exists(zpath) and (args.no_verify or md5sum(zpath) == md5):
         print(f"{name}: {zpath} present{'' if args.no_verify else ', md5 ok'}")
@@ -200,8 +273,8 @@ def fetch_part(name, args, sums):
         print(f"{name}: downloading {url}", flush=True)
         try:
             download(url, zpath, args.quiet)
-        except OSError as e:
-            print(f"{name}: download failed: {e}", file=sys.stderr)
+        except DOWNLOAD_ERRORS as e:
+            print(f"{name}: download failed: {_why(e)}", file=sys.stderr)
             return False
         if not args.no_verify:
             got = md5sum(zpath)
@@ -213,8 +286,8 @@ def fetch_part(name, args, sums):
     print(f"{name}: unpacking into {args.out}", flush=True)
     try:
         safe_extract(zpath, args.out)
-    except (ValueError, zipfile.BadZipFile, OSError) as e:
-        print(f"{name}: cannot unpack: {e}", file=sys.stderr)
+    except (ValueError, zipfile.BadZipFile, OSError, zlib.error, EOFError) as e:  # the last two: corrupt data
+        print(f"{name}: cannot unpack: {_why(e)}", file=sys.stderr)
         return False
     open(marker, "w").close()
     if args.remove_zips:
@@ -247,6 +320,9 @@ def main(argv=None):
     except (OSError, ValueError) as e:  # a folder that cannot be made, a checksums file that is not there
         print(f"download_coco.py: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the download's temporary file is gone (atomic_write); the next run starts over
+        print("download_coco.py: interrupted", file=sys.stderr)
+        return 130
 
 
 def _add_options(p):
@@ -289,8 +365,8 @@ def _main(args):
             print(f"weights: downloading {args.weights_url}", flush=True)
             try:
                 download(args.weights_url, dest, args.quiet)
-            except OSError as e:
-                print(f"weights: download failed: {e}", file=sys.stderr)
+            except DOWNLOAD_ERRORS as e:
+                print(f"weights: download failed: {_why(e)}", file=sys.stderr)
                 ok = False
         if os.path.exists(dest):
             problem = check_weights(dest)

@@ -307,3 +307,86 @@ def test_bad_input_is_one_line(tmp_path, capsys, case):
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert err and all(ln.startswith(("error:", "download_coco.py: error:", "verify:")) for ln in err), err
     assert "Traceback" not in "\n".join(err)
+
+
+def test_the_synthetic_dataset_or_a_cut_coco_is_not_verified_as_coco_2017(tmp_path, capsys):
+    """--verify-only judged a folder by its own annotation files: the synthetic set (or any COCO-format set) was
+    "verified", and docs/cluster.md's `--verify-only || download` then never fetched COCO. The synthetic set is
+    named as such; a file that says it is COCO 2017 must list its image count."""
+    from maskrcnn_benchmark.cli import download_coco
+    from maskrcnn_benchmark.synthetic import make_synthetic_coco
+
+    make_synthetic_coco(tmp_path / "syn", 3, 2, progress=False)
+    assert download_coco.main(["--out", str(tmp_path / "syn"), "--verify-only"]) == 1
+    err = capsys.readouterr().err
+    assert "instances_train2017.json is the synthetic dataset of this package, not COCO 2017" in err
+    data = _copied_coco(tmp_path / "coco")
+    for split in ("train", "val"):
+        path = data / "annotations" / f"instances_{split}2017.json"
+        doc = json.loads(path.read_text())
+        path.write_text(json.dumps(dict(doc, info={"description": "COCO 2017 Dataset"})))
+    assert download_coco.main(["--out", str(data), "--verify-only"]) == 1
+    assert "instances_train2017.json lists 2 images: COCO 2017's train2017 has 118287" in capsys.readouterr().err
+
+
+def test_an_image_cut_short_by_a_killed_unpack_is_unpacked_again(tmp_path, capsys):
+    """An unpack killed while it wrote a member leaves that file short but not empty, and no marker; the rerun
+    found every listed file there and not empty, called the part complete, and kept the cut image. With its zip
+    at hand, the files are compared with the zip's sizes (--verify-only too)."""
+    from maskrcnn_benchmark.cli import download_coco
+
+    url, sums = _listed_mirror(tmp_path / "mirror")
+    data = tmp_path / "coco"
+    common = ["--out", str(data), "--base-url", url, "--checksums", str(sums), "--quiet"]
+    assert download_coco.main(common) == 0
+    (data / "train2017" / "000000000025.jpg").write_bytes(b"jp")
+    (data / ".unpacked-train2017.zip").unlink()  # killed before the marker
+    assert download_coco.main(["--out", str(data), "--verify-only"]) == 1
+    assert "000000000025.jpg is 2 bytes, 4 in train2017.zip" in capsys.readouterr().err
+    assert download_coco.main(common) == 0
+    assert (data / "train2017" / "000000000025.jpg").read_bytes() == b"jpg2"
+
+
+def test_a_checksums_file_of_another_format_is_refused_before_any_zip_is_touched(tmp_path, capsys):
+    """A sha256sum file given as --checksums matched no zip: the good zip there was downloaded again (19 GB),
+    failed the same comparison and was deleted."""
+    from maskrcnn_benchmark.cli import download_coco
+
+    url, sums = _listed_mirror(tmp_path / "mirror")
+    data = tmp_path / "coco"
+    assert download_coco.main(["--out", str(data), "--base-url", url, "--checksums", str(sums), "--quiet"]) == 0
+    zips = sorted((data / "zips").iterdir())
+    before = [(z.stat().st_size, z.stat().st_mtime_ns) for z in zips]
+    sha = tmp_path / "sha256.txt"
+    sha.write_text(f"{'ab' * 32}  train2017.zip\n")
+    capsys.readouterr()
+    assert download_coco.main(["--out", str(data), "--base-url", url, "--checksums", str(sha), "--quiet"]) == 1
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert err == [f"download_coco.py: error: {sha} line 1: '{'ab' * 32}' is not an md5 (32 hex digits; the "
+                   "md5sum format is: <md5>  <file name>)"]
+    assert [(z.stat().st_size, z.stat().st_mtime_ns) for z in zips] == before
+
+
+def test_a_connection_dropped_mid_chunk_is_one_line(tmp_path, capsys, monkeypatch):
+    """http.client.IncompleteRead (a chunked transfer cut off by a proxy) is no OSError: it was a traceback."""
+    import http.client
+
+    from maskrcnn_benchmark.cli import download_coco
+
+    class Dropped:
+        headers = {}
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def read(self, n):
+            raise http.client.IncompleteRead(b"")
+
+    monkeypatch.setattr(download_coco.urllib.request, "urlopen", lambda *a, **k: Dropped())
+    assert download_coco.main(["--out", str(tmp_path / "d"), "--parts", "annotations", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "annotations: download failed: IncompleteRead" in err and "Traceback" not in err
+    assert not list((tmp_path / "d" / "zips").iterdir())
