@@ -56,10 +56,11 @@ partial="${out}.partial-$$"
 trap 'rm -rf "${partial}"; if [[ -z "${STAGE_DIR:-}" ]]; then rm -rf "${ctx}"; fi' EXIT
 mkdir -p "${ctx}/object_detection"
 if git -C "${repo}" rev-parse --git-dir > /dev/null 2>&1; then
-  git -C "${repo}" ls-files -z --cached --others --exclude-standard | grep -zv '\.sif$' \
+  git -C "${repo}" ls-files -z --cached --others --exclude-standard | grep -zEv '\.(sif|sqsh)$|\.sif\.partial-[0-9]+$' \
     | tar -C "${repo}" --null --ignore-failed-read -T - -cf - | tar -xf - -C "${ctx}/object_detection"
 else
-  tar -C "${repo}" --exclude=.venv --exclude=.git --exclude=results --exclude=datasets --exclude='*.sif' -cf - . \
+  tar -C "${repo}" --exclude=.venv --exclude=.git --exclude=results --exclude=datasets --exclude='*.sif' \
+    --exclude='*.sqsh' --exclude='*.sif.partial-*' -cf - . \
     | tar -xf - -C "${ctx}/object_detection"
 fi
 sed -e "s/{{ *NGC_TAG *}}/${NGC_TAG}/g" -e '/^%arguments/,/^%/{/^%arguments/d;/^%/!d}' \
