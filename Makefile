@@ -11,6 +11,9 @@ comma := ,
 
 venv: $(STAMP)
 
+# The Pythons torch 2.12.1 and torchvision 0.27.1 have wheels for (torchvision excludes 3.14.1).
+PYTHON_IN_RANGE := 'import sys; v = sys.version_info; sys.exit(not ((3, 10) <= v[:2] <= (3, 14) and v[:3] != (3, 14, 1)))'
+
 # --no-compile: Python compiles a module's bytecode when it is first imported, not every file of torch and its
 # CUDA libraries at install time (2026-11-28, 2 cores, pip's cache warm: the install 68 -> 36 s; the first import
 # of torch, torchvision and the package then about 4 s more, once).
@@ -18,7 +21,8 @@ venv: $(STAMP)
 # ensurepip) is made again, not kept: it would fail at 'No module named pip' until make clean.
 $(STAMP): requirements.txt pyproject.toml
 	@command -v $(PYTHON) > /dev/null || { echo "make: $(PYTHON) is not installed: install Python 3.10-3.14, or name one (PYTHON=python3.11 make ...)" >&2; exit 1; }
-	@$(PYTHON) -c 'import sys; v = sys.version_info; sys.exit(not ((3, 10) <= v[:2] <= (3, 14) and v[:3] != (3, 14, 1)))' || { echo "make: $(PYTHON) is Python $$($(PYTHON) -c 'import platform; print(platform.python_version())' 2> /dev/null): torch 2.12.1 and torchvision 0.27.1 need Python 3.10 or newer, up to 3.14 (torchvision excludes 3.14.1) (PYTHON=python3.11 make ...)" >&2; exit 1; }
+	@$(PYTHON) -c $(PYTHON_IN_RANGE) || { echo "make: $(PYTHON) is Python $$($(PYTHON) -c 'import platform; print(platform.python_version())' 2> /dev/null): torch 2.12.1 and torchvision 0.27.1 need Python 3.10 or newer, up to 3.14 (torchvision excludes 3.14.1) (PYTHON=python3.11 make ...)" >&2; exit 1; }
+	@if [ -e $(PY) ] && ! $(PY) -c $(PYTHON_IN_RANGE) > /dev/null 2>&1; then echo "make: the venv's Python ($(PY)) is Python $$($(PY) -c 'import platform; print(platform.python_version())' 2> /dev/null), outside 3.10-3.14: making the venv again with $(PYTHON)"; rm -rf $(VENV); fi
 	@$(PY) -m pip --version > /dev/null 2>&1 || { rm -rf $(VENV); $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); echo "make: '$(PYTHON) -m venv' failed: on Debian/Ubuntu install python3-venv (apt-get install python3-venv), then run make again" >&2; exit 1; }; }
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile -r requirements.txt
@@ -64,11 +68,13 @@ bench: venv
 GPU_CHECK_RESULTS ?= $(CURDIR)/results
 ifdef IMAGE
 # ../shared (the golden outputs of the parity stage), where it is beside the checkout: beside the checkout's copy too
-SHARED_BIND = $(if $(realpath $(CURDIR)/../shared),$(realpath $(CURDIR)/../shared):/workspace/shared:ro)
+# (the shell's realpath: make's splits a path at its spaces)
+SHARED_DIR := $(shell realpath -e "$(CURDIR)/../shared" 2> /dev/null)
+SHARED_BIND = $(if $(SHARED_DIR),$(SHARED_DIR):/workspace/shared:ro)
 gpu-check:
-	mkdir -p $(GPU_CHECK_RESULTS)
-	CONTAINER=$(IMAGE) CONTAINER_BINDS=$(CURDIR):/workspace/object_detection:ro,$(GPU_CHECK_RESULTS):/results$(if $(SHARED_BIND),$(comma)$(SHARED_BIND)) \
-	  MASKRCNN_GPU_CHECK_IMAGE=$(IMAGE) slurm/in_container.sh python3 tools/gpu_check.py --out /results/gpu-check \
+	mkdir -p "$(GPU_CHECK_RESULTS)"
+	CONTAINER="$(IMAGE)" CONTAINER_BINDS="$(CURDIR):/workspace/object_detection:ro,$(GPU_CHECK_RESULTS):/results$(if $(SHARED_BIND),$(comma)$(SHARED_BIND))" \
+	  MASKRCNN_GPU_CHECK_IMAGE="$(IMAGE)" slurm/in_container.sh python3 tools/gpu_check.py --out /results/gpu-check \
 	  $(GPU_CHECK_ARGS)
 else
 # No image: the current Python environment (this checkout's venv when there is one, else python3 on PATH: a host
@@ -76,7 +82,7 @@ else
 # PYTHONPATH (the package need not be pip-installed there). The report's stack says which Python ran.
 GPU_CHECK_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
 gpu-check:
-	@PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_CHECK_PYTHON) tools/gpu_check.py --out $(GPU_CHECK_RESULTS)/gpu-check $(GPU_CHECK_ARGS)
+	@PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_CHECK_PYTHON) tools/gpu_check.py --out "$(GPU_CHECK_RESULTS)/gpu-check" $(GPU_CHECK_ARGS)
 endif
 
 clean:

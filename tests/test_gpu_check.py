@@ -370,16 +370,19 @@ def test_make_gpu_check_with_an_image_runs_inside_it_without_the_venv():
     r = subprocess.run(["make", "-n", "gpu-check", "IMAGE=/images/maskrcnn.sif"], cwd=REPO, capture_output=True,
                        text=True, check=True)
     assert "venv" not in r.stdout and "pip" not in r.stdout
-    assert "CONTAINER=/images/maskrcnn.sif" in r.stdout and "slurm/in_container.sh python3 tools/gpu_check.py" \
-        in r.stdout
-    assert f"{REPO}:/workspace/object_detection:ro" in r.stdout and "MASKRCNN_GPU_CHECK_IMAGE=/images/maskrcnn.sif" \
-        in r.stdout
+    import shlex
+
+    words = shlex.split(r.stdout)
+    assert "CONTAINER=/images/maskrcnn.sif" in words and "MASKRCNN_GPU_CHECK_IMAGE=/images/maskrcnn.sif" in words
+    assert words[words.index("slurm/in_container.sh"):][:3] == ["slurm/in_container.sh", "python3",
+                                                                 "tools/gpu_check.py"]
+    assert f"{REPO}:/workspace/object_detection:ro" in r.stdout
     # without an image: the current Python environment, nothing installed on the node
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}  # not make test's sub-make
     r = subprocess.run(["make", "-n", "--no-print-directory", "gpu-check", "GPU_CHECK_PYTHON=/opt/site/bin/python3"],
                        cwd=REPO, env=env, capture_output=True, text=True, check=True)
     assert r.stdout.strip() == (f'PYTHONPATH="{REPO}${{PYTHONPATH:+:$PYTHONPATH}}" /opt/site/bin/python3 '
-                                f'tools/gpu_check.py --out {REPO}/results/gpu-check')
+                                f'tools/gpu_check.py --out "{REPO}/results/gpu-check"')
 
 
 def test_a_measured_evaluation_replaces_nvidias_gap(tmp_path):

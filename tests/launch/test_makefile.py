@@ -105,3 +105,67 @@ def test_a_checkout_whose_path_has_a_space_runs_the_demo_with_its_venv(tmp_path)
     assert r.returncode == 0, r.stderr
     line = [ln for ln in r.stdout.splitlines() if "tools/demo.sh" in ln]
     assert line and shlex.split(line[0])[:2] == [f"PYTHON={checkout}/.venv/bin/python", "tools/demo.sh"], r.stdout
+
+def test_a_venv_of_a_python_out_of_range_is_made_again(tmp_path):
+    """Any venv with a working pip was kept, whatever Python had made it: one of Debian 11's 3.9 (made before the
+    version check, or by hand) got pip's 'No matching distribution found for torch==2.12.1' at every make until
+    make clean. It is made again with the Python make was given, with one line saying why."""
+    old = _python(tmp_path, version="3.9")
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").symlink_to(old)
+    r = _make(tmp_path, "venv", f"PYTHON={_python(tmp_path)}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "is Python 3.9, outside 3.10-3.14: making the venv again" in r.stdout + r.stderr
+    assert not (tmp_path / "venv" / "bin" / "python").is_symlink()
+    assert "-m pip install" in (tmp_path / "venv-python.log").read_text()
+
+
+def test_make_gpu_check_in_a_checkout_whose_path_has_a_space(tmp_path):
+    """The results folder, the binds and the golden outputs' folder were not quoted (and make's realpath splits
+    a path at its spaces): in "my projects" gpu-check made a folder "my", and the image got no ../shared."""
+    import shlex
+    import shutil
+
+    checkout = tmp_path / "my projects" / "maskrcnn"
+    checkout.mkdir(parents=True)
+    (tmp_path / "my projects" / "shared").mkdir()
+    shutil.copy(ROOT / "Makefile", checkout / "Makefile")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+    r = subprocess.run(["make", "--no-print-directory", "-n", "gpu-check", "IMAGE=/i.sif"], cwd=checkout,
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    words = shlex.split(r.stdout)
+    assert words[:3] == ["mkdir", "-p", f"{checkout}/results"], words
+    binds = next(w for w in words if w.startswith("CONTAINER_BINDS="))[len("CONTAINER_BINDS="):].split(",")
+    assert binds == [f"{checkout}:/workspace/object_detection:ro", f"{checkout}/results:/results",
+                     f"{tmp_path}/my projects/shared:/workspace/shared:ro"], binds
+    r = subprocess.run(["make", "--no-print-directory", "-n", "gpu-check", "GPU_CHECK_PYTHON=python3"], cwd=checkout,
+                       capture_output=True, text=True, timeout=60, env=env)
+    words = shlex.split(r.stdout)
+    assert words[words.index("--out") + 1] == f"{checkout}/results/gpu-check", words
+
+
+def test_ci_entry_fails_rather_than_skips_the_system_tests(tmp_path):
+    """install_deps.sh only fails (instead of skipping the Slurm, container and launch tests) when CI=true: a
+    runner that does not export CI (Jenkins, cron, .ci/run by hand) passed with those tests skipped."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "make").write_text(f'#!/bin/bash\necho "CI=${{CI:-unset}} $*" > {tmp_path}/make.log\n')
+    (fake / "make").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PATH"] = f"{fake}:{env['PATH']}"
+    r = subprocess.run([str(ROOT / ".ci" / "run")], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "make.log").read_text().split() == ["CI=true", "test"]
+
+
+def test_the_package_metadata_never_lets_pip_pick_torch_2_13_0():
+    """pip install -e .[dev] (the dev extra invites it) resolved torch>=2.4 to the newest torch, 2.13.0, on which
+    torchvision breaks; the venv pins the pair (requirements.txt), the metadata excludes the break."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    deps = {Requirement(d).name: Requirement(d).specifier
+            for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
+    assert "2.13.0" not in deps["torch"] and {"2.12.1", "2.11.0"} <= set(deps["torch"].filter(["2.12.1", "2.11.0"]))
