@@ -31,15 +31,22 @@ if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   exit 0
 fi
 
-# keep apt from starting the daemons with the distribution's default config
+# keep apt from starting the daemons with the distribution's default config; the file names its writer, so that
+# one a killed run left is removed by the next (a site's own is kept)
+policy="${POLICY_RC_D:-/usr/sbin/policy-rc.d}"
+policy_file() {
+  printf '#!/bin/sh\n# written by tests/cluster/install_deps.sh for its apt-get run\nexit 101\n'
+}
 created_policy=0
-if [ ! -e /usr/sbin/policy-rc.d ]; then
-  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-  chmod 755 /usr/sbin/policy-rc.d
+if [ ! -e "${policy}" ] || [ "$(cat "${policy}")" = "$(policy_file)" ]; then
+  policy_file > "${policy}"
+  chmod 755 "${policy}"
   created_policy=1
 fi
-trap 'if [ "$created_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi' EXIT
+trap 'if [ "$created_policy" = 1 ]; then rm -f "${policy}"; fi' EXIT
 
 echo "install_deps: installing ${missing[*]} with apt-get (Slurm and munge for the 4-node sandbox cluster, numactl for bind_launch, shellcheck for the scripts, g++ and Python's headers for inductor's C++ kernels in the compiled tests)"
+# a run killed inside dpkg left packages half-configured: apt-get refuses until this is done
+DEBIAN_FRONTEND=noninteractive dpkg --configure -a
 apt-get update -q
 DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -128,6 +128,36 @@ def test_install_deps_asks_for_the_headers_of_a_python_without_them():
     shutil.rmtree(tmp_path)
 
 
+@pytest.mark.slow  # starts the script
+@pytest.mark.skipif(os.geteuid() != 0, reason="the install path runs as root")
+@pytest.mark.parametrize("leftover", ["ours", "the site's"])
+def test_install_deps_repairs_what_a_killed_run_left(tmp_path, leftover):
+    """A run killed in dpkg left packages half-configured: every later apt-get install refused ("dpkg was
+    interrupted, you must manually run 'dpkg --configure -a'"). A run killed after it wrote policy-rc.d (exit 101:
+    no service starts) left it for good: every later run found the file, took it for the site's and kept it. The
+    script finishes dpkg's work first, and removes a policy file it recognises as its own, never the site's."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    for name, body in (("dpkg-query", "exit 1"), ("dpkg", f'echo "dpkg $*" >> {log}'),
+                       ("apt-get", f'echo "apt-get $*" >> {log}')):
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    policy = tmp_path / "policy-rc.d"
+    script = str(ROOT / "tests" / "cluster" / "install_deps.sh")
+    if leftover == "ours":  # what a run killed after writing it left
+        subprocess.run(["bash", "-c", f'source <(sed -n "/^policy_file()/,/^}}/p" {script}); policy_file > {policy}'],
+                       check=True)
+    else:
+        policy.write_text("#!/bin/sh\n# the site's\nexit 101\n")
+    env = {k: v for k, v in clean_env(HOME=str(tmp_path)).items() if k != "CI"}
+    env.update(PATH=f"{bin_dir}:{env['PATH']}", POLICY_RC_D=str(policy))
+    r = subprocess.run(["bash", script], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0] == "dpkg --configure -a" and calls[-1].startswith("apt-get install"), calls
+    assert policy.exists() == (leftover == "the site's")
+
+
 def source_config(name, **env):
     script = f"source ./config_{name}.sh && " + " && ".join(f'printf "%s=%s\\n" {v} "${{{v}-}}"' for v in
                                                           CONFIG_VARS + ["CONFIG_FILE", "DTYPE", "WEIGHTS"])
