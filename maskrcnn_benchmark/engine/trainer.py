@@ -14,6 +14,11 @@ from .events import EventStorage
 
 logger = logging.getLogger(__name__)
 
+# A float16 step the scaler skipped still advances the schedule (the reference's loop does too): torch's note on
+# the schedule's first step is not for this loop. Filtered once, here: a warnings.catch_warnings() around the step
+# resets Python's record of the warnings shown, and every warning of the model or torch printed at every iteration.
+warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
+
 # fp16: the GradScaler skips a step whose gradients overflowed and halves its scale (as NVIDIA's FP16 optimizer
 # does); a run whose scale falls below this has diverged (gradients overflow even unscaled) and is aborted.
 MIN_LOSS_SCALE = 1.0
@@ -142,10 +147,7 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        with warnings.catch_warnings():
-            # A float16 step the scaler skipped still advances the schedule (the reference's loop does too).
-            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
-            self.scheduler.step()
+        self.scheduler.step()
         # copies: a CUDA-graphed step overwrites its outputs at the next replay
         self.storage.put_scalars(**{k: v.detach().clone() for k, v in loss_dict.items()})
         self.storage.images_seen += len(images.image_sizes) * comm.get_world_size()

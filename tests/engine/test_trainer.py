@@ -222,3 +222,20 @@ def test_the_last_iteration_is_checked_before_the_hooks_evaluate_it():
     with pytest.raises(NonFiniteLossError, match="iteration 10"):
         t.train()
     assert seen == []
+
+
+def test_a_warning_raised_in_the_step_is_shown_once_not_every_iteration():
+    """The step silenced one torch warning with warnings.catch_warnings() at every iteration; entering it resets
+    Python's record of the warnings already shown, so any warning of the model, autocast or torch printed again at
+    every iteration of the run. Only the schedule's first step can raise the silenced one."""
+    import warnings
+
+    class Warns(_Model):
+        def forward(self, images, targets):
+            warnings.warn("a note from the model", UserWarning)
+            return super().forward(images, targets)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        _trainer(Warns(), 5).train()
+    assert [str(w.message) for w in caught].count("a note from the model") == 1
