@@ -236,7 +236,7 @@ _C.SOLVER.CHECKPOINT_PERIOD = 2500
 _C.SOLVER.IMS_PER_BATCH = 16
 # Clip the global gradient norm to this value; 0 disables (added; not used by the closed recipe).
 _C.SOLVER.CLIP_GRAD_NORM = 0.0
-# Use apex FusedSGD when apex is importable (added).
+# A fused SGD (added): apex's FusedSGD where apex imports and builds one, else torch's fused SGD (solver/build.py).
 _C.SOLVER.USE_FUSED_SGD = False
 
 # ---------------------------------------------------------------------------

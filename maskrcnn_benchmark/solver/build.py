@@ -19,7 +19,7 @@ def make_optimizer(cfg, model, fused=None):
     """SGD with momentum; biases get ``BIAS_LR_FACTOR`` x LR and ``WEIGHT_DECAY_BIAS`` (reference groups).
 
     ``fused`` (default: ``SOLVER.USE_FUSED_SGD``; a compiled run asks for it): apex's FusedSGD when apex imports
-    (NGC images), else torch's fused SGD with the learning rate as a tensor on the parameters' device, so the LR
+    and builds one (NGC images; not without its CUDA extensions or a GPU), else torch's fused SGD with the learning rate as a tensor on the parameters' device, so the LR
     schedule writes it in place (no host sync; 0 in the whole step: tests/utils/test_host_syncs.py,
     bench/host_syncs.py) and the gradient scaler's unscale and inf check stay on the device (torch's fused SGD takes
     them as tensors; with apex the scaler reads its inf flag once per float16 step). Unfused: torch's SGD with its
@@ -43,10 +43,15 @@ def make_optimizer(cfg, model, fused=None):
         return optimizer
     apex_sgd = _fused_sgd()
     if apex_sgd is not None:
-        logger.info("optimizer: apex FusedSGD")
-        optimizer = apex_sgd(groups, lr=s.BASE_LR, momentum=s.MOMENTUM)
-        optimizer.register_load_state_dict_post_hook(_keep_own_implementation)
-        return optimizer
+        try:  # apex without its CUDA extensions imports, and its constructor raises (so it does without a GPU)
+            optimizer = apex_sgd(groups, lr=s.BASE_LR, momentum=s.MOMENTUM)
+        except Exception as e:  # noqa: BLE001 - any failure of the optional accelerator: torch's fused SGD
+            logger.warning("optimizer: apex's FusedSGD cannot be used (%s: %s); torch's fused SGD instead",
+                           type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        else:
+            logger.info("optimizer: apex FusedSGD")
+            optimizer.register_load_state_dict_post_hook(_keep_own_implementation)
+            return optimizer
     device = groups[0]["params"][0].device
     for g in groups:
         g["initial_lr"] = float(g["lr"])  # the schedule's base, exact (a float32 tensor would round it)

@@ -190,3 +190,24 @@ def test_apex_fused_sgd_resumed_from_torchs_fused_state_gets_its_lr_as_a_number(
     # the saved float32 values (the schedule writes the exact ones from initial_lr at its next step)
     assert [g["lr"] for g in apex.param_groups] == [float(torch.tensor(0.02)), float(torch.tensor(0.04))]
     assert all(type(g["lr"]) is float and not g["fused"] for g in apex.param_groups)
+
+
+def test_an_apex_without_its_cuda_extensions_falls_back_to_torchs_fused_sgd(monkeypatch, caplog):
+    """apex installed without its CUDA extensions (pip install apex, no --cuda_ext) imports, and its FusedSGD's
+    constructor raises ('apex.optimizers.FusedSGD requires cuda extensions'); every compiled run asks for a fused
+    optimizer, so such a run died where torch's fused SGD does the same. So did apex for a CPU run's parameters
+    (its constructor makes a CUDA tensor)."""
+    import logging
+
+    import maskrcnn_benchmark.solver.build as build
+
+    class ApexWithoutExtensions(torch.optim.SGD):
+        def __init__(self, *args, **kwargs):
+            raise RuntimeError("apex.optimizers.FusedSGD requires cuda extensions")
+
+    monkeypatch.setattr(build, "_fused_sgd", lambda: ApexWithoutExtensions)
+    with caplog.at_level(logging.WARNING):
+        optimizer = make_optimizer(_solver_cfg(), torch.nn.Linear(4, 2), fused=True)
+    assert type(optimizer) is torch.optim.SGD and optimizer.defaults["fused"]
+    assert "apex's FusedSGD cannot be used (RuntimeError: apex.optimizers.FusedSGD requires cuda extensions)" \
+        in caplog.text
