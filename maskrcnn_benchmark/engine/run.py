@@ -278,6 +278,8 @@ class MLPerfRun:
         if saved_seed is not None and saved_seed != seed:
             if opts.seed is None:
                 seed = int(saved_seed)  # the data order of the interrupted run continues
+                _seed_everything(seed, self.rank)  # and every draw follows the seed the log states (the saved
+                #                                    random states, restored later, replace these where they fit)
             else:
                 logger.warning("--seed %d differs from the checkpoint's seed %d: the data order will not continue "
                                "the interrupted run's", opts.seed, saved_seed)

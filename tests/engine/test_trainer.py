@@ -239,3 +239,20 @@ def test_a_warning_raised_in_the_step_is_shown_once_not_every_iteration():
         warnings.simplefilter("default")
         _trainer(Warns(), 5).train()
     assert [str(w.message) for w in caught].count("a note from the model") == 1
+
+
+def test_a_resumed_run_draws_from_the_seed_it_logs():
+    """Resumed without --seed, the run takes the checkpoint's seed, logs it (ml.seed, the log line) and gives it
+    to the data loader; its processes had been seeded with the fresh random seed drawn before, and where the
+    checkpoint's random states are not restored (another world size) every draw followed a seed in no log."""
+    from helpers import small_cfg
+    from maskrcnn_benchmark.engine.run import MLPerfRun, RunOptions, process_seed
+
+    class Resumes:
+        def resume(self, path):
+            return {"iteration": 2, "seed": 5}
+
+    torch.manual_seed(1234)  # the fresh seed's seeding
+    run = MLPerfRun(small_cfg(), RunOptions(resume="model_0000002.pth"), rank=0)
+    assert run._load_weights(Resumes(), 1234)[:2] == (2, 5)
+    assert torch.initial_seed() == process_seed(5, 0)
