@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 
 from ..config import given_keys, merge_cfg_from_list
 from ..data.catalog import NUM_CLASSES_KEY
@@ -19,13 +19,21 @@ from ..utils.fileio import atomic_write
 
 
 def read_image(path):
-    """The image at ``path`` (loaded), or one DatasetError line naming it."""
+    """The image at ``path`` as an 8-bit RGB image the way viewers show it, or one DatasetError line naming it:
+    turned by its EXIF orientation (a phone's photo; COCO's training images are read without it, as the
+    reference reads them), and a 16-bit greyscale one (PIL's I;16, or I) scaled from 0-65535 to 8 bits (PIL's
+    convert clips it at 255: white); a float one (F) is taken as values in [0, 1]."""
     try:
         image = Image.open(path)
         image.load()
-    except (OSError, SyntaxError, Image.DecompressionBombError) as e:
+        image = ImageOps.exif_transpose(image)
+        if image.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N", "F"):
+            values = np.asarray(image, dtype=np.float64)
+            scale = 255.0 if image.mode == "F" else 255.0 / 65535.0
+            image = Image.fromarray(np.clip(np.round(values * scale), 0, 255).astype(np.uint8), mode="L")
+        return image.convert("RGB")
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
         raise DatasetError(f"cannot read image '{path}': {e}") from None
-    return image
 
 
 def class_names(ann_file):

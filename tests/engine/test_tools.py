@@ -127,3 +127,24 @@ def test_predictor_draws_png_with_masks_of_image_size(tiny_data, tmp_path):
                         "--weights", weights, "--image", str(tmp_path / "nope.jpg"), "--out", str(out)] + OPTS,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and "nope.jpg" in r.stderr
+
+
+def test_predict_reads_16_bit_and_rotated_images_as_viewers_show_them(tmp_path):
+    """PIL's convert("RGB") clips a 16-bit greyscale image (mode I;16 or I) at 255: the model saw, and the drawing
+    showed, a white image. A phone's JPEG with EXIF Orientation 6 was predicted on its sideways pixels, and the
+    drawing came out turned against the image every viewer shows."""
+    import numpy as np
+    from PIL import Image
+
+    from maskrcnn_benchmark.engine.predictor import read_image
+
+    ramp = np.tile(np.linspace(0, 65535, 96).astype(np.uint16), (64, 1))
+    Image.fromarray(ramp).save(tmp_path / "g16.png")
+    rgb = read_image(str(tmp_path / "g16.png"))
+    assert rgb.mode == "RGB" and rgb.size == (96, 64)
+    grey = np.asarray(rgb)[0, :, 0].astype(int)
+    np.testing.assert_array_equal(grey, np.round(ramp[0] / 257).astype(int))  # 16 bits to 8, the full range kept
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to view
+    Image.new("RGB", (96, 64), (200, 10, 10)).save(tmp_path / "phone.jpg", exif=exif)
+    assert read_image(str(tmp_path / "phone.jpg")).size == (64, 96)
