@@ -39,6 +39,14 @@ def _polygon(rng, width, height):
     return [round(float(v), 2) for xy in zip(xs, ys) for v in xy]
 
 
+def _area(poly, width, height):
+    """What COCO's files give as a polygon instance's area: its pixels, as pycocotools rasterises it (COCOeval's
+    small / medium / large ranges read it)."""
+    from pycocotools import mask as mask_utils
+
+    return float(mask_utils.area(mask_utils.frPyObjects([poly], height, width))[0])
+
+
 def write_coco_like(out_dir, num_images=120, seed=0, split="train2017", quality=90):
     """Write the images and their annotation file; returns ``(image_dir, ann_file)``."""
     rng = np.random.default_rng(seed)
@@ -58,7 +66,7 @@ def write_coco_like(out_dir, num_images=120, seed=0, split="train2017", quality=
             x0, y0 = min(xs), min(ys)
             annotations.append({"id": len(annotations) + 1, "image_id": i,
                                 "category_id": int(rng.choice([c["id"] for c in CATEGORIES])),
-                                "segmentation": [poly], "area": float((max(xs) - x0) * (max(ys) - y0)),
+                                "segmentation": [poly], "area": _area(poly, width, height),
                                 "bbox": [x0, y0, max(xs) - x0, max(ys) - y0], "iscrowd": 0})
     ann_file = os.path.join(out_dir, "annotations", f"instances_{split}.json")
     write_text(ann_file, json.dumps({"images": images, "annotations": annotations, "categories": CATEGORIES}),
