@@ -13,7 +13,8 @@ Zips are kept in ``--zips-dir`` (default ``DIR/zips``) unless ``--remove-zips``;
 right md5 is not downloaded again, and a part already unpacked and complete (marker ``DIR/.unpacked-<zip>``, or its
 files all there, of their sizes in the zip where it is there: a COCO copied from elsewhere, without its zips) is
 skipped; an unpacked part found incomplete is unpacked again. A download is checked against its Content-Length (a connection dropped midway is an error, not a
-file), and temporary files that a killed download left are removed at the start.
+file), and temporary files that a killed download left are removed at the start (a run holds ``DIR/.download_coco.lock``:
+a second one into the same folder is refused).
 
     python tools/download_coco.py --out /data --verify-only [--weights-dir /coco/models]
 
@@ -339,12 +340,32 @@ def _add_options(p):
     return p
 
 
+def _hold_lock(out):
+    """The folder's lock, held by this run until it exits (its open file), or an error when another run holds
+    it: that run's temporary download would be taken for a killed one's and removed. A file system without
+    ``flock`` (some Lustre mounts) gets no lock."""
+    import fcntl
+
+    path = os.path.join(out, ".download_coco.lock")
+    f = open(path, "a")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise OSError(f"another download_coco.py is writing into {out} (it holds {path}); wait for it, or stop "
+                      "it") from None
+    except OSError:
+        pass  # no flock here
+    return f
+
+
 def _main(args):
     if args.verify_only:
         return verify_only(args)
 
     args.zips_dir = args.zips_dir or os.path.join(args.out, "zips")
     os.makedirs(args.out, exist_ok=True)
+    args.lock = _hold_lock(args.out)
     os.makedirs(args.zips_dir, exist_ok=True)
     for folder in (args.zips_dir, args.weights_dir):  # what a killed download left (the next one starts over)
         for name in remove_stale_temp_files(folder):

@@ -390,3 +390,24 @@ def test_a_connection_dropped_mid_chunk_is_one_line(tmp_path, capsys, monkeypatc
     err = capsys.readouterr().err
     assert "annotations: download failed: IncompleteRead" in err and "Traceback" not in err
     assert not list((tmp_path / "d" / "zips").iterdir())
+
+
+def test_a_second_download_into_the_same_folder_waits_for_none_and_touches_nothing(tmp_path, capsys):
+    """Two runs on one $DATADIR (a job resubmitted, two login nodes): the second removed the first's temporary
+    download as "left by an interrupted download", and the first failed at its rename after 19 GB. The second is
+    refused in one line while the first holds the folder's lock."""
+    import fcntl
+
+    from maskrcnn_benchmark.cli import download_coco
+
+    data = tmp_path / "coco"
+    (data / "zips").mkdir(parents=True)
+    in_flight = data / "zips" / ".tmp-train2017.zip.abc123"
+    in_flight.write_bytes(b"half of a zip")
+    with open(data / ".download_coco.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert download_coco.main(["--out", str(data), "--base-url", (tmp_path / "none").as_uri(), "--quiet"]) == 1
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert err == [f"download_coco.py: error: another download_coco.py is writing into {data} (it holds "
+                   f"{data / '.download_coco.lock'}); wait for it, or stop it"]
+    assert in_flight.read_bytes() == b"half of a zip"
