@@ -13,7 +13,7 @@
 * **init** is not part of the time to train (MLPerf's clock starts at ``run_start``); it is shown apart.
 
 :data:`NVIDIA_ANCHORS` are NVIDIA's DGX H100 result logs, read from their ``:::MLLOG`` lines; the same arithmetic
-applied to their inputs reproduces their times within 10 % (tests/review/test_projection.py), which is what lets
+applied to their inputs reproduces their times within 5 % (tests/review/test_projection.py), which is what lets
 a reviewer trust the projection of this package's own figures.
 """
 import math

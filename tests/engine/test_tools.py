@@ -144,7 +144,14 @@ def test_predict_reads_16_bit_and_rotated_images_as_viewers_show_them(tmp_path):
     assert rgb.mode == "RGB" and rgb.size == (96, 64)
     grey = np.asarray(rgb)[0, :, 0].astype(int)
     np.testing.assert_array_equal(grey, np.round(ramp[0] / 257).astype(int))  # 16 bits to 8, the full range kept
+    from PIL import ImageOps
+
     exif = Image.Exif()
     exif[0x0112] = 6  # rotate 90 degrees clockwise to view
-    Image.new("RGB", (96, 64), (200, 10, 10)).save(tmp_path / "phone.jpg", exif=exif)
-    assert read_image(str(tmp_path / "phone.jpg")).size == (64, 96)
+    photo = np.zeros((64, 96, 3), np.uint8)
+    photo[:16, :24] = (250, 0, 0)  # a marked corner: a wrong turn or a transpose moves it
+    Image.fromarray(photo).save(tmp_path / "phone.png", exif=exif)
+    viewed = read_image(str(tmp_path / "phone.png"))
+    with Image.open(tmp_path / "phone.png") as raw:  # Pillow's own reading of the tag is the oracle
+        np.testing.assert_array_equal(np.asarray(viewed), np.asarray(ImageOps.exif_transpose(raw).convert("RGB")))
+    assert viewed.size == (64, 96) and np.asarray(viewed)[:24, -16:, 0].min() == 250  # top right after the turn

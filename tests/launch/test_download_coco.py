@@ -75,10 +75,11 @@ def test_md5_mismatch_fails_and_removes_zip(tmp_path, mirror):
 def test_builtin_md5s_are_the_official_ones():
     from maskrcnn_benchmark.cli import download_coco
 
-    text = " ".join(md5 for _, md5 in download_coco.PARTS.values())
-    for md5 in ("cced6f7f71b7629ddf16f17bbcfab6b2", "442b8da7639aecaf257c1dceb8ba8c80",
-                "f4bbac642086de4f52a3fdda2de5fa2c"):
-        assert md5 in text
+    # each zip with its own md5 (a swap would fail every real download's check)
+    assert {name: (path, md5) for name, (path, md5) in download_coco.PARTS.items()} == {
+        "train": ("zips/train2017.zip", "cced6f7f71b7629ddf16f17bbcfab6b2"),
+        "val": ("zips/val2017.zip", "442b8da7639aecaf257c1dceb8ba8c80"),
+        "annotations": ("annotations/annotations_trainval2017.zip", "f4bbac642086de4f52a3fdda2de5fa2c")}
 
 
 @pytest.mark.slow

@@ -92,7 +92,7 @@ def test_the_padded_inference_nms_keeps_what_batched_nms_keeps(case):
     assert (flat_scores[got][1:] <= flat_scores[got][:-1]).all()
 
 
-def test_the_padded_inference_nms_waits_for_the_host_twice_whatever_the_groups():
+def test_the_padded_inference_nms_waits_for_the_host_three_times_whatever_the_groups():
     """batched_nms waits for the host once per group on a GPU (torchvision's kernel finishes there): in the box
     post-processing, once per image and class with candidates. The padded form: three times per call."""
     from maskrcnn_benchmark.utils.host_syncs import HostSyncCounter

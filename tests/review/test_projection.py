@@ -7,12 +7,20 @@ import pytest
 from mlperf_review import projection
 
 
+# As ../shared/docs/mlperf_maskrcnn.md ("Performance anchors") gives NVIDIA's DGX H100 logs: run_stop throughput
+# (img/s), blocking evaluation gap per epoch (s), time to train (s; "about 4.1 min" for 8 nodes)
+PUBLISHED = {"NVIDIA DGX H100, 1 node": (1436.0, 3.1, 1150.0), "NVIDIA DGX H100, 8 nodes": (8250.0, 0.47, 246.0)}
+
+
 @pytest.mark.parametrize("anchor", projection.NVIDIA_ANCHORS, ids=lambda a: a.name)
-def test_the_arithmetic_reproduces_nvidias_published_times_within_10_percent(anchor):
+def test_the_arithmetic_reproduces_nvidias_published_times_within_5_percent(anchor):
+    throughput, gap, published = PUBLISHED[anchor.name]
+    assert (anchor.throughput, anchor.eval_gap_s) == (throughput, gap)  # the inputs, as published
     p = projection.reproduce(anchor)
-    # 1 node: 14.06 epochs x (81.7 s + 3.1 s) = 1,191 s against 1,150 s (the run stopped inside its 15th epoch);
-    # 8 nodes: 17 x (14.2 s + 0.47 s) = 250 s against about 246 s
-    assert abs(p.time_to_train_s - anchor.time_to_train_s) <= 0.10 * anchor.time_to_train_s, p.line()
+    # 1 node: 14.06 epochs x (81.7 s + 3.1 s) = 1,191 s against 1,150 s (3.6 %); 8 nodes: 17 x (14.2 s + 0.47 s) =
+    # 250 s against about 246 s (1.6 %; "about 4.1 min" is itself rounded to 6 s). The arithmetic counts the RCP's
+    # mean epochs (14.06 at batch 96), not the one run's own, and the run's start is not in it.
+    assert abs(p.time_to_train_s - published) <= 0.05 * published, p.line()
 
 
 def test_the_rcp_epochs_are_mlperf_loggings():
@@ -31,6 +39,6 @@ def test_a_projection_from_nvidias_one_node_rate_lands_on_their_eight_node_run()
     rows = {p.nodes: p for p in projection.project(one.throughput, one.eval_gap_s, (1, 4, 8, 32))}
     assert rows[8].throughput == pytest.approx(8250.0, rel=1e-9)
     assert rows[8].eval_gap_s == pytest.approx(0.47, rel=1e-9)
-    assert abs(rows[8].time_to_train_s - 246.0) <= 0.10 * 246.0
+    assert abs(rows[8].time_to_train_s - 246.0) <= 0.05 * 246.0  # as above
     assert rows[1].time_to_train_s > rows[4].time_to_train_s > rows[8].time_to_train_s > rows[32].time_to_train_s
     assert all(str(n) in rows[n].line() for n in rows)

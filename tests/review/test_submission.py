@@ -62,11 +62,13 @@ def test_official_package_checker_command_agrees(tmp_path):
                         "3.1.0", "--log_output", str(tmp_path / "pc.log")], capture_output=True, text=True,
                        timeout=300)
     assert a.passed and "PACKAGE CHECKER FOUND NO ERRORS, SUCCESS" in r.stdout + r.stderr
-    (a.results[4]).unlink()
-    r = subprocess.run([sys.executable, "-m", "mlperf_logging.package_checker", str(out / "TESTORG"), "training",
-                        "3.1.0", "--log_output", str(tmp_path / "pc2.log")], capture_output=True, text=True,
-                       timeout=300)
-    assert "PACKAGE CHECKER FOUND ERRORS" in r.stdout + r.stderr
+    four = five_runs(tmp_path / "four")
+    (four / "result_4.txt").unlink()
+    b = submission.assemble(four, tmp_path / "submission4", copy_code=False, write_review=False)
+    r = subprocess.run([sys.executable, "-m", "mlperf_logging.package_checker", str(tmp_path / "submission4" /
+                        "TESTORG"), "training", "3.1.0", "--log_output", str(tmp_path / "pc2.log")],
+                       capture_output=True, text=True, timeout=300)
+    assert not b.passed and "PACKAGE CHECKER FOUND ERRORS" in r.stdout + r.stderr
 
 
 def test_runs_of_another_submitter_are_refused(tmp_path, capsys, monkeypatch):

@@ -57,6 +57,38 @@ def test_name_mapping_examples():
     assert c2_name_to_ours("res4_5_branch2c_w") == "backbone.body.layer3.5.conv3.weight"
 
 
+def _reference_rename(blob):
+    """maskrcnn-benchmark's way to a torch name (c2_model_loading: _rename_basic_resnet_weights, a chain of string
+    replacements, then suffix matching in align_and_update_state_dicts), written out independently of our
+    regex-based c2_name_to_ours."""
+    k = blob.replace("_", ".").replace(".w", ".weight").replace(".bn", "_bn").replace(".b", ".bias")
+    k = k.replace("_bn.s", "_bn.scale").replace(".biasranch", ".branch").replace("res.conv1_", "conv1_")
+    k = k.replace("_bn.scale", "_bn.weight").replace("conv1_bn.", "bn1.")
+    for stage in (2, 3, 4, 5):
+        k = k.replace(f"res{stage}.", f"layer{stage - 1}.")
+    for c2, ours in (("branch2a.", "conv1."), ("branch2a_bn.", "bn1."), ("branch2b.", "conv2."),
+                     ("branch2b_bn.", "bn2."), ("branch2c.", "conv3."), ("branch2c_bn.", "bn3."),
+                     ("branch1.", "downsample.0."), ("branch1_bn.", "downsample.1.")):
+        k = k.replace("." + c2, "." + ours)
+    return k
+
+
+def test_every_r50_blob_goes_where_the_references_renaming_puts_it(r50_model):
+    """The mapping of all 159 body blobs of R-50, judged by the reference's rules (the loading tests below take the
+    targets from c2_name_to_ours itself, so a swap of two same-shape tensors would load there unnoticed): each
+    model key takes the longest renamed blob name it ends with, as the reference's suffix matching does."""
+    keys = list(r50_model.state_dict())
+    blobs = synthetic_r50_blobs(r50_model)
+    renamed = {_reference_rename(b): b for b in blobs}
+    expected = {}
+    for key in keys:
+        ends = [r for r in renamed if key == r or key.endswith("." + r)]
+        if ends:
+            expected[renamed[max(ends, key=len)]] = key
+    assert len(blobs) == 161 and sorted(set(blobs) - set(expected)) == ["fc1000_b", "fc1000_w"]
+    assert {b: c2_name_to_ours(b) for b in expected} == expected
+
+
 def test_synthetic_r50_pkl_maps_completely(tmp_path, r50_model):
     model = r50_model
     blobs = synthetic_r50_blobs(model)
