@@ -1,4 +1,5 @@
-"""Layers built on torchvision's kernels, with maskrcnn-benchmark's legacy numerics."""
+"""Layers with maskrcnn-benchmark's legacy numerics: torchvision's kernels where they fit (ROIAlign on CUDA, NMS at
+inference), the package's own torch and Triton ops elsewhere (multi-level ROIAlign, the padded NMS, mask targets)."""
 from .batch_norm import FrozenBatchNorm2d
 from .mask_paste import expand_boxes, paste_mask_windows, paste_masks_in_image
 from .misc import cat, group_norm
