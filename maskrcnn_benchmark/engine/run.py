@@ -132,7 +132,7 @@ class MLPerfRun:
         ml = self.ml
         clean = False
         try:
-            ml.submission_info(num_nodes=int(os.environ.get("SLURM_NNODES", "1")))
+            ml.submission_info(num_nodes=comm.launch_nodes())
             ml.cache_clear()
             outcome = self._run()
             clean = True

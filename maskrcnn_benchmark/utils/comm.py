@@ -149,6 +149,12 @@ def launch_sizes():
     return world, int(per_node) if per_node.strip().isdigit() else 1
 
 
+def launch_nodes():
+    """The nodes of the run: its processes over those on one node (the launcher's sizes, :func:`launch_sizes`)."""
+    world, per_node = launch_sizes()
+    return max(1, -(-world // max(per_node, 1)))
+
+
 def init_distributed(local_rank=None, device="cuda", timeout_s=300, side_group=False):
     """Initialise torch.distributed from the environment; returns ``(rank, world_size, local_rank, device)``.
     ``side_group`` (a training run): with NCCL, also the gloo group :class:`AsyncFlag` uses

@@ -34,18 +34,19 @@ WEIGHTS_INIT_TENSORS = (
 _LAYOUT_SUFFIX = re.compile(r"_\d+x\d+x\d+$")
 
 
-def submission_platform(num_nodes=1, environ=None):
+def submission_platform(num_nodes=None, environ=None):
     """``<nodes>x<system>`` from the environment, never from the host name.
 
     ``MLPERF_SUBMISSION_PLATFORM`` wins; otherwise the system config's ``DGXSYSTEM`` (layout suffix dropped) and
-    ``DGXNNODES`` (else ``num_nodes``), as NVIDIA's ``1xNVIDIA DGX A100``. Without either: ``<nodes>xunknown``.
+    the run's ``num_nodes`` (the launch's count, as NVIDIA's logs count the job's nodes; unknown: the config's
+    ``DGXNNODES``, else 1), as NVIDIA's ``1xNVIDIA DGX A100``. Without a system: ``<nodes>xunknown``.
     """
     env = os.environ if environ is None else environ
     explicit = env.get("MLPERF_SUBMISSION_PLATFORM", "").strip()
     if explicit:
         return explicit
     system = _LAYOUT_SUFFIX.sub("", env.get("DGXSYSTEM", "").strip()) or "unknown"
-    nodes = env.get("DGXNNODES", "").strip() or str(num_nodes)
+    nodes = str(num_nodes) if num_nodes is not None else env.get("DGXNNODES", "").strip() or "1"
     return f"{nodes}x{system}"
 
 
@@ -178,7 +179,7 @@ class MLPerfLogger:
         self.event("eval_accuracy", {"BBOX": float(bbox), "SEGM": float(segm)}, metadata={"epoch_num": epoch})
 
     # -- key groups -----------------------------------------------------------------------------------------
-    def submission_info(self, org=None, platform=None, division=None, status=None, num_nodes=1):
+    def submission_info(self, org=None, platform=None, division=None, status=None, num_nodes=None):
         """submission_* keys; defaults from MLPERF_SUBMISSION_{ORG,DIVISION,STATUS} and :func:`submission_platform`.
         A variable set but blank (a site file's ``export MLPERF_SUBMISSION_ORG=""``) is unset: the checker refuses an
         empty value."""

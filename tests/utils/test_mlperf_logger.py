@@ -84,3 +84,29 @@ def test_a_terminal_that_cannot_be_written_is_dropped_quietly(tmp_path, capsys):
             for h in handlers:
                 lg.addHandler(h)
             lg.propagate, lg.level = propagate, level
+
+
+def test_the_platform_counts_the_nodes_the_run_has_not_the_configs_default():
+    """Each config_*.sh exports its default DGXNNODES (config_DGXH100.sh: 1), and the platform took it before the
+    run's own count: a job on 2 nodes (slurm/submit.py --nodes 2 keeps the config's default) logged 1xDGXH100,
+    and the submission folder's system description said 1 node. NVIDIA's logs count the job's nodes."""
+    from maskrcnn_benchmark.utils.mlperf_logger import submission_platform
+
+    env = {"DGXSYSTEM": "DGXH100", "DGXNNODES": "1"}
+    assert submission_platform(num_nodes=2, environ=env) == "2xDGXH100"
+    assert submission_platform(environ=env) == "1xDGXH100"  # the count unknown: the config's
+    assert submission_platform(num_nodes=2, environ=dict(env, MLPERF_SUBMISSION_PLATFORM="2xMySystem")) == \
+        "2xMySystem"
+
+
+def test_the_run_counts_its_nodes_from_the_launch(monkeypatch):
+    """bind_launch sets WORLD_SIZE and LOCAL_WORLD_SIZE on every node (srun: the step's tasks and tasks per node):
+    the run's nodes, with or without Slurm."""
+    from maskrcnn_benchmark.utils import comm
+
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert comm.launch_nodes() == 2
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert comm.launch_nodes() == 1
