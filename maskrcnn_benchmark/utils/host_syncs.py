@@ -53,6 +53,8 @@ _DATA_SHAPES = _overloads(_aten.nonzero, _aten.argwhere, _aten.masked_select, _a
 _REPEAT_INTERLEAVE = _overloads(_aten.repeat_interleave)
 _INDEX_READS = _overloads(_aten.index)
 _INDEX_WRITES = _overloads(_aten.index_put, _aten.index_put_, _aten._index_put_impl_)
+# an untagged op whose CUDA kernel reads a value: masked_fill's tensor value (.item() in the kernel)
+_MASKED_FILL_TENSOR = {_aten.masked_fill.Tensor, _aten.masked_fill_.Tensor}
 
 
 def _torchvision_nms():
@@ -168,6 +170,8 @@ class HostSyncCounter(TorchDispatchMode):
         if func in _INDEX_WRITES and len(args) > 1 and _has_bool_index(args[1]):
             number = bool(self._setitem_numbers) and self._setitem_numbers[-1]
             return MASKED_WRITE if _is_masked_fill(args, kwargs, number) else DATA_SHAPE
+        if func in _MASKED_FILL_TENSOR:  # a Python number dispatches masked_fill.Scalar
+            return HOST_READ
         if torch.Tag.data_dependent_output in func.tags:  # one op whose kernel reads a value (torch.allclose)
             return HOST_READ
         return None

@@ -112,3 +112,28 @@ def test_the_counter_sees_inside_a_custom_op():
     finally:
         hs._custom_op_body = original
     assert counter.total == 1 and " item " in "\n".join(counter.report())
+
+
+@pytest.mark.parametrize("where", ["forward", "backward"])
+def test_a_sync_planted_in_a_real_ops_body_is_counted_through_autograd(monkeypatch, where):
+    """The positive control above uses another namespace and a substituted lookup; here a host read is planted in
+    the body of maskrcnn::multilevel_roi_align itself (its forward's sample grid, or the scatter its backward op
+    runs), and the step's way of calling it (forward, then .backward() through autograd) must count it: else a 0
+    could mean the body was never looked into."""
+    ra = importlib.import_module("maskrcnn_benchmark.layers.roi_align")  # the module (the package exports a function
+    #                                                                     of its name)
+    name = "_sample_grid" if where == "forward" else "_roi_align_scatter"
+    original = getattr(ra, name)
+
+    def planted(*args, **kwargs):
+        args[0].sum().item()  # the planted wait
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ra, name, planted)
+    (feats, rois, levels, size, scales, ratio), _ = _roi_align()
+    feats = [f.requires_grad_() for f in feats]
+    with HostSyncCounter() as counter:
+        out = torch.ops.maskrcnn.multilevel_roi_align(feats, rois, levels, size, scales, ratio)
+        out.sum().backward()
+    assert counter.total >= 1 and all(f.grad is not None for f in feats), "\n".join(counter.report())
+    assert any("roi_align.py" in line for line in counter.report()), "\n".join(counter.report())

@@ -44,7 +44,31 @@ WAITS = [
     ("masked write of a one-element tensor", DATA_SHAPE, lambda: _x.clone().__setitem__(_mask, _x.min())),
     ("accumulating masked write", DATA_SHAPE,
      lambda: _x.clone().index_put_((_mask,), torch.tensor(1.0), accumulate=True)),
+    # an op torch does not tag whose CUDA kernel reads a value: masked_fill's tensor value (.item() in the kernel)
+    ("masked_fill with a tensor value", HOST_READ, lambda: _x.masked_fill(_mask, _x.max())),
+    ("masked_fill_ with a tensor value", HOST_READ, lambda: _x.clone().masked_fill_(_mask, torch.tensor(1.0))),
 ]
+
+
+def test_every_op_torch_tags_with_a_data_dependent_shape_is_judged():
+    """The counter's list of data-dependent shapes is written by hand: an op torch tags dynamic_output_shape is
+    either on it, or decomposed before any dispatch (CompositeImplicitAutograd: the counter sees the ops it is made
+    of, one_hot's maximum read back as a host read)."""
+    from maskrcnn_benchmark.utils import host_syncs as hs
+
+    judged = hs._DATA_SHAPES | hs._REPEAT_INTERLEAVE | hs._INDEX_READS
+    tagged = set()
+    for name in dir(torch.ops.aten):
+        packet = getattr(torch.ops.aten, name, None)
+        for overload in getattr(packet, "overloads", lambda: [])():
+            op = getattr(packet, overload)
+            if torch.Tag.dynamic_output_shape in op.tags and not torch._C._dispatch_has_kernel_for_dispatch_key(
+                    op.name(), "CompositeImplicitAutograd"):
+                tagged.add(op)
+    assert tagged and sorted(map(str, tagged - judged)) == []
+    with hs.HostSyncCounter() as counter:
+        torch.nn.functional.one_hot(_x.long())
+    assert counter.by_kind()[HOST_READ] >= 1, counter.report()
 
 
 @pytest.mark.parametrize("what,kind,code", WAITS, ids=[w[0] for w in WAITS])
@@ -64,6 +88,7 @@ def test_what_is_not_a_wait_is_not_counted():
         torch.repeat_interleave(torch.arange(4), _x.long(), output_size=7)
         torch.where(_mask, _x, 0.0).sort()
         _x.topk(2)
+        _x.masked_fill(_mask, 2.0)  # a Python number: the host holds it
     assert counter.total == 0, counter.report()
     assert counter.by_kind() == {MASKED_WRITE: 1}
     (line,) = counter.report()
