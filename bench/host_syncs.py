@@ -161,8 +161,8 @@ def main(argv=None):
               f"torch {torch.__version__}" + (f", {' '.join(args.opts)}" if args.opts else ""))
         print("\n".join(step.report()) or "  (no host read, no data-dependent shape, no masked write)")
         print(f"-- outside the step: non-finite loss check (every 20 iterations on CUDA, every iteration on the "
-              f"CPU; and at epoch ends, after the last iteration and before checkpoints): {finite.total} host sync(s); metrics line (every 20 "
-              f"iterations): {metrics.total}")
+              f"CPU; and at epoch ends, after the last iteration and before checkpoints): {finite.total} host "
+              f"sync(s); metrics line (every 20 iterations): {metrics.total}")
         for line in finite.report() + metrics.report():
             print(f"   {line}")
         if cuda_syncs is not None:
