@@ -216,7 +216,7 @@ class MLPerfRun:
         bare_model = model.module if hasattr(model, "module") else model
         evaluation = EvaluationHook(evaluator, lambda: run_inference(bare_model, test_loader, evaluator, device,
                                                                      cfg.DTYPE), ml, per_epoch=cfg.PER_EPOCH_EVAL,
-                                    poll=background.poll)
+                                    poll=background.poll, targets=self.targets)
         protocol = MLPerfStopHook(self.targets, ml)
         hooks = [ProfilerHook(rank), MetricsHook(20, reduce=not cfg.DISABLE_REDUCED_LOGGING), protocol, evaluation]
         if cfg.SAVE_CHECKPOINTS:  # last: an epoch end's checkpoint holds the state after its evaluation, as the

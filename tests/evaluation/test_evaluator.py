@@ -600,3 +600,23 @@ def test_a_non_finite_step_while_scores_are_pending_lets_them_decide(ap, converg
         with pytest.raises(NonFiniteLossError, match="iteration 7"):
             trainer.train()
     assert log.events[-3:] == [("eval_accuracy", 1, ap, ap), ("epoch_stop", 2), ("run_stop", converged)]
+
+
+def test_no_eval_accuracy_is_logged_after_the_epoch_that_met_the_targets():
+    """Scoring slower than an epoch: epoch 1's scores (meeting the targets) and epoch 2's arrive together, here at
+    MAX_ITER (2 epochs), which waits for both. Both were logged before run_stop success: mlperf-logging's RCP
+    checker counts the epochs of a run by its last eval_accuracy (2, not 1), and the compliance checker judges
+    the target on it (epoch 2's scores may be below it). The scores after the converged epoch are not logged."""
+    model = _Model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    log = _Log()
+    stop = MLPerfStopHook((0.377, 0.339), log)
+    scorer = _SlowScorer(0.5)
+    trainer = Trainer(model, opt, WarmupMultiStepLR(opt, (100,), 0.1, warmup_iters=0), [(_Images(), [], None)] * 10,
+                      torch.device("cpu"), 10, 5,
+                      hooks=[stop, EvaluationHook(scorer, lambda: None, log, targets=(0.377, 0.339))])
+    scorer.trainer = trainer
+    trainer.train()
+    assert scorer.submitted == [1, 2] and stop.converged_epoch == 1
+    accuracy = [e for e in log.events if e[0] == "eval_accuracy"]
+    assert accuracy == [("eval_accuracy", 1, 0.5, 0.5)] and log.events[-1] == ("run_stop", True)
