@@ -15,7 +15,8 @@ or the numbers, and what to do:
 ``WeightsMissing``       ``MODEL.WEIGHT`` (or, resuming, ``--resume``) names a file that does not exist
 ``NoGPU``                ``MODEL.DEVICE`` is cuda and torch sees no GPU (the driver line says why, when known)
 ``TooFewGPUs``           fewer GPUs on this node than processes to start on it
-``ConfigError``          ``DATASETS.TEST`` does not name one dataset (the run scores one); the COCO scoring
+``ConfigError``          ``DATASETS.TEST`` does not name one dataset (the run scores one); the submission status
+                         (``MLPERF_SUBMISSION_STATUS``) is not one mlperf-logging accepts; the COCO scoring
                          backend asked for (``TEST.COCO_BACKEND``, ``--coco-backend``) is not
                          installed: the first evaluation would fail, after ``run_start`` and an epoch
 =======================  =======================================================================================
@@ -27,10 +28,11 @@ import subprocess
 
 from ..data.catalog import dataset_paths
 from ..utils.imports import resolve_weights
+from ..utils.mlperf_logger import SUBMISSION_STATUSES, submission_status
 from ..utils.errors import BatchNotDivisible, ConfigError, DatasetMissing, NoGPU, TooFewGPUs, WeightsMissing
 
 __all__ = ["check_before_init", "check_batch", "check_data", "check_weights", "check_resume", "check_gpus",
-           "check_scoring", "check_test_set"]
+           "check_scoring", "check_test_set", "check_submission_status"]
 
 
 def check_batch(cfg, world_size):
@@ -48,6 +50,13 @@ def check_test_set(cfg):
         raise ConfigError(f"DATASETS.TEST {names}: a training run must name one dataset, the validation set it "
                           "scores every epoch and stops on (MLPerf's eval_accuracy); evaluate others with "
                           "tools/test_net.py")
+
+
+def check_submission_status(environ=None):
+    status = submission_status(environ)
+    if status not in SUBMISSION_STATUSES:
+        raise ConfigError(f"MLPERF_SUBMISSION_STATUS '{status}' is not a submission status mlperf-logging accepts: "
+                          f"{', '.join(SUBMISSION_STATUSES)}")
 
 
 def check_data(cfg):
@@ -160,6 +169,7 @@ def check_before_init(cfg, world_size, local_world_size=1, cuda=None, resume="",
     ``coco_backend``: ``--coco-backend`` (else TEST.COCO_BACKEND)."""
     check_batch(cfg, world_size)
     check_test_set(cfg)
+    check_submission_status()
     check_scoring(coco_backend or cfg.TEST.COCO_BACKEND, "--coco-backend" if coco_backend else "TEST.COCO_BACKEND")
     if gpus_here:
         check_gpus(cfg, local_world_size, cuda)

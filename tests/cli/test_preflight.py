@@ -108,6 +108,28 @@ def test_a_training_run_scores_one_test_set(coco, monkeypatch, capsys, names):
     assert "tools/test_net.py" in errors[0]
 
 
+@pytest.mark.parametrize("status", ["available", "on-prem", "onprem", "cloud", "preview", "research"])
+def test_a_submission_status_the_checker_refuses_is_refused_before_the_run(coco, monkeypatch, capsys, status):
+    """MLPERF_SUBMISSION_STATUS was logged as given: 'available' (the system description's word) passed the
+    preflight and the whole run, and the log then failed mlperf-logging's compliance checker. The values taken
+    are those the checker's own rule accepts (its common.yaml CHECK, evaluated here as the checker does)."""
+    import yaml
+    from mlperf_logging import compliance_checker
+
+    rules = os.path.join(os.path.dirname(compliance_checker.__file__), "training_3.1.0", "common.yaml")
+    with open(rules) as f:
+        rule = next(r["KEY"] for r in yaml.safe_load(f) if r.get("KEY", {}).get("NAME") == "submission_status")
+    accepted = eval(rule["CHECK"], {}, {"v": {"value": status}})  # noqa: S307 - the checker's own rule
+    monkeypatch.setenv("MLPERF_SUBMISSION_STATUS", status)
+    rc, errors = run(coco, monkeypatch=monkeypatch, capsys=capsys)
+    if accepted:
+        assert (rc, errors) == (0, [])
+    else:
+        assert (rc, errors) == (exit_codes.BAD_INPUT.code, [
+            f"error: MLPERF_SUBMISSION_STATUS '{status}' is not a submission status mlperf-logging accepts: "
+            "cloud, onprem, preview, research"])
+
+
 def test_global_batch_not_divisible(coco, monkeypatch, capsys):
     rc, errors = run(coco, world=40, per_node=8, monkeypatch=monkeypatch, capsys=capsys)
     assert rc == exit_codes.BATCH_NOT_DIVISIBLE.code
