@@ -137,3 +137,28 @@ def test_a_sync_planted_in_a_real_ops_body_is_counted_through_autograd(monkeypat
         out.sum().backward()
     assert counter.total >= 1 and all(f.grad is not None for f in feats), "\n".join(counter.report())
     assert any("roi_align.py" in line for line in counter.report()), "\n".join(counter.report())
+
+
+def test_the_nms_op_on_its_cuda_path_waits_for_nothing_around_its_kernel(monkeypatch):
+    """On CUDA maskrcnn::nms_keep_padded launches the Triton scan (layers/nms_triton.py) instead of the tensor-op
+    scan the CPU cases above run: the Python around that launch (the block size, the launch's arguments) is
+    counted here with the launch replaced by a stand-in that writes the tensor-op scan's mask (the kernel's own
+    result is tests/layers/test_nms_device.py's, interpreted by Triton on the CPU)."""
+    nms = importlib.import_module("maskrcnn_benchmark.layers.nms")
+    launched = []
+
+    class Launch:
+        def __getitem__(self, grid):
+            def run(mask, valid, keep, k, w, BLOCK_W):
+                launched.append((grid, k, w, BLOCK_W))
+                keep.copy_(nms._scan_torch(mask, valid.bool()).to(keep.dtype))
+            return run
+
+    args, kwargs = _nms()
+    expected = torch.ops.maskrcnn.nms_keep_padded(*args, **kwargs)
+    monkeypatch.setattr(nms, "_use_triton", lambda device: True)
+    monkeypatch.setattr(nms, "_scan_kernel", lambda: Launch())
+    with HostSyncCounter() as counter:
+        out = torch.ops.maskrcnn.nms_keep_padded(*args, **kwargs)
+    assert launched and counter.total == 0, "\n".join(counter.report())
+    assert torch.equal(out, expected)
