@@ -216,3 +216,23 @@ def test_eager_box_head_runs_on_the_sampled_rows_only():
     for a, b in zip(evaluator(logits, deltas, static), evaluator(logits[rows], deltas[rows], eager)):
         # the same terms, with more zero rows in the static sum: equal up to float32 summation order
         torch.testing.assert_close(a, b, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["eager", "static"])
+def test_an_image_without_objects_trains_with_the_others(static):
+    """The training filter keeps an image whose only boxes are crowd regions (the reference's filter counts them),
+    and crowd regions are never targets: such an image trains with no object at all (the reference's matcher
+    raised on an image without ground truth). Its anchors and proposals are all negatives; the batch's losses and
+    gradients stay finite, in both forms of the step."""
+    torch.manual_seed(0)
+    model = build_detection_model(small_cfg()).train()
+    images, targets = _batch()
+    empty = BoxList(torch.zeros((0, 4)), targets[1].size, mode="xyxy")
+    empty.add_field("labels", torch.zeros((0,), dtype=torch.int64))
+    empty.add_field("masks", SegmentationMask([], targets[1].size, mode="poly"))
+    batch = target_batch([targets[0], empty], max_gt=96 if static else 0)
+    batch.static = static
+    losses, grads = _losses_and_grads(model, images, batch)
+    assert all(torch.isfinite(v) for v in losses.values()), losses
+    assert all(torch.isfinite(g).all() for g in grads.values())
+    assert float(losses["loss_objectness"]) > 0 and float(losses["loss_classifier"]) > 0
