@@ -850,6 +850,28 @@ def print_plan(args: argparse.Namespace, plan: List[Binding], out=sys.stdout) ->
     out.flush()
 
 
+def _group_holds_our_processes(pgid: int) -> bool:
+    """Whether process group ``pgid`` holds a process of this launcher's session (a rank's group: its leader or
+    what it left). Without /proc (not Linux): assumed."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    session = os.getsid(0)
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # state, ppid, pgrp, session, ...
+        if len(fields) > 3 and int(fields[2]) == pgid and int(fields[3]) == session and fields[0] != "Z":
+            return True
+    return False
+
+
 class Launcher:
     def __init__(self, args: argparse.Namespace, plan: List[Binding]):
         self.args = args
@@ -882,21 +904,25 @@ class Launcher:
 
     def terminate_all(self, sig: int = signal.SIGTERM) -> None:
         """``sig`` to every rank's process group, then SIGKILL to what is left after ``--kill_timeout``. A rank
-        that already ended is in it too: its own group (each rank leads one) may still hold processes it left
-        behind (a scoring process, loader workers)."""
-        for p in self.procs:
+        that already ended is in it too, while its own group (each rank leads one) holds processes it left
+        behind (a scoring process, loader workers): an emptied group's number is free, and Linux can give it to
+        an unrelated process group."""
+        groups = [p.pid for p in self.procs if p.poll() is None or _group_holds_our_processes(p.pid)]
+        for pgid in groups:
             try:
-                os.killpg(p.pid, sig)
+                os.killpg(pgid, sig)
             except OSError:  # the group is gone
                 pass
         deadline = time.monotonic() + self.args.kill_timeout
         while time.monotonic() < deadline and any(p.poll() is None for p in self.procs):
             time.sleep(0.05)
+        for pgid in groups:
+            if _group_holds_our_processes(pgid):
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                except OSError:
+                    pass
         for p in self.procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except OSError:
-                pass
             p.wait()
 
     def wait(self) -> int:

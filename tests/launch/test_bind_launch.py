@@ -771,3 +771,25 @@ def test_a_stop_signal_while_the_ranks_start_starts_no_more_of_them(monkeypatch)
     monkeypatch.setattr(bl.subprocess, "Popen", Started)
     launcher.start()
     assert len(started) == 1 and launcher.stop_signal == signal.SIGTERM
+
+
+@pytest.mark.slow  # starts processes
+def test_the_group_of_a_rank_that_ended_is_signalled_only_while_it_holds_the_launchers_processes(monkeypatch):
+    """terminate_all signalled the process group of every rank, ended ones included (their loader workers or
+    scorer may be left in it). A rank reaped long before, whose group had emptied, left its number free: Linux
+    can give it to a new group leader of the same user, and the launcher's SIGTERM, then SIGKILL, went to that
+    unrelated group. A group is signalled only while it holds processes of the launcher's session."""
+    import subprocess
+
+    args = bl.parse_args(["--nproc_per_node=2", "--binding=none", "--kill_timeout=1", "train.py"])
+    launcher = bl.Launcher(args, bl.plan_bindings(2, 1, 2))
+    gone = subprocess.Popen(["true"], preexec_fn=bl._child_setup(None))  # a rank that ended, its group empty
+    gone.wait()
+    left = subprocess.Popen(["bash", "-c", "sleep 30 & exit 5"], preexec_fn=bl._child_setup(None))
+    left.wait()  # a rank that ended and left a process in its group
+    launcher.procs = [gone, left]
+    signalled, killpg = [], os.killpg
+    monkeypatch.setattr(bl.os, "killpg", lambda pgid, sig: (signalled.append(pgid), killpg(pgid, sig)))
+    launcher.terminate_all(signal.SIGTERM)
+    assert gone.pid not in signalled and left.pid in signalled
+    assert not bl._group_holds_our_processes(left.pid)  # the left-behind sleep is gone with it
