@@ -31,7 +31,8 @@ while IFS= read -r -d '' item; do
   name="${item%%=*}"
   case "${name}" in
     SLURM_* | DGX* | MLPERF_* | NCCL_* | UCX_* | GLOO_* | MASKRCNN_* | TORCH_* | TORCHINDUCTOR_* | TRITON_* | \
-    PYTORCH_* | CUDA_DEVICE_MAX_CONNECTIONS)
+    PYTORCH_* | CUDA_DEVICE_MAX_CONNECTIONS | CUDA_MODULE_LOADING | CUBLAS_* | CUDNN_* | SHARP_COLL_* | \
+    NVIDIA_TF32_OVERRIDE)
       pass+=("${item}") ;;
     *) for n in "${names[@]}" "${extra_names[@]}"; do
          if [[ "${name}" == "${n}" ]]; then pass+=("${item}"); break; fi

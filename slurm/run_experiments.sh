@@ -71,6 +71,13 @@ fi
 # ------------------------------------------------------------------------------ checks on the batch host
 mkdir -p "${LOGDIR}" 2> /dev/null ||
   fail "${EXIT_BIND_SOURCE_MISSING}" "cannot create LOGDIR ${LOGDIR} (its parent must exist and be writable)"
+# a folder that exists but takes no file (read-only, another's, a full disk or inode quota): said now, not as an
+# NCCL failure (the all-reduce's log) or a result file that can never be claimed
+probe="${LOGDIR}/.write_test.$$"
+if ! (: > "${probe}") 2> /dev/null; then
+  fail "${EXIT_BIND_SOURCE_MISSING}" "LOGDIR ${LOGDIR} exists but this job cannot write a file in it (read-only, another user's, or its disk or inode quota full)"
+fi
+rm -f "${probe}"
 binds=()
 if [[ "${CONTAINER_RUNTIME}" != none ]]; then
   case "${CONTAINER_RUNTIME}" in
@@ -270,7 +277,9 @@ fi
 # SIGKILL after KillWait, and the next trial starts; one hung trial cannot eat the others' time.
 container_opts=()  # caches are dropped on the hosts, never in the container
 srun_on "${NNODES}"
-cache_cmd=("${srun_cmd[@]}" bash -c "${DROP_CACHES_CMD}")
+# a time limit of its own: sync waits for every mounted file system, and a hung NFS or Lustre client would hold the
+# job until its end
+cache_cmd=("${srun_cmd[@]}" --time="${CACHE_DROP_MINUTES:-5}" bash -c "${DROP_CACHES_CMD}")
 [[ "${CONTAINER_RUNTIME}" != pyxis ]] || container_opts=("--container-image=${CONTAINER}"
   "--container-mounts=${CONTAINER_BINDS}" --container-workdir=/workspace/object_detection --no-container-mount-home)
 srun_on "${NNODES}"
@@ -294,7 +303,10 @@ next_index() {  # the first k >= $1 with no result_<k>.txt: a result file is nev
 }
 claim_index() {  # next_index, its result file created by this job (O_EXCL): two jobs on one LOGDIR never share one
   local k="$1"
-  until (set -o noclobber; : > "${LOGDIR}/result_${k}.txt") 2> /dev/null; do k=$((k + 1)); done
+  until (set -o noclobber; : > "${LOGDIR}/result_${k}.txt") 2> /dev/null; do
+    [[ -e "${LOGDIR}/result_${k}.txt" ]] || return 1  # not taken, but not writable: no other index would be
+    k=$((k + 1))
+  done
   echo "${k}"
 }
 # The trials that fit in the time the job has left (its --time may be another system's: the batch scripts' own
@@ -329,13 +341,15 @@ echo "run_experiments: master=${MASTER_ADDR} logdir=${LOGDIR} container=${CONTAI
      "trial limit=${TRIAL_MINUTES:-none} min"
 failures=0
 status=0
+summary=()
 for ((i = 0; i < NEXP; i++)); do
   if [[ "${failures}" -ge 2 ]]; then
     echo "run_experiments: ${failures} trials failed: the set cannot pass MLPerf review (one failure of five is" \
          "allowed); no further trial started" >&2
     break
   fi
-  index="$(claim_index "${index}")"
+  index="$(claim_index "${index}")" ||
+    fail "${EXIT_BIND_SOURCE_MISSING}" "cannot create ${LOGDIR}/result_${index}.txt (LOGDIR no longer writable, or its disk or inode quota full)"
   export MASTER_PORT=$((port0 + i)) NOT_CONVERGED_EXIT_CODE=0
   export TRIAL_NAME="trial_${index}"
   log="${LOGDIR}/result_${index}.txt"
@@ -348,8 +362,10 @@ for ((i = 0; i < NEXP; i++)); do
     if [[ "${CLEAR_CACHES}" == 1 ]]; then
       if "${cache_cmd[@]}"; then
         export MLPERF_CACHE_CLEARED=1
-      else
-        echo "run_experiments: WARNING: cache clearing failed" >&2
+      else  # a log saying cache_clear false cannot be submitted: the trial is not run, and counts as failed
+        echo "run_experiments: dropping the page cache failed on the nodes (DROP_CACHES_CMD, above): trial" \
+             "$((i + 1)) is not run (a log saying cache_clear false cannot be submitted)" >&2
+        exit "${EXIT_CACHES_NOT_DROPPED}"
       fi
     fi
     "${train_cmd[@]}" "${run_cmd[@]}"
@@ -358,13 +374,18 @@ for ((i = 0; i < NEXP; i++)); do
   # srun's --kill-on-bad-exit does not kill the others mid-exit) and say so in the log.
   if [[ "${rc}" -eq 0 ]] && grep -q "^run_and_time: not converged" "${log}"; then rc=3; fi
   echo "run_experiments: trial $((i + 1)) exit code ${rc} in $(( $(date +%s) - t0 )) s, log ${log}"
+  summary+=("result_${index}.txt: ${rc}")
   if [[ "${rc}" -ne 0 ]]; then
-    status="${rc}"
+    # the job's code: a failure's own, not "not converged" (3, the one run MLPerf allows) over a crash
+    if [[ "${status}" -eq 0 || "${status}" -eq 3 ]]; then status="${rc}"; fi
     failures=$((failures + 1))
     failed_trial=$((i + 1))
   fi
   index=$((index + 1))
 done
+if [[ "${#summary[@]}" -gt 0 ]]; then
+  echo "run_experiments: trials (exit codes): ${summary[*]}" | tee -a "${LOGDIR}/trials.txt" || true
+fi
 # MLPerf accepts one run of five that does not converge: such a set passes review, and the job says so with exit 0
 # (the next step, the submission, can follow). Any other failure keeps its code.
 if [[ "${failures}" -eq 1 && "${status}" -eq 3 && "${NEXP}" -ge 5 ]]; then

@@ -489,3 +489,50 @@ def test_with_the_site_template_a_host_with_only_apptainer_runs_apptainer(tmp_pa
                 PATH=path)
     # past the runtime check (apptainer found), stopped at the image
     assert r.returncode == exit_codes.IMAGE_UNREADABLE.code, r.stdout + r.stderr
+
+
+def test_a_logdir_that_takes_no_file_is_said_at_once(tmp_path):
+    """A LOGDIR that exists but takes no file (read-only, another user's, a full disk or inode quota): mkdir -p
+    passed, and the job looped over result indices until its wall time (claiming a result file retried any error
+    as "taken"); a multi-node job blamed NCCL. As root no mode bit stops a write: the folder is made a file's
+    name here, which no write into it passes either."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    import subprocess
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    mounted = subprocess.run(["mount", "--bind", "-o", "ro", str(logs), str(ro)], capture_output=True).returncode == 0
+    if not mounted:
+        pytest.skip("no bind mount here (needs root)")
+    try:
+        r = run_job(tmp_path, NEXP=2, LOGDIR=ro)
+    finally:
+        subprocess.run(["umount", str(ro)], check=False)
+    assert r.returncode == exit_codes.BIND_SOURCE_MISSING.code, r.stdout + r.stderr
+    assert errors(r) == [f"error: LOGDIR {ro} exists but this job cannot write a file in it (read-only, another "
+                         "user's, or its disk or inode quota full)"]
+
+
+def test_caches_that_cannot_be_dropped_before_a_later_trial_fail_that_trial(tmp_path):
+    """The drop before trial 2 failed: a warning, and the trial ran to a log saying cache_clear false, which no
+    submission takes, while the job exited 0. That trial is not run and counts as failed."""
+    count = tmp_path / "drops"
+    drop = f'n=$(cat {count} 2> /dev/null || echo 0); echo $((n + 1)) > {count}; [ "$n" -lt 2 ]'
+    r = run_job(tmp_path, NEXP=3, DROP_CACHES_CMD=drop, FAKE_TRAIN_EPOCHS=1)
+    assert r.returncode == exit_codes.CACHES_NOT_DROPPED.code, r.stdout + r.stderr
+    assert re.findall(r"trial \d exit code (\d+)", r.stdout) == ["0", "23", "23"], r.stdout
+    assert "trial 2 is not run (a log saying cache_clear false cannot be submitted)" in r.stdout  # its log
+    assert '"key": "cache_clear"' not in (tmp_path / "logs" / "result_1.txt").read_text()
+    assert (tmp_path / "logs" / "trials.txt").read_text().strip() == \
+        "run_experiments: trials (exit codes): result_0.txt: 0 result_1.txt: 23 result_2.txt: 23"
+
+
+def test_a_crash_is_the_jobs_code_even_when_a_run_that_did_not_converge_follows(tmp_path):
+    """The job's code was its last failure's: a crash (7) in one trial and a run that did not converge (3) in
+    the next made the job exit 3, which the exit-code table reads as the one run MLPerf allows."""
+    fail = tmp_path / "fail.py"  # a training script: exit 7 in the first trial, 3 (not converged) after it
+    fail.write_text("import os, sys\nsys.exit(7 if os.environ.get('TRIAL_NAME') == 'trial_0' else 3)\n")
+    r = run_job(tmp_path, NEXP=5, TRAIN_SCRIPT=str(fail))
+    assert re.findall(r"trial \d exit code (\d+)", r.stdout) == ["7", "3"], r.stdout + r.stderr
+    assert r.returncode == 7
