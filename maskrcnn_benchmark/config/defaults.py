@@ -59,7 +59,7 @@ _C.DATALOADER.HYBRID = None
 # Keep the evaluation images on the device across epochs (hybrid path; NVIDIA's CACHE_EVAL_IMAGES). (added)
 _C.DATALOADER.CACHE_EVAL_IMAGES = False
 # Ground-truth slots per image of a compiled (static-shape) training step (NVIDIA's key and COCO value). An image
-# with more keeps all of them: its batch takes the next multiple of 32 slots (one more compiled shape, logged).
+# with more keeps all of them: its batch takes the next multiple of 32 slots (one more compiled shape, a warning).
 _C.DATALOADER.MAX_ANNOTATIONS_PER_IMAGE = 96
 # Padded image sizes per orientation of a compiled training step (added; NVIDIA's v1.0+ code calls it
 # CUDA_GRAPH_NUM_SHAPES_PER_ORIENTATION): widths from the 4:3 size to the largest, so a 4:3 COCO batch is

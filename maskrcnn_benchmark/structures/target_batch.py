@@ -69,8 +69,10 @@ class TargetBatch:
             if g > max_gt:
                 if g not in _warned:
                     _warned.add(g)
-                    logger.info("an image has %d annotations, more than MAX_ANNOTATIONS_PER_IMAGE %d: this batch "
-                                "is padded to %d", g, max_gt, 32 * math.ceil(g / 32))
+                    logger.warning("an image has %d annotations, more than DATALOADER.MAX_ANNOTATIONS_PER_IMAGE %d: "
+                                   "its batch keeps them all in %d slots, a shape a compiled step recompiles for on "
+                                   "this rank (the others wait in the gradient all-reduce); raise the key above the "
+                                   "data's largest count", g, max_gt, 32 * math.ceil(g / 32))
                 g = 32 * math.ceil(g / 32)
             else:
                 g = max_gt

@@ -133,3 +133,27 @@ def test_a_batch_whose_targets_mix_masks_and_none_names_the_image():
     with pytest.raises(ValueError, match="image 1 of the batch has no 'masks' field"):
         TargetBatch.from_boxlists([with_masks, without])
     assert TargetBatch.from_boxlists([without, without]).has_polygons is False
+
+
+def test_a_static_batch_over_its_slots_keeps_every_object_and_warns_every_rank(caplog):
+    """An image with more objects than MAX_ANNOTATIONS_PER_IMAGE keeps them all (the reference trains on every
+    one), in the next multiple of 32 slots: a new shape, which a compiled step compiles on the rank that drew it
+    while the others wait in the gradient all-reduce. That was an info line, which a rank other than 0 does not
+    keep (its log holds warnings and up): a warning, said once per count."""
+    import logging
+
+    from maskrcnn_benchmark.structures import target_batch as tb
+    from maskrcnn_benchmark.structures.target_batch import TargetBatch
+
+    def image(k):
+        t = BoxList(torch.rand(k, 4) * 10 + torch.tensor([0.0, 0.0, 10.0, 10.0]), (40, 30), mode="xyxy")
+        t.add_field("labels", torch.ones(k, dtype=torch.int64))
+        return t
+
+    tb._warned.discard(100)
+    with caplog.at_level(logging.WARNING, logger=tb.logger.name):
+        batch = TargetBatch.from_boxlists([image(100), image(3)], max_gt=96)
+        TargetBatch.from_boxlists([image(100), image(3)], max_gt=96)
+    assert batch.boxes.shape[:2] == (2, 128) and int(batch.valid.sum()) == 103
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING and "MAX_ANNOTATIONS_PER_IMAGE" in r.message]
+    assert len(warned) == 1 and "recompiles" in warned[0].message
