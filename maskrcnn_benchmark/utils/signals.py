@@ -61,10 +61,13 @@ _AT_FORK = {("logging", "_releaseLock"), ("logging", "_acquireLock"),
 
 
 def _exception_would_be_lost(frame):
-    """Whether ``frame`` (where the signal landed) or a caller of it is code whose exceptions C discards."""
+    """Whether ``frame`` (where the signal landed) or a caller of it is code whose exceptions C discards, or a
+    log handler (logging's: its error report, handleError, takes any exception a handler's write raises; and a
+    line cut in its middle would be half a line in the MLPerf log): the stop is raised once that code is done."""
     while frame is not None:
-        module = frame.f_globals.get("__name__")
-        if module == "warnings" or (module, frame.f_code.co_name) in _AT_FORK or frame.f_code.co_name == "__del__":
+        module = frame.f_globals.get("__name__") or ""
+        if module in ("warnings", "logging") or module.startswith("logging.") or \
+                (module, frame.f_code.co_name) in _AT_FORK or frame.f_code.co_name == "__del__":
             return True
         frame = frame.f_back
     return False

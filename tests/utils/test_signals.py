@@ -157,3 +157,46 @@ def test_slurms_warning_signals_stop_the_run_as_sigterm_does(name):
     assert r.stdout == "cleanup done\n", r.stdout + r.stderr
     assert r.returncode == 128 + getattr(signal, name), r.stdout + r.stderr
     assert r.stderr.strip().splitlines() == [f"error: stopped by {name}"], r.stderr
+
+
+@pytest.mark.parametrize("handler", ["terminal", "mlperf"])
+def test_a_stop_while_a_line_is_logged_still_stops_the_run(handler):
+    """The signal landing inside a log handler's write (a slow stdout pipe under srun or | tee: every metrics
+    line, every MLPerf line): the handler's own error report (logging's handleError) swallowed the Stopped, after
+    the signal handler had already set every later stop signal to be ignored, and the run could no longer be
+    stopped. The stop is raised as the line is done."""
+    r = _run(f"""
+        import io, os, signal, sys, time
+        from maskrcnn_benchmark.utils.signals import Stopped, stop_on_signals
+
+        class Slow(io.StringIO):
+            def write(self, text):
+                if "first" in text:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return super().write(text)
+
+        stop_on_signals()
+        stream = Slow()
+        if "{handler}" == "terminal":
+            import logging
+            from maskrcnn_benchmark.utils.logger import _TerminalHandler
+            log = logging.getLogger("t")
+            log.addHandler(_TerminalHandler(stream))
+            log.propagate = False
+            say = lambda text: log.warning(text)
+        else:
+            from maskrcnn_benchmark.utils.mlperf_logger import MLPerfLogger
+            ml = MLPerfLogger(stream=stream)
+            say = lambda text: ml.event("first" if "first" in text else "second_key", 1)
+        try:
+            say("first line")
+            time.sleep(1.0)
+            say("second line")
+            print("not stopped")
+        except Stopped as e:
+            print("stopped by", e)
+        print("lines:", stream.getvalue().count("first"))
+        """)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Logging error" not in r.stderr and "stopped by SIGTERM" in r.stdout and "lines: 1" in r.stdout, \
+        r.stdout + r.stderr
