@@ -103,4 +103,7 @@ class ProfilerHook(HookBase):
         self.profiler.step(self.trainer.storage.iter)
 
     def after_train(self):
-        self.profiler.close()
+        try:  # a diagnostic: a trace that cannot be written is said, and fails nothing of the run
+            self.profiler.close()
+        except Exception as e:  # noqa: BLE001
+            logger.error("the profile was not written: %s: %s", type(e).__name__, e)

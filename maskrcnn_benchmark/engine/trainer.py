@@ -179,9 +179,9 @@ class Trainer:
         self.stop_reason = reason
 
     def train(self):
-        for h in self.hooks:
-            h.before_train()
         try:
+            for h in self.hooks:
+                h.before_train()
             batches = iter(self.data_loader)
             while self.iter < self.max_iter:
                 for h in self.hooks:
@@ -219,7 +219,8 @@ class Trainer:
                     h.after_train()
                 except Exception as e:  # noqa: BLE001
                     failure = failure or e
-            if failure is not None and self.error is None:
+                    self.error = self.error or e  # the hooks after it see the run failed (no final checkpoint)
+            if failure is not None and self.error is failure:
                 raise failure
 
 

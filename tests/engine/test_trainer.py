@@ -256,3 +256,37 @@ def test_a_resumed_run_draws_from_the_seed_it_logs():
     run = MLPerfRun(small_cfg(), RunOptions(resume="model_0000002.pth"), rank=0)
     assert run._load_weights(Resumes(), 1234)[:2] == (2, 5)
     assert torch.initial_seed() == process_seed(5, 0)
+
+
+def test_every_hook_closes_when_a_hook_fails_before_or_after_training():
+    """HookBase promises after_train "also when training failed": a hook failing in before_train (a resumed run's
+    re-evaluation, stopped) skipped every after_train (the profiler, the epoch marks, the stop decision). And a
+    hook failing in after_train (the stop hook's final decision: evaluation failed, a rank lost) left the error
+    unset for the hooks after it: the final checkpoint was written, its collectives waiting on a lost rank."""
+    closed, saw = [], []
+
+    class Fails(HookBase):
+        def __init__(self, where):
+            self.where = where
+
+        def before_train(self):
+            if self.where == "before":
+                raise RuntimeError("before_train failed")
+
+        def after_train(self):
+            closed.append("fails")
+            if self.where == "after":
+                raise RuntimeError("after_train failed")
+
+    class Records(HookBase):
+        def after_train(self):
+            closed.append("records")
+            saw.append(self.trainer.error)
+
+    for where in ("before", "after"):
+        closed.clear(), saw.clear()
+        t = _trainer(_Model(), 3, hooks=[Fails(where), Records()])
+        with pytest.raises(RuntimeError, match=f"{where}_train failed"):
+            t.train()
+        assert closed == ["fails", "records"], where
+        assert isinstance(saw[0], RuntimeError) and str(saw[0]) == f"{where}_train failed"
