@@ -302,7 +302,8 @@ class MLPerfStopHook(HookBase):
         finally:
             self._stop_epoch()
             success = self.target_met and t.error is None
+            # the outcome is decided: a stop signal from here on (a time limit while run_stop is written, or the
+            # final checkpoint) is only recorded; the log says the outcome, and so will the exit code
+            signals.hold()
             self.ml.run_stop(success)
             self.stopped_at = time.time()  # the end of the timed region (the final checkpoint comes after it)
-            if success:  # a stop signal from here on (a time limit while the final checkpoint is written) is only
-                signals.hold()  # recorded: the run converged, its log says so, and so will its exit code

@@ -620,3 +620,25 @@ def test_no_eval_accuracy_is_logged_after_the_epoch_that_met_the_targets():
     assert scorer.submitted == [1, 2] and stop.converged_epoch == 1
     accuracy = [e for e in log.events if e[0] == "eval_accuracy"]
     assert accuracy == [("eval_accuracy", 1, 0.5, 0.5)] and log.events[-1] == ("run_stop", True)
+
+
+@pytest.mark.parametrize("done_at", [7, 10 ** 9], ids=["converged", "not converged"])
+def test_the_outcome_is_held_before_run_stop_is_logged(monkeypatch, done_at):
+    """A stop signal after run_stop (Slurm's time limit while the final checkpoint is written) must not change an
+    outcome the log already holds. It was held only for a converged run, and only after its run_stop line: a run
+    that did not converge exited 143 instead of 3, and a signal in the run_stop line's own write ended a
+    converged run as stopped, its log saying success."""
+    import maskrcnn_benchmark.engine.mlperf_hooks as hooks
+
+    model = _Model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    log = _Log()
+    monkeypatch.setattr(hooks.signals, "hold", lambda: log.events.append(("hold",)))
+    scorer = _FakeBackground(done_at)
+    trainer = Trainer(model, opt, WarmupMultiStepLR(opt, (100,), 0.1, warmup_iters=0), [(_Images(), [], None)] * 10,
+                      torch.device("cpu"), 10, 5, hooks=[MLPerfStopHook((0.377, 0.339) if done_at == 7 else (0.9, 0.9),
+                                                                        log),
+                                                         EvaluationHook(scorer, lambda: None, log)])
+    scorer.trainer = trainer
+    trainer.train()
+    assert log.events[-2:] == [("hold",), ("run_stop", done_at == 7)], log.events
