@@ -222,6 +222,27 @@ def test_duplicate_seeds_fail(tmp_path):
     assert review.problems[0].startswith("seed check failed: Result file result_1.txt logs seed 7")
 
 
+def test_a_shared_seed_the_official_check_lets_pass_is_not_called_distinct(tmp_path):
+    """mlperf-logging's seed check rejects a seed logged twice from the same source line only: two runs logging
+    seed 7 from tools/train.py and /workspace/tools/train.py pass it. The review listed the shared seed and still
+    printed "PASS: every run logs its own seed"."""
+    import re
+
+    d = tmp_path / "d"
+    for i, (ttt, seed) in enumerate(zip(TTTS, [7, 7, 8, 9, 10])):
+        write_log(d / f"result_{i}.txt", ttt_min=ttt, seed=seed, ruleset="1.0.0", gbs=96, lr=0.12)
+    one = d / "result_1.txt"
+    one.write_text(re.sub(r'("key": "seed".*?"file": ")([^"]*)"', r'\1/workspace/\2"', one.read_text()))
+    review = review_folder(d)
+    off = official_answer(d, tmp_path / "official", "1.0.0")
+    assert not off["seeds_failed"] and review.seeds.passed is True  # the official verdict, as it is
+    assert review.seeds.duplicates == ["seed 7 used by result_0, result_1"]
+    line = report.seed_line(review)
+    assert "every run logs its own seed" not in line
+    assert line == ("PASS (mlperf-logging's check: no seed logged twice from one source line); note: seed 7 used "
+                    "by result_0, result_1")
+
+
 def test_ruleset_detected_from_the_date_and_forced(tmp_path):
     write_log(tmp_path / "result_0.txt", ruleset="2.1.0", gbs=96, lr=0.12)
     review = review_folder(tmp_path)
