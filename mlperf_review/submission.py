@@ -241,19 +241,22 @@ def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] 
         round_warning = (f"the runs are dated for training {', '.join(dated)}: checked under {ruleset} as asked "
                          "(without --ruleset, the logs' round)")
     org = org or os.environ.get("MLPERF_SUBMISSION_ORG", "").strip()
-    logged_orgs = {r.org for r in runs}
+    # the runs that logged anything say who and what: a killed run's empty file says nothing, and is the
+    # checker's to judge (it accepts one failed run of five)
+    logging_runs = [r for r in runs if r.n_events] or runs
+    logged_orgs = {r.org for r in logging_runs}
     if not org:
         if len(logged_orgs) != 1 or None in logged_orgs:
             raise SubmissionError("no submitter: pass --org or set MLPERF_SUBMISSION_ORG")
         org = next(iter(logged_orgs))
-    wrong = [f"{r.name} says '{r.org}'" for r in runs if r.org != org]
+    wrong = [f"{r.name} says '{r.org}'" for r in logging_runs if r.org != org]
     if wrong:
         raise SubmissionError(f"the runs were not logged by submitter '{org}' ({'; '.join(wrong)}): set "
                               "MLPERF_SUBMISSION_ORG for the runs, or --org to what they logged")
-    platforms = {r.platform for r in runs}
+    platforms = {r.platform for r in logging_runs}
     if len(platforms) != 1 or None in platforms:
         raise SubmissionError("the runs log different (or no) submission_platform: " +
-                              ", ".join(f"{r.name}={r.platform}" for r in runs))
+                              ", ".join(f"{r.name}={r.platform}" for r in logging_runs))
     platform = next(iter(platforms))
     for key, what in (("division", "submission_division"), ("submission_status", "submission_status")):
         values = {getattr(r, key) for r in runs if getattr(r, key)}
@@ -280,14 +283,16 @@ def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] 
         if not isinstance(site, dict):
             raise SubmissionError(f"the system description '{system_json}' is not a JSON object of fields "
                                   f"(it holds a {type(site).__name__})")
-        # the system-description checker joins the values as text: numbers are written as text, nothing else is
-        # one (a list was written as its Python repr)
+        # the system-description checker joins the text values: numbers are written as text; lists and objects
+        # (NVIDIA's other_software_stack) stay JSON, which it leaves alone; nothing else is a value
         odd = [f"{k} ({type(v).__name__})" for k, v in site.items()
-               if not isinstance(v, (str, int, float)) or isinstance(v, bool)]
+               if not isinstance(v, (str, int, float, list, dict)) or isinstance(v, bool)]
         if odd:
-            raise SubmissionError(f"the system description '{system_json}' has fields that are neither text nor a "
-                                  f"number: {', '.join(odd)}")
-        site = {k: v if isinstance(v, str) else str(v) for k, v in site.items()}
+            raise SubmissionError(f"the system description '{system_json}' has fields that are neither text, a "
+                                  f"number, a list nor an object: {', '.join(odd)}")
+        site = {k: v if isinstance(v, (str, list, dict)) else str(v) for k, v in site.items()}
+        if site.get("system_name") == platform:  # as the runs log it (the folder's name is its safe form)
+            site["system_name"] = system
         clash = [f"{k} '{site[k]}' (the runs: '{v}')" for k, v in logged.items() if k in site and site[k] != v]
         if clash:
             raise SubmissionError(f"the system description '{system_json}' contradicts the runs: "

@@ -106,7 +106,7 @@ def test_an_existing_submission_is_never_overwritten(tmp_path, capsys):
 @pytest.mark.parametrize("site,needle", [
     ({"division": "open"}, "division"), ({"submitter": "Acme"}, "submitter"),
     ({"system_name": "Other"}, "system_name"), ({"status": "cloud"}, "status"), ([1], "not a JSON object"),
-    ("missing", "cannot read"), ({"host_networking_topology": ["fat tree"]}, "host_networking_topology (list)")])
+    ("missing", "cannot read"), ({"host_networking_topology": None}, "host_networking_topology (NoneType)")])
 def test_a_site_description_that_contradicts_the_runs_is_refused_before_anything_is_written(tmp_path, capsys, site,
                                                                                              needle):
     """--system-json replaced the division, submitter, system name and status the runs logged, without a word (an
@@ -122,6 +122,36 @@ def test_a_site_description_that_contradicts_the_runs_is_refused_before_anything
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and needle in err[0] and str(path) in err[0], err
     assert not list(out.rglob("result_*.txt"))
+
+
+@pytest.mark.slow  # the official checkers on a folder
+def test_a_description_as_nvidia_publishes_them_is_taken(tmp_path):
+    """NVIDIA's published system descriptions hold a JSON object (other_software_stack) and name the system as
+    the runs log it ('1xNVIDIA DGX A100', with its spaces): mlperf-logging's system-description checker takes
+    them, and the reviewer refused both (a field neither text nor a number; a system_name 'contradicting' the
+    runs' folder name '1xNVIDIA_DGX_A100'). Lists and objects are written as JSON."""
+    results = five_runs(tmp_path / "results", platform="1xNVIDIA DGX A100")
+    site = tmp_path / "site.json"
+    site.write_text(json.dumps({"system_name": "1xNVIDIA DGX A100", "other_software_stack": {
+        "cuda_version": "11.0", "nccl_version": "2.7.5"}, "host_networking_topology": ["fat tree", "rail"]}))
+    a = submission.assemble(results, tmp_path / "s", system_json=str(site), copy_code=False, write_review=False)
+    desc = json.loads(a.system_json.read_text())
+    assert desc["other_software_stack"] == {"cuda_version": "11.0", "nccl_version": "2.7.5"}
+    assert desc["host_networking_topology"] == ["fat tree", "rail"]
+    assert a.package.passed is True, submission.render(a)
+
+
+@pytest.mark.slow  # the official checkers on a folder
+def test_an_empty_result_file_is_left_to_the_checker(tmp_path):
+    """A killed run's empty result file beside four good ones: the package checker accepts the set under olympic
+    scoring (one run may fail), and the reviewer said "no submitter" (the empty file names none) before asking it."""
+    results = five_runs(tmp_path / "results")
+    (results / "result_4.txt").write_text("")
+    a = submission.assemble(results, tmp_path / "s", copy_code=False, write_review=False)
+    r = subprocess.run([sys.executable, "-m", "mlperf_logging.package_checker", str(tmp_path / "s" / "TESTORG"),
+                        "training", "3.1.0", "--log_output", str(tmp_path / "pc.log")], capture_output=True, text=True,
+                       timeout=300)
+    assert a.package.passed is ("PACKAGE CHECKER FOUND NO ERRORS, SUCCESS" in r.stdout + r.stderr), r.stdout
 
 
 @pytest.mark.slow  # the official checkers on a folder
