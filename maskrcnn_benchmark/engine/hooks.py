@@ -1,8 +1,11 @@
 """General training hooks: metric logging, periodic checkpoints, profiling. Each reads the loop's shared
 :class:`~maskrcnn_benchmark.engine.events.EventStorage`; the hooks of the MLPerf protocol (evaluation, epoch
 marks, the stop decision) are in :mod:`~maskrcnn_benchmark.engine.mlperf_hooks`."""
+import datetime
 import logging
 import time
+
+import torch
 
 from ..utils import comm
 from ..utils.errors import NonFiniteLossError
@@ -15,17 +18,21 @@ logger = logging.getLogger(__name__)
 
 class MetricsHook(HookBase):
     """Every ``period`` iterations (rank 0): losses (averaged over ranks unless ``reduce`` is False, NVIDIA's
-    DISABLE_REDUCED_LOGGING: rank 0's own losses, no collective), LR, images/s, the float16 loss scale. Plain log
-    lines, never inside an MLPerf line and never a progress bar."""
+    DISABLE_REDUCED_LOGGING: rank 0's own losses, no collective), LR, images/s (over the iterations since the
+    last line, an epoch end's evaluation included), the float16 loss scale, the time left to MAX_ITER at the run's
+    mean time per iteration (the reference's ``eta``) and on CUDA the peak memory allocated (its ``max mem``, MB:
+    the allocator's own counter, no device read). Plain log lines, never inside an MLPerf line and never a
+    progress bar."""
 
     def __init__(self, period=20, reduce=True):
         self.period = period
         self.reduce = reduce
         self._t = None
         self._images = 0
+        self._start = None
 
     def before_train(self):
-        self._t = time.perf_counter()
+        self._t = self._start = time.perf_counter()
         self._images = self.trainer.storage.images_seen
 
     def after_step(self):
@@ -46,8 +53,13 @@ class MetricsHook(HookBase):
             scaler = getattr(self.trainer, "scaler", None)
             # float16: the GradScaler's scale (it halves at each skipped step; make gpu-check counts them)
             scale = f"  loss scale: {scaler.get_scale():g}" if scaler is not None and scaler.is_enabled() else ""
-            logger.info("iter: %d  epoch: %d  loss: %.4f  %s  lr: %.6f  images/s: %.2f%s",
-                        s.iter, s.epoch, sum(values.values()), parts, lr, ips, scale)
+            done = s.iter - self.trainer.start_iter
+            eta = datetime.timedelta(seconds=int((now - self._start) / max(done, 1) * (s.max_iter - s.iter)))
+            device = getattr(self.trainer, "device", None)
+            memory = (f"  max mem: {torch.cuda.max_memory_allocated(device) // 2 ** 20}"
+                      if device is not None and device.type == "cuda" else "")
+            logger.info("iter: %d  epoch: %d  loss: %.4f  %s  lr: %.6f  images/s: %.2f%s  eta: %s%s",
+                        s.iter, s.epoch, sum(values.values()), parts, lr, ips, scale, eta, memory)
 
 
 class CheckpointHook(HookBase):

@@ -290,3 +290,20 @@ def test_every_hook_closes_when_a_hook_fails_before_or_after_training():
             t.train()
         assert closed == ["fails", "records"], where
         assert isinstance(saw[0], RuntimeError) and str(saw[0]) == f"{where}_train failed"
+
+
+def test_the_metrics_line_says_the_time_left(caplog):
+    """The reference's metrics line says the time left (eta) and its peak memory; this one said neither, so a
+    run's end was the user's arithmetic. The time left is MAX_ITER's at the run's mean time per iteration."""
+    import logging
+    import re
+
+    from maskrcnn_benchmark.engine.hooks import MetricsHook
+
+    t = _trainer(_Model(), 4, hooks=[MetricsHook(2, reduce=False)])
+    with caplog.at_level(logging.INFO, logger="maskrcnn_benchmark.engine.hooks"):
+        t.train()
+    lines = [r.getMessage() for r in caplog.records if "images/s:" in r.getMessage()]
+    assert [int(re.search(r"iter: (\d+)", ln).group(1)) for ln in lines] == [2, 4]
+    assert re.search(r"eta: 0:00:0\d$", lines[0]) and lines[1].endswith("eta: 0:00:00"), lines
+    assert "max mem" not in lines[0]  # the CPU: no allocator counter
