@@ -931,6 +931,12 @@ class Launcher:
             if self.stop_signal is not None:
                 _info(f"received signal {self.stop_signal}; stopping the children")
                 self.terminate_all(signal.SIGTERM)
+                # ranks whose run had ended (run_stop logged: the trainer holds its outcome then) exit with it
+                codes = {_exit_code(p.returncode) for p in self.procs if p.returncode is not None}
+                if len(codes) == 1 and len(self.procs) == len(self.plan) and \
+                        all(p.returncode is not None and p.returncode >= 0 for p in self.procs) and \
+                        codes <= {0, NOT_CONVERGED}:
+                    return codes.pop()
                 return 128 + self.stop_signal
             codes = [p.poll() for p in self.procs]
             failed = [(b.local_rank, _exit_code(rc)) for b, rc in zip(self.plan, codes)

@@ -5,7 +5,8 @@
 # variables the job means to pass: Slurm's, the system config's (DGX*, EXTRA_*, ...), MLPerf's, NCCL's/UCX's, gloo's
 # (GLOO_SOCKET_IFNAME: the trainer's side group for its stop decisions is gloo, beside NCCL), torch's (TORCH_*:
 # torch.distributed's, TORCH_LOGS, the site hook TORCH_DETECTRON_ENV_MODULE, the compile cache's key tag;
-# TORCHINDUCTOR_*, TRITON_*, PYTORCH_* such as PYTORCH_CUDA_ALLOC_CONF, CUDA_DEVICE_MAX_CONNECTIONS), the run's
+# TORCHINDUCTOR_*, TRITON_*, PYTORCH_* such as PYTORCH_CUDA_ALLOC_CONF), CUDA's and its libraries'
+# (CUDA_DEVICE_MAX_CONNECTIONS, CUDA_MODULE_LOADING, CUBLAS_*, CUDNN_*, SHARP_COLL_*, NVIDIA_TF32_OVERRIDE), the run's
 # (MASTER_*, TRIAL_NAME, PREFLIGHT_*, ...) and CONTAINER_ENV_EXTRA (names, by spaces or commas). Inside:
 # PYTHONNOUSERSITE=1,
 # DATADIR=/data, LOGDIR=/results, the working directory /workspace/object_detection (the checkout bound over the

@@ -11,6 +11,7 @@ from ..utils import comm
 from ..utils.errors import NonFiniteLossError
 from ..utils.fileio import WriteError
 from ..utils.rng import get_rng_state
+from ..utils.signals import Stopped
 from .trainer import HookBase
 
 logger = logging.getLogger(__name__)
@@ -117,5 +118,7 @@ class ProfilerHook(HookBase):
     def after_train(self):
         try:  # a diagnostic: a trace that cannot be written is said, and fails nothing of the run
             self.profiler.close()
+        except Stopped:  # a stop signal is the run's
+            raise
         except Exception as e:  # noqa: BLE001
             logger.error("the profile was not written: %s: %s", type(e).__name__, e)

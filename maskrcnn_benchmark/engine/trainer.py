@@ -69,8 +69,9 @@ class Trainer:
     a gradient of +-1), and that step is taken, as the reference's apex scaler takes it (a logged iteration's
     metrics line shows the inf). Both rules are checked every ``nan_check_period`` iterations, at epoch ends and
     after the last iteration, from device-side state: one host read per check, none in the other steps
-    (bench/host_syncs.py lists it apart from the step). A non-finite step does not undo a target met before it:
-    the scores still pending decide first (:meth:`_stop_stands_after_abort`).
+    (bench/host_syncs.py lists it apart from the step). A non-finite step found by the loop's check does not undo
+    a target met before it: the scores still pending decide first (:meth:`_stop_stands_after_abort`); one found
+    by a periodic checkpoint's own check (SOLVER.CHECKPOINT_PERIOD off the check's period) ends the run.
 
     ``forward(images, targets) -> loss dict`` runs the step's forward: the model itself, or the compiled step
     (:class:`~maskrcnn_benchmark.engine.compile.CompiledForward`); the loop is the same for both, and ``model``

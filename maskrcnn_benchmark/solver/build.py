@@ -2,6 +2,7 @@ import logging
 
 import torch
 
+from ..utils.signals import Stopped
 from .lr_scheduler import WarmupMultiStepLR
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ def make_optimizer(cfg, model, fused=None):
     if apex_sgd is not None:
         try:  # apex without its CUDA extensions imports, and its constructor raises (so it does without a GPU)
             optimizer = apex_sgd(groups, lr=s.BASE_LR, momentum=s.MOMENTUM)
+        except Stopped:  # a stop signal is the run's
+            raise
         except Exception as e:  # noqa: BLE001 - any failure of the optional accelerator: torch's fused SGD
             logger.warning("optimizer: apex's FusedSGD cannot be used (%s: %s); torch's fused SGD instead",
                            type(e).__name__, str(e).splitlines()[0] if str(e) else "")

@@ -150,8 +150,13 @@ def launch_sizes():
 
 
 def launch_nodes():
-    """The nodes of the run: its processes over those on one node (the launcher's sizes, :func:`launch_sizes`)."""
+    """The nodes of the run: bind_launch's processes over those on one node (WORLD_SIZE, LOCAL_WORLD_SIZE); under
+    srun alone the step's nodes (SLURM_STEP_NUM_NODES: its tasks per node need not be given)."""
     world, per_node = launch_sizes()
+    if not os.environ.get("LOCAL_WORLD_SIZE", "").strip().isdigit():
+        step_nodes = os.environ.get(_slurm("SLURM_STEP_NUM_NODES"), "").strip()
+        if step_nodes.isdigit():
+            return max(1, int(step_nodes))
     return max(1, -(-world // max(per_node, 1)))
 
 

@@ -170,7 +170,9 @@ class HostSyncCounter(TorchDispatchMode):
         if func in _INDEX_WRITES and len(args) > 1 and _has_bool_index(args[1]):
             number = bool(self._setitem_numbers) and self._setitem_numbers[-1]
             return MASKED_WRITE if _is_masked_fill(args, kwargs, number) else DATA_SHAPE
-        if func in _MASKED_FILL_TENSOR:  # a Python number dispatches masked_fill.Scalar
+        if func in _MASKED_FILL_TENSOR and (args[0].device.type == "cpu" or args[2].device.type != "cpu"):
+            # a Python number dispatches masked_fill.Scalar; in a GPU run a host tensor's value is read from host
+            # memory (no sync); in a CPU run every tensor is on the host: counted as it would be on the GPU
             return HOST_READ
         if torch.Tag.data_dependent_output in func.tags:  # one op whose kernel reads a value (torch.allclose)
             return HOST_READ

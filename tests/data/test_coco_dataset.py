@@ -313,6 +313,8 @@ def test_evaluation_loader_keeps_its_worker_between_evaluations(synthetic_dir):
      r"annotation 1 in '.*instances.json' has an invalid polygon \(7 coordinates"),
     # a number too large for a float parses as inf without json's NaN/Infinity hook (the text is put in below)
     (lambda d: d["annotations"][0].update(bbox=[2, 3, "1e999", 8]), r"annotation 1 .* has an invalid bbox"),
+    # an integer beyond a float's range (json keeps it an int: math.isfinite raised OverflowError)
+    (lambda d: d["annotations"][0].update(bbox=[2, 3, 10 ** 400, 8]), r"annotation 1 .* has an invalid bbox"),
 ])
 def test_annotation_files_of_the_wrong_shape_are_one_line_errors_naming_the_file(tmp_path, change, needle):
     """Each was an AttributeError or KeyError traceback (exit 5) when the dataset was built or indexed."""

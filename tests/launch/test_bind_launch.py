@@ -792,4 +792,32 @@ def test_the_group_of_a_rank_that_ended_is_signalled_only_while_it_holds_the_lau
     monkeypatch.setattr(bl.os, "killpg", lambda pgid, sig: (signalled.append(pgid), killpg(pgid, sig)))
     launcher.terminate_all(signal.SIGTERM)
     assert gone.pid not in signalled and left.pid in signalled
-    assert not bl._group_holds_our_processes(left.pid)  # the left-behind sleep is gone with it
+    deadline = time.monotonic() + 10  # the left-behind sleep goes with it (its parent, init, reaps it)
+    while bl._group_holds_our_processes(left.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not bl._group_holds_our_processes(left.pid)
+
+
+@pytest.mark.parametrize("codes,expected", [((3, 3), 3), ((0, 0), 0), ((3, -15), 128 + 15), ((2, 2), 128 + 15)])
+def test_ranks_that_end_with_their_outcome_after_a_stop_keep_it(monkeypatch, codes, expected):
+    """Slurm's time limit signals the launcher too: it returned 128+signal at once, though the ranks, their
+    run_stop logged, hold their outcome (the final checkpoint under way) and end with it: a run that did not
+    converge counted as stopped (143), and the job's "1 of 5 did not converge" rule never applied. Ranks that all
+    end by themselves with an outcome (0, or 3: not converged) give it; anything else is the stop's."""
+    args = bl.parse_args(["--nproc_per_node=2", "--binding=none", "train.py"])
+    launcher = bl.Launcher(args, bl.plan_bindings(2, 1, 2))
+
+    class Ended:
+        def __init__(self, rc):
+            self.returncode, self.pid = rc, -1
+
+        def poll(self):
+            return self.returncode
+
+        def wait(self):
+            return self.returncode
+
+    launcher.procs = [Ended(c) for c in codes]
+    monkeypatch.setattr(launcher, "terminate_all", lambda sig: None)
+    launcher.stop_signal = signal.SIGTERM
+    assert launcher.wait() == expected

@@ -494,8 +494,8 @@ def test_with_the_site_template_a_host_with_only_apptainer_runs_apptainer(tmp_pa
 def test_a_logdir_that_takes_no_file_is_said_at_once(tmp_path):
     """A LOGDIR that exists but takes no file (read-only, another user's, a full disk or inode quota): mkdir -p
     passed, and the job looped over result indices until its wall time (claiming a result file retried any error
-    as "taken"); a multi-node job blamed NCCL. As root no mode bit stops a write: the folder is made a file's
-    name here, which no write into it passes either."""
+    as "taken"); a multi-node job blamed NCCL. As root no mode bit stops a write: a read-only bind mount of the
+    folder here."""
     logs = tmp_path / "logs"
     logs.mkdir()
     import subprocess

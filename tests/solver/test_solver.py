@@ -211,3 +211,19 @@ def test_an_apex_without_its_cuda_extensions_falls_back_to_torchs_fused_sgd(monk
     assert type(optimizer) is torch.optim.SGD and optimizer.defaults["fused"]
     assert "apex's FusedSGD cannot be used (RuntimeError: apex.optimizers.FusedSGD requires cuda extensions)" \
         in caplog.text
+
+
+def test_a_stop_signal_while_apex_is_tried_is_the_runs(monkeypatch):
+    """The fallback took any exception of apex's constructor for apex's failure, a stop signal's too: the run
+    went on training, every later stop signal already set to be ignored."""
+    import maskrcnn_benchmark.solver.build as build
+    from maskrcnn_benchmark.utils.signals import Stopped
+    import signal
+
+    class Interrupted(torch.optim.SGD):
+        def __init__(self, *args, **kwargs):
+            raise Stopped(signal.SIGTERM)
+
+    monkeypatch.setattr(build, "_fused_sgd", lambda: Interrupted)
+    with pytest.raises(Stopped):
+        make_optimizer(_solver_cfg(), torch.nn.Linear(4, 2), fused=True)

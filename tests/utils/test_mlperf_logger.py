@@ -110,3 +110,9 @@ def test_the_run_counts_its_nodes_from_the_launch(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     assert comm.launch_nodes() == 1
+    # srun alone (srun -N2 -n16, no --ntasks-per-node: Slurm sets no tasks per node): the step's nodes
+    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "16")
+    monkeypatch.setenv("SLURM_STEP_NUM_NODES", "2")
+    assert comm.launch_nodes() == 2

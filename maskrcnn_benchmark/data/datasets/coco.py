@@ -44,6 +44,15 @@ _FAST_FORMATS = ("JPEG", "PNG", "WEBP", "GIF")
 _EIGHT_BIT_MODES = ("1", "L", "LA", "P", "PA", "RGB", "RGBA", "CMYK", "YCbCr")
 
 
+def _finite_box(bbox):
+    """Four finite floats (an integer beyond a float's range is not one either)."""
+    try:
+        return math.isfinite(bbox[0]) and math.isfinite(bbox[1]) and math.isfinite(bbox[2]) and \
+            math.isfinite(bbox[3])
+    except OverflowError:
+        return False
+
+
 def _has_id(x):
     return type(x.get("id")) is int
 
@@ -99,7 +108,7 @@ def _check_annotations(data, ann_file, has_constants):
         bbox = a.get("bbox")
         if not isinstance(bbox, (list, tuple)) or len(bbox) != 4 or not (  # numbers (unrolled: COCO has 860k)
                 type(bbox[0]) in _NUMBER and type(bbox[1]) in _NUMBER and type(bbox[2]) in _NUMBER
-                and type(bbox[3]) in _NUMBER) or not math.isfinite(sum(bbox)):  # 1e999 parses as inf
+                and type(bbox[3]) in _NUMBER) or not _finite_box(bbox):  # 1e999 parses as inf
             raise DatasetError(f"annotation {aid} in '{ann_file}' has an invalid bbox {bbox!r} (4 finite numbers "
                                "[x, y, w, h] expected)")
         seg = a.get("segmentation")
