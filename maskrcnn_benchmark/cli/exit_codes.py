@@ -38,7 +38,8 @@ class ExitCode:
 
 SUCCESS = ExitCode(0, "success", "the run reached the quality target (other programs: done)", "-")
 BAD_INPUT = ExitCode(1, "bad input", "a config key or value, a dataset, weights, the output folder or a write "
-                     "(disk full, read-only) was wrong; the line names the key, file or value",
+                     "(disk full, read-only) was wrong, or rank 0's evaluation (COCO scoring) failed and every rank "
+                     "stopped; the line names the key, file, value or failure",
                      "fix what the line names and start again")
 DIVERGED = ExitCode(2, "diverged", "a non-finite loss (float32/bfloat16) or a float16 loss scale below 1",
                     "lower SOLVER.BASE_LR or lengthen the warmup; check the data")

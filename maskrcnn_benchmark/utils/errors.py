@@ -5,8 +5,8 @@ A config key or value (:class:`~maskrcnn_benchmark.config.ConfigError`), a datas
 scoring input (``ScoringError``), the output folder (``RunFolderError``) or a write that failed (``WriteError``, a
 full disk): each is a :class:`UserError` whose message names the key, file or value. The programs print it as one
 ``error:`` line and exit 1 (:mod:`maskrcnn_benchmark.cli.exit_codes`); anything else that ends a program is a bug, whose
-traceback goes to the run's log, except the few ends of a run at the bottom of this module (a diverged loss, a lost
-rank, a failed evaluation), each with its own exit code. Nothing here imports torch: a program that fails on its
+traceback goes to the run's log, except the few ends of a run at the bottom of this module: a diverged loss and a
+lost rank, each with its own exit code, and a failed evaluation (every rank stops; exit 1, rank 0's line says why). Nothing here imports torch: a program that fails on its
 command line or config says so without loading it.
 """
 
