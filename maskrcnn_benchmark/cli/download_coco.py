@@ -254,6 +254,7 @@ def fetch_part(name, args, sums):
     fname = os.path.basename(rel)
     md5 = sums.get(fname, md5)
     marker = os.path.join(args.out, f".unpacked-{fname}")
+    zpath = _zip_path(args, name)
     problems = verify_part(name, args.out)
     if os.path.exists(marker):
         if not problems:
@@ -262,14 +263,13 @@ def fetch_part(name, args, sums):
         print(f"{name}: unpacked before, now incomplete ({problems[0]}): unpacking it again", flush=True)
         os.remove(marker)
     else:  # no marker: an unpack killed midway leaves a file short (its zip is there to tell)
-        problems = problems or _size_problems(name, args.out, os.path.join(args.zips_dir, fname))
+        problems = problems or _size_problems(name, args.out, zpath)
         if not problems:  # unpacked without a marker (copied from elsewhere): not fetched again
             print(f"{name}: already there, complete (no zip needed)")
             open(marker, "w").close()
             return True
-        if os.path.exists(os.path.join(args.zips_dir, fname)):
+        if os.path.exists(zpath):
             print(f"{name}: incomplete ({problems[0]}): unpacking it again", flush=True)
-    zpath = os.path.join(args.zips_dir, fname)
     if os.path.exists(zpath) and (args.no_verify or md5sum(zpath) == md5):
         print(f"{name}: {zpath} present{'' if args.no_verify else ', md5 ok'}")
     else:

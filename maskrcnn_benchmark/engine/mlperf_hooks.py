@@ -34,6 +34,11 @@ logger = logging.getLogger(__name__)
 PENDING, FAILED, EPOCH, BBOX, SEGM = "eval/pending", "eval/failed", "eval/epoch", "eval/bbox_AP", "eval/segm_AP"
 
 
+def meets_targets(targets, bbox, segm):
+    """MLPerf's quality target: box AP >= ``targets[0]`` and mask AP >= ``targets[1]``."""
+    return bbox >= targets[0] and segm >= targets[1]
+
+
 class EvaluationHook(HookBase):
     """At the end of every whole epoch (``per_epoch``; else once, after the last iteration): ``eval_start``, ``infer()`` (the model
     over this rank's shard of the test set, into the evaluator), ``evaluator.gather_parts()`` (the collective: every
@@ -89,7 +94,7 @@ class EvaluationHook(HookBase):
                         "(the run's last eval_accuracy is the converged epoch's)", entry.epoch, entry.bbox,
                         entry.segm, self.converged_epoch)
             return
-        if self.targets is not None and entry.bbox >= self.targets[0] and entry.segm >= self.targets[1]:
+        if self.targets is not None and meets_targets(self.targets, entry.bbox, entry.segm):
             self.converged_epoch = entry.epoch
         self.scores.append(entry)
         self.ml.eval_accuracy(entry.epoch, entry.bbox, entry.segm)
@@ -230,7 +235,7 @@ class MLPerfStopHook(HookBase):
         history = s.history(EPOCH)
         for (_, epoch), (_, bbox), (_, segm) in zip(history[self._seen:], s.history(BBOX)[self._seen:],
                                                     s.history(SEGM)[self._seen:]):
-            if self.converged_epoch is None and bbox >= self.targets[0] and segm >= self.targets[1]:
+            if self.converged_epoch is None and meets_targets(self.targets, bbox, segm):
                 self.converged_epoch = int(epoch)
                 logger.info("epoch %d reached the targets (box AP >= %.3f, mask AP >= %.3f)", int(epoch),
                             *self.targets)

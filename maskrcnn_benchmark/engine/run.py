@@ -38,7 +38,7 @@ from ..utils.run_folder import claim_output_folder
 from .compile import CompiledForward
 from .events import EpochScores
 from .hooks import CheckpointHook, MetricsHook, ProfilerHook
-from .mlperf_hooks import EvaluationFailed, EvaluationHook, MLPerfStopHook
+from .mlperf_hooks import EvaluationFailed, EvaluationHook, MLPerfStopHook, meets_targets
 from .preflight import check_before_init
 from .resolve import resolve
 from .trainer import Trainer, iterations_per_epoch
@@ -267,7 +267,7 @@ class MLPerfRun:
         resumed = checkpointer.resume(opts.resume)
         iteration = int(resumed.get("iteration", 0))
         for epoch, bbox, segm in resumed.get("scores") or []:  # the epochs scored before it was written
-            if bbox >= self.targets[0] and segm >= self.targets[1]:
+            if meets_targets(self.targets, bbox, segm):
                 raise WeightsError(f"checkpoint '{opts.resume}' was written after epoch {int(epoch)} reached the "
                                    f"targets (box AP {bbox:.4f}, mask AP {segm:.4f}; its eval_accuracy is in that "
                                    "run's log): the run converged, there is nothing to resume")

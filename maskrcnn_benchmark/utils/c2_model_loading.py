@@ -104,26 +104,25 @@ def load_c2_weights(model, path, logger=None):
                                f"model expects {tuple(state[ours].shape)} for '{ours}'")
         new_state[ours] = tensor
         loaded.append(name)
-    missing = require_backbone(state, new_state, path, f"it provided {len(loaded)} blobs): not a Detectron/MSRA "
-                               "ResNet pickle of this depth (R-50.pkl's blobs are named conv1_w, res_conv1_bn_s, "
-                               "res2_0_branch2a_w, ...")
+    require_backbone(state, new_state, path, f"it provided {len(loaded)} blobs): not a Detectron/MSRA ResNet "
+                     "pickle of this depth (R-50.pkl's blobs are named conv1_w, res_conv1_bn_s, res2_0_branch2a_w, "
+                     "...")
     model.load_state_dict(new_state, strict=False)
     if logger is not None:
         logger.info("loaded %d blobs from %s", len(loaded), path)
         if unmatched:
             logger.info("blobs in %s not used by the model: %s", path, ", ".join(unmatched))
-    return loaded, unmatched, missing
+    return loaded, unmatched, []  # missing_in_model: refused above
 
 
 def require_backbone(model_state, loaded, path, detail):
     """Refuse weights that leave a tensor of the ResNet body unset (its FrozenBN statistics aside: a Detectron
     pickle has none, they stay mean 0, variance 1). A backbone left at its initialization never recovers: its
     frozen BN stays the identity and the frozen stages (FREEZE_CONV_BODY_AT) never learn; the run would only
-    fail to converge, hours later. ``loaded``: the model's names the file set. Returns [] (nothing missing)."""
+    fail to converge, hours later. ``loaded``: the model's names the file set."""
     body = [k for k in model_state if k.startswith("backbone.body.")
             and not k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
     missing = sorted(set(body) - set(loaded))
     if missing:
         raise WeightsError(f"weights file '{path}' leaves {len(missing)} of the backbone's {len(body)} tensors "
                            f"unset (e.g. {', '.join(missing[:3])}; {detail})")
-    return missing
