@@ -73,6 +73,12 @@ def _written_before(out_dir):
     return {ln for ln in lines[1:] if ln}
 
 
+def _image_file(split, i):
+    """``(image id, file name)`` of image ``i`` of ``split``: COCO's naming, the id in 12 digits."""
+    image_id = SPLITS[split][2] + i
+    return image_id, f"{image_id:012d}.jpg"
+
+
 def _record_written(out_dir, names):
     write_text(os.path.join(out_dir, _MARKER_FILE),
                f"{MARKER}: written by maskrcnn_benchmark.synthetic; the images it wrote:\n"
@@ -173,7 +179,7 @@ def make_synthetic_coco(out_dir, num_train=DEFAULT_TRAIN, num_val=DEFAULT_VAL, i
     sizes = _normalize_sizes(image_size)
     out_dir, written = _check_out_dir(out_dir, force)
     # recorded before they are written: an interrupted run's images are known to the next one
-    written |= {f"{SPLITS[split][0]}/{SPLITS[split][2] + i:012d}.jpg"
+    written |= {f"{SPLITS[split][0]}/{_image_file(split, i)[1]}"
                 for split, total in (("train", num_train), ("val", num_val)) for i in range(total)}
     _record_written(out_dir, written)
 
@@ -181,7 +187,7 @@ def make_synthetic_coco(out_dir, num_train=DEFAULT_TRAIN, num_val=DEFAULT_VAL, i
     t0 = time.monotonic()
     summary = {"out_dir": out_dir}
     for split, total in (("train", num_train), ("val", num_val)):
-        name, _code, first_img, _first_ann = SPLITS[split]
+        name = SPLITS[split][0]
         img_dir = os.path.join(out_dir, name)
         ann_file = os.path.join(out_dir, "annotations", f"instances_{name}.json")
         if os.path.exists(ann_file):
@@ -190,8 +196,7 @@ def make_synthetic_coco(out_dir, num_train=DEFAULT_TRAIN, num_val=DEFAULT_VAL, i
         bar.update(split, 0, total)
         for i in range(total):
             sample = generate_image(seed, split, i, sizes)
-            image_id = first_img + i
-            file_name = f"{image_id:012d}.jpg"
+            image_id, file_name = _image_file(split, i)
             buf = io.BytesIO()
             sample["image"].save(buf, format="JPEG", quality=JPEG_QUALITY)
             write_bytes(os.path.join(img_dir, file_name), buf.getvalue(), what="image", fsync=False)
