@@ -15,7 +15,8 @@ submitted, tools/preflight.py judges the recipe, the batch, the data and the wei
 PREFLIGHT_ONLY=1, in the image when the runtime is installed here).
 
 Afterwards ``<results>/result_<k>.txt`` holds run k's log (node 0's output: the MLPerf log of rank 0 plus the
-RESULT line; an existing result file is never overwritten: k continues after the last one) and
+RESULT line; an existing result file is never overwritten: k continues after the last result or run folder, each
+run's folder claimed when it is submitted) and
 ``<results>/run_<k>/node<n>.log`` every node's output; then the review (``python -m mlperf_review <results>``:
 compliance, score) is printed.  ``--cluster local`` runs a 1-node job on
 this machine (no Slurm), ``--cluster debug`` in this process.  Exit code: 0 when every run succeeded.
@@ -240,6 +241,23 @@ def wait_all(jobs, cluster, poll=2.0, grace=30.0, max_failures=2):
         time.sleep(poll)
 
 
+def reserve_run_folders(results, count):
+    """The next ``count`` run indices after every existing result, each claimed by making its ``run_<k>`` folder
+    now (mkdir fails for a folder that exists): a second submission into the same folder while this one's jobs
+    are still queued, or at the same moment, takes the indices after these, so no result file is written twice."""
+    names = (re.fullmatch(r"(?:result|run)_(\d+)(?:\.txt)?", p.name) for p in results.iterdir())
+    taken = [int(m.group(1)) for m in names if m]
+    indices, k = [], max(taken, default=-1) + 1
+    while len(indices) < count:
+        try:
+            (results / f"run_{k}").mkdir()
+            indices.append(k)
+        except FileExistsError:  # claimed by a submission running beside this one
+            pass
+        k += 1
+    return indices
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--system", default="DGXH100_4x8x4", help="config_<system>.sh (default DGXH100_4x8x4)")
@@ -317,10 +335,7 @@ def main(argv=None):
         run_env["TRAIN_SCRIPT"] = args.train_script
     ex = make_executor(args, folder, cfg)
     jobs = []
-    first = 0
-    while (results / f"result_{first}.txt").exists() or (results / f"run_{first}").exists():
-        first += 1  # an existing result is never overwritten
-    indices = list(range(first, first + args.nexp))
+    indices = reserve_run_folders(results, args.nexp)
     for i in indices:
         if args.cluster == "slurm" and jobs and not args.parallel:
             ex.update_parameters(dependency=f"afterany:{jobs[-1].job_id}")

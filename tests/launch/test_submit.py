@@ -180,3 +180,21 @@ def test_two_runs_that_did_not_converge_cancel_the_rest():
     submit.wait_all(jobs, "local", poll=0.01)  # one of five may fail: nothing to cancel, all done
     assert not any(j.cancelled for j in jobs)
 
+
+
+@pytest.mark.slow
+def test_a_second_submission_before_the_first_runs_takes_the_next_indices(tmp_path):
+    """Each run's folder is made when its job starts: with --no-wait, a second submission into the same --results
+    while the first's jobs still queued took the same indices, and the two runs wrote one result_<k>.txt."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sbatch").write_text("#!/bin/bash\necho 'Submitted batch job 4242'\n")
+    (fake / "sbatch").chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}")
+    queued = ("--cluster", "slurm", "--no-wait", "--nexp", "2", "--env", "DGXNGPU=1", "--gpus-per-node", "0")
+    first = run_submit(tmp_path, *queued, env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert re.findall(r"submit: run (\d+) -> job", first.stdout) == ["0", "1"]
+    second = run_submit(tmp_path, *queued, env=env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert re.findall(r"submit: run (\d+) -> job", second.stdout) == ["2", "3"]
