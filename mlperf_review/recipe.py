@@ -17,7 +17,7 @@ Three questions, the first two answered with mlperf-logging's own files and code
   (the file only checks ``>= 0``), the optimizer: :func:`.rules.closed_rule_warnings`, refused; and, given the
   config's values (``config``), the reference's model and recipe where no log records them
   (:data:`.rules.CLOSED_FIXED_CONFIG`: momentum, weight decay, bias LR, clipping, every image size, flip, the
-  model), refused by key.
+  model, the quality targets), refused by key.
 
 A warning, in any division: an ``mlperf_linear`` warmup whose ramp starts below zero (``BASE_LR - WARMUP_ITERS x
 WARMUP_FACTOR < 0``: the first iterations step against the gradient).

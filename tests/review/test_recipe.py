@@ -237,6 +237,7 @@ H100_BASE = ["--world-size=8", "--config-file", str(ROOT / "configs" / "e2e_mask
     ("INPUT.HORIZONTAL_FLIP_PROB_TRAIN", "0.0"), ("INPUT.MAX_SIZE_TEST", "1024"),
     ("MODEL.RPN.BATCH_SIZE_PER_IMAGE", "512"), ("MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", "256"),
     ("MODEL.ROI_MASK_HEAD.CONV_LAYERS", "(256,256)"), ("MODEL.BACKBONE.FREEZE_CONV_BODY_AT", "1"),
+    ("MLPERF.MIN_BBOX_MAP", "0.3"), ("MLPERF.MIN_SEGM_MAP", "0.5"),
 ])
 def test_a_fixed_part_of_the_closed_recipe_that_no_log_records_is_refused(capsys, key, value):
     """The closed division fixes the reference's model and training recipe but for the hyperparameters the rules
@@ -268,3 +269,19 @@ def test_a_warmup_that_starts_below_zero_is_named(capsys):
     program.main(base + ["SOLVER.WARMUP_ITERS", "800"])
     err = capsys.readouterr().err
     assert "starts at a negative learning rate" in err and "-0.0168" in err, err
+
+
+def test_the_closed_targets_are_the_compliance_checkers():
+    """A closed run's targets (MLPERF.MIN_BBOX_MAP / MIN_SEGM_MAP decide its stop and run_stop's status) are the
+    thresholds of the checker's own eval_accuracy rule, in every ruleset it judges (the oracle: mlperf-logging's
+    closed_maskrcnn.yaml)."""
+    from mlperf_review import official
+    from mlperf_review.rules import CLOSED_FIXED_CONFIG, SUPPORTED_RULESETS
+
+    for ruleset in SUPPORTED_RULESETS:
+        rule = Path(official.recipe_rule_file(ruleset, "closed")).read_text()
+        box = re.search(r"\['BBOX'\] >= ([0-9.]+)", rule)
+        mask = re.search(r"\['SEGM'\] >= ([0-9.]+)", rule)
+        assert box and mask, (ruleset, rule)
+        assert (CLOSED_FIXED_CONFIG["MLPERF.MIN_BBOX_MAP"], CLOSED_FIXED_CONFIG["MLPERF.MIN_SEGM_MAP"]) == (
+            float(box.group(1)), float(mask.group(1))), ruleset
