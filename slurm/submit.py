@@ -350,11 +350,28 @@ def main(argv=None):
         return 0
 
     wait_all(jobs, args.cluster)
+    failed = collect(jobs, indices, results)
+    if args.review and any(results.glob("result_*.txt")):
+        if importlib.util.find_spec("mlperf_review") is not None:
+            subprocess.run([sys.executable, "-m", "mlperf_review", str(results)], check=False,
+                           cwd=str(ROOT))
+        else:
+            print("submit: mlperf_review not importable; skipping the review")
+    print(f"submit: {args.nexp - failed}/{args.nexp} runs succeeded; logs in {results}")
+    return 1 if failed else 0
+
+
+def collect(jobs, indices, results):
+    """One line per run, node 0's log copied to ``result_<k>.txt``; returns the number of failed runs. A job
+    :func:`wait_all` stopped waiting for (cancelled, or gone from the queue without a result) is failed without
+    asking submitit for its result, which waits for ever where Slurm has no accounting (sacct)."""
     failed = 0
     for i, job in zip(indices, jobs):
         node0 = results / f"run_{i}" / "node0.log"
         status = "ok"
         try:
+            if not job.done():
+                raise RuntimeError("cancelled, or left the queue without a result")
             job.results()
         except Exception as e:  # noqa: BLE001 - report and go on
             status = f"FAILED ({str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__})"
@@ -370,14 +387,7 @@ def main(argv=None):
                 if line.startswith("RESULT,OBJECT_DETECTION,,"):
                     seconds = line.split(",")[3] + " s"
         print(f"submit: run {i} job {job.job_id}: {status} {seconds}".rstrip(), flush=True)
-    if args.review and any(results.glob("result_*.txt")):
-        if importlib.util.find_spec("mlperf_review") is not None:
-            subprocess.run([sys.executable, "-m", "mlperf_review", str(results)], check=False,
-                           cwd=str(ROOT))
-        else:
-            print("submit: mlperf_review not importable; skipping the review")
-    print(f"submit: {args.nexp - failed}/{args.nexp} runs succeeded; logs in {results}")
-    return 1 if failed else 0
+    return failed
 
 
 if __name__ == "__main__":

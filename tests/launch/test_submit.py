@@ -182,6 +182,29 @@ def test_two_runs_that_did_not_converge_cancel_the_rest():
 
 
 
+class _Stuck(_Job):
+    """A Slurm job that wait_all gave up on (cancelled before it started, or its node died): submitit never sees
+    it done without accounting, and its results() waits for ever."""
+
+    def done(self):
+        return False
+
+    def results(self):
+        raise AssertionError("submitit's results() would wait for ever here")
+
+
+def test_the_runs_wait_all_gave_up_on_are_failed_without_waiting(tmp_path, capsys):
+    """After two failures wait_all cancels the queued runs and returns; main then asked each job for its results,
+    and submitit waits for a cancelled job's result for ever on a cluster without sacct: submit.py hung."""
+    (tmp_path / "run_0").mkdir()
+    (tmp_path / "run_0" / "node0.log").write_text("RESULT,OBJECT_DETECTION,,1234,ci,2026\n")
+    jobs = [_Job("1", {"node": 0, "rc": 0}), _Stuck("2", done=False)]
+    assert submit.collect(jobs, [0, 1], tmp_path) == 1
+    out = capsys.readouterr().out
+    assert "run 0 job 1: ok 1234 s" in out
+    assert "run 1 job 2: FAILED (cancelled, or left the queue without a result)" in out
+
+
 @pytest.mark.slow
 def test_a_second_submission_before_the_first_runs_takes_the_next_indices(tmp_path):
     """Each run's folder is made when its job starts: with --no-wait, a second submission into the same --results
