@@ -15,7 +15,9 @@ val2017's detections are about 150 MB pickled: sent to a process still scoring, 
 
 A scoring process that dies costs nothing: the detections of every epoch stay here until their scores arrive,
 so a process that dies while scoring is restarted and the same detections are scored again; only a second death
-while scoring the same epoch is an error (:class:`ScoringError`, one line). One that dies while idle is noticed
+while scoring the same epoch is an error (:class:`ScoringError`, one line). Every failure is its epoch's: its
+future's ``result()`` raises it, and nothing else does (``poll()`` and the call that hands an epoch over do not),
+so the scores of an earlier epoch that arrived in the same ``poll()`` are read as they came. One that dies while idle is noticed
 at the next ``poll()`` (the next iteration) and restarted then.
 
 The scoring process never outlives the run: it is in a process group of its own (with its pool workers), which
@@ -177,14 +179,9 @@ class BackgroundScorer:
         except Exception as e:  # noqa: BLE001 - pickling the detections (out of memory): nothing was written
             self._waiting.pop(0)
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            error = (f"handing epoch {future.epoch}'s detections to the COCO scoring process failed: "
-                     f"{type(e).__name__}{': ' + first if first else ''}")
-            future._set(error=error)
-            try:
-                self._send_next()  # the epochs queued behind it (else their result() waits for nothing)
-            except ScoringError:  # each failed epoch's future holds its own error; this one is raised
-                pass
-            raise ScoringError(error) from None
+            future._set(error=f"handing epoch {future.epoch}'s detections to the COCO scoring process failed: "
+                              f"{type(e).__name__}{': ' + first if first else ''}")
+            self._send_next()  # the epochs queued behind it (else their result() waits for nothing)
 
     def _died(self, held=None):
         """The scoring process is gone: restart it and hand it the oldest epoch still waiting, unless it already
@@ -205,7 +202,7 @@ class BackgroundScorer:
                 for future, _ in self._waiting:
                     future._set(error=error)
                 self._waiting = []
-                raise ScoringError(error)
+                return  # the next epoch starts a fresh process
             self._restarts[epoch] = self._restarts.get(epoch, 0) + 1
             logger.warning("the COCO scoring process died (exit code %s) while scoring epoch %s: restarted, "
                            "scoring that epoch's detections again", code, epoch)
@@ -218,9 +215,9 @@ class BackgroundScorer:
     def poll(self, block=False):
         """Collect finished scores into their futures; notice and restart a dead scoring process. Rank 0 only
         (elsewhere nothing is ever pending). ``block``: wait for the next result (when one is pending)."""
-        if not self.asynchronous or self._proc is None:
-            return
         while True:
+            if not self.asynchronous or self._proc is None:  # (a second death while scoring an epoch: none now)
+                return
             if not (self._conn.poll(None if block and self._waiting else 0)):
                 return
             try:

@@ -58,9 +58,11 @@ def test_a_scoring_process_that_dies_while_scoring_is_restarted_once(coco_set):
         assert not future.done()
     second = bg.pid
     os.kill(second, 9)
-    with pytest.raises(ScoringError) as e:
-        while not future.done() and time.time() < deadline:
-            time.sleep(0.01)
+    while not future.done() and time.time() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(ScoringError) as e:  # the epoch's own failure, raised by its future alone
+        future.result()
+    assert bg(dets, epoch=3).result()["bbox"]["stats"] == expected["bbox"]["stats"]  # a fresh process
     bg.shutdown()
     assert "\n" not in str(e.value) and "died again" in str(e.value) and "epoch 2" in str(e.value)
 
@@ -150,8 +152,10 @@ def test_hand_over_failures_and_shutdown_leave_no_future_waiting_forever(tmp_pat
     release.touch()
     bg = BackgroundScorer(HeldScorer(str(release)))
     try:
+        failed = bg(lambda: None, epoch=1)  # a lambda cannot be pickled
+        assert failed.done()
         with pytest.raises(ScoringError, match=r"handing epoch 1's detections to the COCO scoring process failed: "):
-            bg(lambda: None, epoch=1)  # a lambda cannot be pickled
+            failed.result()
         assert bg(b"abc", epoch=2).result() == {"size": 3}
         release.unlink()
         held, queued = bg(b"x", epoch=3), bg(b"y", epoch=4)
@@ -166,7 +170,9 @@ def test_hand_over_failures_and_shutdown_leave_no_future_waiting_forever(tmp_pat
 @pytest.mark.slow  # a scoring process
 def test_epochs_queued_behind_a_failed_hand_over_are_still_scored(tmp_path):
     """Epoch 1 scoring, epochs 2 (cannot be pickled) and 3 queued: when epoch 1's scores came, handing epoch 2 over
-    failed, and epoch 3 was never sent; its result() waited for a message that never came."""
+    failed, and epoch 3 was never sent; its result() waited for a message that never came. Then epoch 2's failure
+    was raised from the poll that brought epoch 1's scores, by epoch 1's result() too: the training hook, failed
+    at that poll, never recorded epoch 1 (a converged epoch ended the run as failed). Each failure is its epoch's."""
     import threading
 
     from scorers import HeldScorer
@@ -176,9 +182,10 @@ def test_epochs_queued_behind_a_failed_hand_over_are_still_scored(tmp_path):
     try:
         first, second, third = bg(b"a", epoch=1), bg(lambda: None, epoch=2), bg(b"abc", epoch=3)
         release.touch()
+        assert first.result() == {"size": 1}  # its scores came, then handing epoch 2 over failed
+        assert second.done()
         with pytest.raises(ScoringError, match="handing epoch 2's detections"):
-            first.result()  # epoch 1's scores came, then handing epoch 2 over failed
-        assert first.result() == {"size": 1} and second.done()
+            second.result()
         got = []
         waiter = threading.Thread(target=lambda: got.append(third.result()), daemon=True)
         waiter.start()
