@@ -21,7 +21,9 @@ def results_folder(cfg, dataset_name):
 
 
 def summary_line(name, scores):
-    return f"{name}: box AP {scores['bbox']['stats']['AP']:.4f}, mask AP {scores['segm']['stats']['AP']:.4f}"
+    """``NAME: box AP x, mask AP y``; a box-only model's scores (MODEL.MASK_ON False) have no mask AP."""
+    return f"{name}: " + ", ".join(f"{what} AP {scores[key]['stats']['AP']:.4f}"
+                                   for key, what in (("bbox", "box"), ("segm", "mask")) if key in scores)
 
 
 def report(cfg, name, scores, skip_eval=False):
@@ -66,8 +68,11 @@ def evaluate_checkpoint(cfg, weights="", skip_eval=False, backend=None, logger=N
             stale = os.path.join(folder, "coco_eval.md")
             if os.path.exists(stale):
                 os.remove(stale)
+        # segm only for a model with masks, as the reference's evaluation asks for it
         scorer = None if skip_eval else COCOScorer.for_dataset(loader.dataset, backend or cfg.TEST.COCO_BACKEND,
-                                                               cfg.TEST.COCO_WORKERS)
+                                                               cfg.TEST.COCO_WORKERS, iou_types=(
+                                                                   ("bbox", "segm") if cfg.MODEL.MASK_ON else
+                                                                   ("bbox",)))
         evaluator = COCOEvaluator(loader.dataset, scorer, mask_method=cfg.TEST.MASK_ENCODING, output_folder=folder)
         scores = inference_on_dataset(model, loader, evaluator, device, cfg.DTYPE)
         if scores is None:  # not rank 0

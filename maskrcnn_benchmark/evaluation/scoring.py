@@ -229,21 +229,26 @@ def _score_coco(ann_file, detections, iou_types, image_ids, backend, workers):
 
 def _per_class_ap(precision, cat_ids, gt):
     """AP@[.5:.95] per category (area all, maxDets 100), as the reference's per-class tables compute it."""
+    names = [gt.cats[cat_id].get("name") for cat_id in cat_ids]
     out = {}
-    for k, cat_id in enumerate(cat_ids):
+    for k, (cat_id, name) in enumerate(zip(cat_ids, names)):
         p = precision[:, :, k, 0, -1]
         p = p[p > -1]
-        out[gt.cats[cat_id]["name"]] = float(p.mean()) if p.size else float("nan")
+        # a row per category: a name COCO's format does not require, or one that two categories share, is
+        # told apart by the id (pycocotools scores by id)
+        label = f"category {cat_id}" if not name else name if names.count(name) == 1 else f"{name} ({cat_id})"
+        out[label] = float(p.mean()) if p.size else float("nan")
     return out
 
 
 def format_per_class_table(scores):
-    """Markdown table of per-class AP for bbox and segm."""
-    box = scores.get("bbox", {}).get("per_class", {})
-    mask = scores.get("segm", {}).get("per_class", {})
-    lines = ["| class | box AP | mask AP |", "|---|---:|---:|"]
-    for c in sorted(set(box) | set(mask)):
-        lines.append(f"| {c} | {box.get(c, float('nan')):.3f} | {mask.get(c, float('nan')):.3f} |")
+    """Markdown table of per-class AP, a column for each of bbox and segm that was scored."""
+    columns = [(what, scores[key].get("per_class", {})) for key, what in (("bbox", "box"), ("segm", "mask"))
+               if key in scores]
+    lines = ["| class | " + " | ".join(f"{what} AP" for what, _ in columns) + " |",
+             "|---|" + "---:|" * len(columns)]
+    for c in sorted(set().union(*(table for _, table in columns))):
+        lines.append(f"| {c} | " + " | ".join(f"{table.get(c, float('nan')):.3f}" for _, table in columns) + " |")
     return "\n".join(lines)
 
 

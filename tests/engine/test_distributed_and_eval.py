@@ -63,3 +63,27 @@ def test_evaluation_of_a_checkpoint_waits_as_long_as_the_config_says(monkeypatch
     with pytest.raises(RuntimeError, match="stop here"):
         evaluate_checkpoint(cfg)
     assert seen == {"timeout_s": 1800}
+
+
+@pytest.mark.slow
+def test_a_box_only_model_is_scored_for_boxes_only(tiny_data, tmp_path):
+    """MODEL.MASK_ON False (the reference's default, a Faster R-CNN): tools/test_net.py scored segm too, on no
+    masks, and printed a mask AP of 0 and a table of zeros; the reference's evaluation asks for segm only with
+    MASK_ON."""
+    import torch
+
+    from maskrcnn_benchmark.engine.test_net import report
+    from maskrcnn_benchmark.modeling import build_detection_model
+
+    cfg = get_cfg()
+    merge_cfg_from_file(cfg, CPU_YAML)
+    merge_cfg_from_list(cfg, ["DATASETS.DATA_DIR", tiny_data, "OUTPUT_DIR", str(tmp_path / "out"),
+                              "DATALOADER.NUM_WORKERS", 0, "INPUT.MIN_SIZE_TEST", 96, "INPUT.MAX_SIZE_TEST", 96,
+                              "TEST.IMS_PER_BATCH", 4, "MODEL.MASK_ON", False, "MODEL.DEVICE", "cpu"])
+    torch.manual_seed(0)
+    weights = str(tmp_path / "boxes.pth")
+    torch.save({"model": build_detection_model(cfg).state_dict()}, weights)
+    (scores,) = evaluate_checkpoint(cfg, weights=weights).values()
+    assert "bbox" in scores and "segm" not in scores
+    text = report(cfg, "synthetic_val", scores)
+    assert "box AP" in text and "mask AP" not in text, text

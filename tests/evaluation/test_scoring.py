@@ -92,3 +92,20 @@ def test_a_scoring_worker_that_dies_is_an_error_not_a_hang(tmp_path, monkeypatch
     monkeypatch.setattr(scoring, "_evaluate_categories", lambda *a: os._exit(7))  # the forked workers see it
     with pytest.raises(ScoringError, match="a COCO scoring worker process died"):
         score_coco(ann, (bbox, segm), workers=2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_categories_without_a_name_or_sharing_one_each_keep_a_row(tmp_path, backend):
+    """pycocotools scores categories by id and needs no name: a file with a nameless category trained, then every
+    evaluation failed with KeyError 'name' (the per-class table); two categories of one name shared a row, the
+    second's AP replacing the first's. The stats stay pycocotools'."""
+    import json
+
+    ann, bbox, segm = make_coco_set(tmp_path, seed=8)
+    data = json.loads(open(ann).read())
+    del data["categories"][0]["name"]  # id 1
+    data["categories"][2]["name"] = data["categories"][3]["name"] = "twin"  # ids 7 and 9
+    open(ann, "w").write(json.dumps(data))
+    ours = score_coco(ann, (bbox, segm), backend=backend)
+    _assert_identical(ours, ann, bbox, segm)
+    assert sorted(ours["bbox"]["per_class"]) == ["category 1", "class3", "twin (7)", "twin (9)"]
