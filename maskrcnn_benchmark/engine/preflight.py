@@ -15,7 +15,8 @@ or the numbers, and what to do:
 ``WeightsMissing``       ``MODEL.WEIGHT`` (or, resuming, ``--resume``) names a file that does not exist
 ``NoGPU``                ``MODEL.DEVICE`` is cuda and torch sees no GPU (the driver line says why, when known)
 ``TooFewGPUs``           fewer GPUs on this node than processes to start on it
-``ConfigError``          ``DATASETS.TEST`` does not name one dataset (the run scores one); the submission status
+``ConfigError``          ``DATASETS.TEST`` does not name one dataset (the run scores one); ``MODEL.MASK_ON`` is
+                         False (the run stops on mask AP too); the submission status
                          (``MLPERF_SUBMISSION_STATUS``) is not one mlperf-logging accepts; the COCO scoring
                          backend asked for (``TEST.COCO_BACKEND``, ``--coco-backend``) is not
                          installed: the first evaluation would fail, after ``run_start`` and an epoch
@@ -32,7 +33,7 @@ from ..utils.mlperf_logger import SUBMISSION_STATUSES, submission_status
 from ..utils.errors import BatchNotDivisible, ConfigError, DatasetMissing, NoGPU, TooFewGPUs, WeightsMissing
 
 __all__ = ["check_before_init", "check_batch", "check_data", "check_weights", "check_resume", "check_gpus",
-           "check_scoring", "check_test_set", "check_submission_status"]
+           "check_scoring", "check_test_set", "check_masks", "check_submission_status"]
 
 
 def check_batch(cfg, world_size):
@@ -50,6 +51,13 @@ def check_test_set(cfg):
         raise ConfigError(f"DATASETS.TEST {names}: a training run must name one dataset, the validation set it "
                           "scores every epoch and stops on (MLPerf's eval_accuracy); evaluate others with "
                           "tools/test_net.py")
+
+
+def check_masks(cfg):
+    if not cfg.MODEL.MASK_ON:
+        raise ConfigError("MODEL.MASK_ON False: a training run scores box and mask AP every epoch and stops when "
+                          "both meet their targets (MLPerf's Mask R-CNN), so a model without masks never stops "
+                          "before SOLVER.MAX_ITER; set MODEL.MASK_ON True")
 
 
 def check_submission_status(environ=None):
@@ -169,6 +177,7 @@ def check_before_init(cfg, world_size, local_world_size=1, cuda=None, resume="",
     ``coco_backend``: ``--coco-backend`` (else TEST.COCO_BACKEND)."""
     check_batch(cfg, world_size)
     check_test_set(cfg)
+    check_masks(cfg)
     check_submission_status()
     check_scoring(coco_backend or cfg.TEST.COCO_BACKEND, "--coco-backend" if coco_backend else "TEST.COCO_BACKEND")
     if gpus_here:

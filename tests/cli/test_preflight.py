@@ -108,6 +108,16 @@ def test_a_training_run_scores_one_test_set(coco, monkeypatch, capsys, names):
     assert "tools/test_net.py" in errors[0]
 
 
+def test_a_training_run_has_masks_to_score(coco, monkeypatch, capsys):
+    """The run stops on box and mask AP: with MODEL.MASK_ON False (the reference's default, where a config file
+    does not set it) it scored a mask AP of 0 every epoch and trained to SOLVER.MAX_ITER, to log aborted. (The
+    closed recipe check refuses it first; a research run got through.)"""
+    monkeypatch.setenv("ALLOW_NON_RCP", "1")
+    rc, errors = run(coco, "MODEL.MASK_ON", "False", monkeypatch=monkeypatch, capsys=capsys)
+    assert (rc, len(errors)) == (exit_codes.BAD_INPUT.code, 1), errors
+    assert errors[0].startswith("error: MODEL.MASK_ON False: ") and "mask AP" in errors[0], errors
+
+
 @pytest.mark.parametrize("status", ["available", "on-prem", "onprem", "cloud", "preview", "research"])
 def test_a_submission_status_the_checker_refuses_is_refused_before_the_run(coco, monkeypatch, capsys, status):
     """MLPERF_SUBMISSION_STATUS was logged as given: 'available' (the system description's word) passed the
