@@ -127,6 +127,11 @@ fi
 export MASTER_ADDR="${MASTER_ADDR:-${hosts[0]}}"
 port0="${MASTER_PORT:-$((29500 + JOBID % 1000))}"
 read -r -a srun_extra <<< "${SRUN_ARGS:-}"
+for arg in "${srun_extra[@]}"; do  # the compliance checker reads only lines that begin with :::MLLOG
+  if [[ "${arg}" == --label || "${arg}" == --label=* || "${arg}" =~ ^-[a-zA-Z]*l[a-zA-Z]*$ ]]; then
+    fail "${EXIT_BAD_INPUT}" "SRUN_ARGS='${SRUN_ARGS}': ${arg} prefixes every output line with its task number, and the compliance checker reads only the lines of result_<k>.txt that begin with :::MLLOG (a run would have none); drop it"
+  fi
+done
 # One task per node: --ntasks too, since the job's SLURM_NTASKS would otherwise spread its count over fewer nodes.
 srun_on() {  # the srun command line for one task on each of the first $1 nodes (sets the array srun_cmd)
   # --export=ALL: a job submitted with --export=NONE hands that to every srun in it (SLURM_EXPORT_ENV)

@@ -476,6 +476,18 @@ def test_a_loopback_master_addr_from_the_submitting_shell_is_refused_in_a_multi_
     assert one.returncode == 0, one.stdout[-2000:] + one.stderr[-2000:]
 
 
+@pytest.mark.parametrize("flag", ["--label", "-l"])
+def test_srun_labels_that_would_hide_the_mllog_lines_are_refused(tmp_path, flag):
+    """SRUN_ARGS=--label (common for multi-node logs) prefixes each line with its task number: the checker reads
+    only lines that begin with :::MLLOG, so every run's log failed review, and the "not converged" line was missed
+    (a run that did not converge counted as a success)."""
+    r = run_job(tmp_path, SRUN_ARGS=f"--exclusive {flag}")
+    assert r.returncode == exit_codes.BAD_INPUT.code, r.stdout + r.stderr
+    assert len(errors(r)) == 1 and errors(r)[0].startswith(f"error: SRUN_ARGS='--exclusive {flag}': {flag} "), r.stderr
+    assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").glob("result_*"))
+    assert run_job(tmp_path, SRUN_ARGS="--exclusive --mpi=none").returncode == 0
+
+
 def test_with_the_site_template_a_host_with_only_apptainer_runs_apptainer(tmp_path):
     """The site template (every site copies it) set CONTAINER_RUNTIME to singularity, so the job's fallback to
     apptainer where singularity is not installed never ran: exit 20 on an Apptainer-only cluster."""
