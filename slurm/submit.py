@@ -176,7 +176,7 @@ def make_executor(args, folder, cfg):
     if args.cluster == "slurm":
         ex = submitit.SlurmExecutor(folder=folder, python=args.python)
         params = dict(job_name=args.job_name, nodes=args.nodes, ntasks_per_node=1, time=args.time_min,
-                      exclusive=True, srun_args=["--kill-on-bad-exit=1", "--cpu-bind=none"],
+                      exclusive=True, mem="0", srun_args=["--kill-on-bad-exit=1", "--cpu-bind=none"],
                       stderr_to_stdout=True)
         if args.gpus_per_node:
             params["gpus_per_node"] = args.gpus_per_node

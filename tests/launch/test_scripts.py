@@ -268,6 +268,9 @@ def test_sbatch_headers_match_configs(script, config):
     assert h["nodes"] == v["DGXNNODES"]
     assert h["ntasks-per-node"] == "1"
     assert "exclusive" in h
+    # the node's whole memory, as NVIDIA's run.sub asks: where Slurm schedules memory, --exclusive alone gets the
+    # site's default per CPU or node, and eight trainers with their loader workers are killed at its limit
+    assert h["mem"] == "0"
     assert h["gpus-per-node"] == v["DGXNGPU"]
     assert h["time"] == v["WALLTIME"]
     assert f'DGXSYSTEM="${{DGXSYSTEM:-{config}}}"' in (ROOT / script).read_text()
