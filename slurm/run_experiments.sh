@@ -374,7 +374,9 @@ for ((i = 0; i < NEXP; i++)); do
       fi
     fi
     "${train_cmd[@]}" "${run_cmd[@]}"
-  } 2>&1 | tee "${log}" || rc=$?
+    # tee ignores SIGTERM (scancel, the job's time limit: every process of the batch step gets it) and copies
+    # the trial's output to its end: the lines the trainer writes as it stops (run_stop) reach result_<k>.txt
+  } 2>&1 | (trap '' TERM; exec tee "${log}") || rc=$?
   # Not converged is an outcome of every node together: the nodes exit 0 for it (NOT_CONVERGED_EXIT_CODE, so that
   # srun's --kill-on-bad-exit does not kill the others mid-exit) and say so in the log.
   if [[ "${rc}" -eq 0 ]] && grep -q "^run_and_time: not converged" "${log}"; then rc=3; fi

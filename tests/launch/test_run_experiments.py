@@ -548,3 +548,41 @@ def test_a_crash_is_the_jobs_code_even_when_a_run_that_did_not_converge_follows(
     r = run_job(tmp_path, NEXP=5, TRAIN_SCRIPT=str(fail))
     assert re.findall(r"trial \d exit code (\d+)", r.stdout) == ["7", "3"], r.stdout + r.stderr
     assert r.returncode == 7
+
+
+def test_a_job_cancelled_mid_trial_keeps_the_trainers_last_lines_in_its_result_file(tmp_path):
+    """scancel (or the job's time limit) signals every process of the batch step: tee, copying the trial's output
+    into result_<k>.txt, died at once, and the lines the trainer writes as it stops (its run_stop) were lost from
+    the file a reviewer reads. tee now ignores the signal and copies to the end of the output."""
+    import signal
+    import subprocess
+    import time
+
+    trainer = tmp_path / "stops_on_term.py"
+    trainer.write_text(textwrap.dedent("""\
+        import signal, sys, time
+        def stop(signum, frame):
+            time.sleep(1)  # the trainer's final work: the line comes after tee has had the signal
+            print(':::MLLOG {"key": "run_stop", "value": null, "metadata": {"status": "aborted"}}', flush=True)
+            sys.exit(143)
+        signal.signal(signal.SIGTERM, stop)
+        print("trainer started", flush=True)
+        while True:
+            time.sleep(0.1)
+        """))
+    bindir = local_srun(tmp_path)
+    env = dict(DGXSYSTEM="CPU", CONTAINER="none", NEXP=1, PYTHON=sys.executable, LOGDIR=tmp_path / "logs",
+               REPO=ROOT, TRAIN_SCRIPT=trainer, DATADIR=coco_layout(tmp_path / "coco"), DROP_CACHES_CMD="true",
+               MLPERF_SUBMISSION_ORG="ci", SITE_CONFIG=tmp_path / "no-site.sh", DGXNGPU=1,
+               PATH=f"{bindir}:{os.environ['PATH']}")
+    job = subprocess.Popen([str(ROOT / "slurm/run_experiments.sh")], cwd=tmp_path, env=clean_env(**env),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    result = tmp_path / "logs" / "result_0.txt"
+    deadline = time.time() + 120
+    while not (result.exists() and "trainer started" in result.read_text()):
+        assert time.time() < deadline and job.poll() is None, job.stdout.read().decode() if job.poll() is not None \
+            else "the trainer did not start"
+        time.sleep(0.2)
+    os.killpg(job.pid, signal.SIGTERM)  # what slurmstepd does to the batch step
+    job.communicate(timeout=60)
+    assert '"run_stop"' in result.read_text(), result.read_text()[-2000:]
