@@ -127,9 +127,9 @@ fi
 export MASTER_ADDR="${MASTER_ADDR:-${hosts[0]}}"
 port0="${MASTER_PORT:-$((29500 + JOBID % 1000))}"
 read -r -a srun_extra <<< "${SRUN_ARGS:-}"
-for arg in "${srun_extra[@]}"; do  # the compliance checker reads only lines that begin with :::MLLOG
+for arg in "${srun_extra[@]}"; do  # the compliance checker reads an MLLOG line only where it begins the line
   if [[ "${arg}" == --label || "${arg}" == --label=* || "${arg}" =~ ^-[a-zA-Z]*l[a-zA-Z]*$ ]]; then
-    fail "${EXIT_BAD_INPUT}" "SRUN_ARGS='${SRUN_ARGS}': ${arg} prefixes every output line with its task number, and the compliance checker reads only the lines of result_<k>.txt that begin with :::MLLOG (a run would have none); drop it"
+    fail "${EXIT_BAD_INPUT}" "SRUN_ARGS='${SRUN_ARGS}': ${arg} prefixes every output line with its task number, and the compliance checker reads the MLLOG lines of result_<k>.txt only where they begin the line (a run would have none); drop it"
   fi
 done
 # One task per node: --ntasks too, since the job's SLURM_NTASKS would otherwise spread its count over fewer nodes.
