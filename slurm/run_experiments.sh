@@ -353,6 +353,15 @@ for ((i = 0; i < NEXP; i++)); do
          "allowed); no further trial started" >&2
     break
   fi
+  if [[ "${i}" -gt 0 && -n "${SLURM_JOB_ID:-}" && -n "${TRIAL_MINUTES:-}" ]]; then  # asked again: cache drops
+    left="$(minutes_left)"  # and trials near their limit may have used the margin the count above left
+    if [[ -n "${left}" && "${left}" -lt "${TRIAL_MINUTES}" ]]; then
+      echo "run_experiments: WARNING: the job has ${left} min left, less than a trial of ${TRIAL_MINUTES} min:" \
+           "trial $((i + 1)) of ${NEXP} not started (submit again with LOGDIR=${LOGDIR} NEXP=$(( NEXP - i )) for" \
+           "the rest)" >&2
+      break
+    fi
+  fi
   index="$(claim_index "${index}")" ||
     fail "${EXIT_BIND_SOURCE_MISSING}" "cannot create ${LOGDIR}/result_${index}.txt (LOGDIR no longer writable, or its disk or inode quota full)"
   export MASTER_PORT=$((port0 + i)) NOT_CONVERGED_EXIT_CODE=0

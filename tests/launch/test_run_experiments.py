@@ -151,6 +151,22 @@ def test_only_the_trials_that_fit_in_the_job_start(tmp_path):
     assert f"submit again with LOGDIR={tmp_path / 'logs'} NEXP=2 for the rest" in r.stderr, r.stderr
 
 
+def test_a_trial_is_not_started_when_the_time_left_no_longer_holds_it(tmp_path):
+    """The trials that fit were counted once, before the first: cache drops (up to CACHE_DROP_MINUTES each) and
+    trials near their limit can leave the last one less than its time, and Slurm killed it at the job's end, an
+    aborted run. The time left is asked again before each trial."""
+    d = tmp_path / "squeue-bin"
+    d.mkdir()
+    (d / "squeue").write_text('#!/bin/bash\nn=$(cat "$0.calls" 2>/dev/null || echo 0); echo $((n + 1)) > "$0.calls"\n'
+                              'if [[ $n -eq 0 ]]; then echo 1:30:00; else echo 20:00; fi\n')
+    (d / "squeue").chmod(0o755)
+    r = run_job(tmp_path, [d], NEXP=3, SLURM_JOB_ID=77, FAKE_TRAIN_EPOCHS=1)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (tmp_path / "logs").glob("result_*")) == ["result_0.txt"]
+    assert re.search(r"the job has 20 min left, less than a trial of 25 min: trial 2 of 3 not started \(submit again "
+                     rf"with LOGDIR={re.escape(str(tmp_path / 'logs'))} NEXP=2 for the rest\)", r.stderr), r.stderr
+
+
 def test_a_job_shorter_than_one_trial_starts_none(tmp_path):
     r = run_job(tmp_path, [_squeue(tmp_path, "10:00")], NEXP=5, SLURM_JOB_ID=77)
     assert r.returncode == 1, r.stderr
