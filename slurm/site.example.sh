@@ -33,6 +33,11 @@ CONTAINER_MOUNTS="${CONTAINER_MOUNTS:-}"          # more binds, src:dst[:ro],...
 # export SINGULARITY_CACHEDIR=/scratch/$USER/singularity-cache SINGULARITY_TMPDIR=/scratch/$USER/tmp
 # export APPTAINER_CACHEDIR=/scratch/$USER/apptainer-cache APPTAINER_TMPDIR=/scratch/$USER/tmp
 
+## The page cache, which MLPerf requires dropped before every run: the default command needs root on the nodes;
+## a job that cannot drop it stops before its first trial (exit 23).
+DROP_CACHES_CMD="${DROP_CACHES_CMD:-}"  # default: sync && echo 3 > /proc/sys/vm/drop_caches; e.g. sudo /sbin/sysctl vm.drop_caches=3
+CLEAR_CACHES="${CLEAR_CACHES:-}"        # 1 (default); 0 runs trials whose logs say cache_clear false (not submittable)
+
 ## Network: the interface and InfiniBand adapters NCCL uses between nodes (nvidia-smi topo -m, ibstat).
 # export NCCL_SOCKET_IFNAME=ib0                   # or the Ethernet interface of the compute network
 # export NCCL_IB_HCA=mlx5_0,mlx5_1,mlx5_2,mlx5_3
