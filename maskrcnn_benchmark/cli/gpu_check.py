@@ -432,8 +432,8 @@ def read_evaluation(c):
 
 def measured_eval_gap(evaluation):
     """Seconds of blocking evaluation per epoch on one node: 625 images (COCO val / 8 GPUs) at the measured
-    ms per image, or None."""
-    if evaluation is None:
+    ms per image, or None (not measured, or its check did not pass)."""
+    if evaluation is None or evaluation.status != "passed":
         return None
     per_image = dict(evaluation.figures).get("blocking evaluation, ms per image")
     return None if per_image is None else ONE_NODE_EVAL_IMAGES * float(per_image) / 1000
@@ -616,6 +616,12 @@ def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None, scori
     elif out_dir is not None and quick:
         lines.append("projection.json not written: --quick's tiny sizes (a batch of 1 at 96x128) set no trial's "
                      "time limit")
+    elif out_dir is not None and (model_step.status != "passed" or gap is None):
+        # the trials' time limits come from it: NVIDIA's evaluation gap is a tenth of ours (docs/benchmarks.md),
+        # and a cut or failed step check's rounds are not the rate of a run
+        why = (f"the training-step check did not pass ({model_step.status})" if model_step.status != "passed" else
+               "the evaluation gap was not measured (the evaluation check did not run or pass)")
+        lines.append(f"projection.json not written: {why}; the trials keep their config's DGXRUNMINUTES")
     elif out_dir is not None:
         write_text(Path(out_dir) / "projection.json", what="gpu-check projection", text=json.dumps(
             {"system": PROJECTED_SYSTEM, "per_gpu_img_s": per_gpu, "form": best_name,
