@@ -32,6 +32,7 @@ on one GPU (engine/resolve.py).
 rows per image instead of 128, the most of a CPU smoke run's time).
 """
 import argparse
+import gc
 import importlib.util
 import json
 import os
@@ -480,6 +481,12 @@ def main(argv=None):
              "head's rows per step, the positives of the batch in the eager step, the sampler's positive budget "
              "per image times the images in the static ones)")
     if args.memory and gpu:
+        # each child measures its model alone only once this process's models, compiled graphs (their CUDA-graph
+        # pools) and cached blocks are gone: on a smaller GPU a child ran out of memory beside them
+        steps.clear()
+        torch._dynamo.reset()
+        gc.collect()
+        torch.cuda.empty_cache()
         memory_alone(args, out)
     return 0
 
