@@ -57,7 +57,7 @@ demo: venv
 bench: venv
 	$(PY) bench/model_step.py --device cpu
 
-# First contact with a GPU node (about 17 minutes on one GPU: the checks' caps add up to 1000 s; a smaller --budget
+# First contact with a GPU node (about 20 minutes on one GPU: the checks' caps add up to 1180 s; a smaller --budget
 # leaves out the checks at the end of its priority list, each named):
 # results/gpu-check/report.md. Without an NVIDIA GPU it says so in one line and exits 0.
 # IMAGE=path/to/maskrcnn.sif: every stage runs inside the training image
