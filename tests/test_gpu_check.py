@@ -154,7 +154,7 @@ def test_a_check_that_did_not_run_is_not_a_pass(tmp_path, monkeypatch):
               gpu_check.Check("allreduce", "a", [], 1, status="NOT RUN (no time left in the budget)")]
     monkeypatch.setattr(gpu_check, "plan", lambda args, out_dir: checks)
     monkeypatch.setattr(gpu_check, "run", lambda check, out_dir, deadline: check)
-    monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: None)
+    monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
     assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path / "gc")]) == 1
 
 
@@ -647,9 +647,19 @@ def test_a_failing_stage_fails_the_verdict_and_the_caps_add_up_to_the_budget(tmp
               gpu_check.Check("allreduce", "a", [], 1, status="FAILED (exit 1)")]
     monkeypatch.setattr(gpu_check, "plan", lambda args, out_dir: checks)
     monkeypatch.setattr(gpu_check, "run", lambda check, out_dir, deadline: check)
-    monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: None)
+    monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
     assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path / "gc")]) == 1
     assert json.loads((tmp_path / "gc" / "summary.json").read_text())["allreduce"]["status"] == "FAILED (exit 1)"
+
+
+def test_a_synthetic_dataset_that_cannot_be_made_is_named_with_its_reason(tmp_path, monkeypatch, capsys):
+    """Its generator's output was captured and dropped: a full disk ended gpu-check with a CalledProcessError and
+    no reason."""
+    made = subprocess.CompletedProcess([], 1, "", "Traceback ...\nOSError: [Errno 28] No space left on device\n")
+    monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: made)
+    assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path / "gc")]) != 0
+    err = capsys.readouterr().err
+    assert "making the synthetic dataset" in err and "No space left on device" in err, err
 
 
 def test_the_parity_stage_on_a_device_may_start_processes():
@@ -756,7 +766,7 @@ def test_the_report_is_kept_after_each_check_and_when_gpu_check_is_stopped(tmp_p
 
     monkeypatch.setattr(gpu_check, "plan", plan)
     monkeypatch.setattr(gpu_check, "run_capped", run_capped)
-    monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: None)
+    monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
     monkeypatch.setattr(gpu_check, "stack", lambda device: ["a stack"])
     assert gpu_check.main(["--device", "cpu", "--out", str(out)]) == 128 + 15
     summary = json.loads((out / "summary.json").read_text())
@@ -785,7 +795,7 @@ def test_a_one_gpu_node_passes_with_the_all_reduce_skipped_not_measured(tmp_path
                                                                 gpu_check.Check("allreduce", "a", ["allreduce"], 60)])
     monkeypatch.setattr(gpu_check, "run_capped", lambda cmd, cwd, env, cap, merge=False: (0, {
         "input": "DeviceTransform, batch of 8 to 800x1088 | 2.5 ms\ninput: 300 img/s", "allreduce": "allreduce: skipped, 1 GPU(s) visible (needs 2 or more)"}[cmd[0]]))
-    monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: None)
+    monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
     monkeypatch.setattr(gpu_check, "stack", lambda device: ["a stack"])
     assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path / "gc")]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
@@ -894,7 +904,7 @@ def test_a_stop_signal_ends_the_running_check_and_leaves_the_report(tmp_path, si
                                                 gpu_check.Check("scoring", "s", sleeper, 60),
                                                 gpu_check.Check("allreduce", "a", ["true"], 60)]
         gpu_check.stack = lambda device: ["a stack"]
-        gpu_check.subprocess.run = lambda *a, **k: None  # no synthetic data
+        gpu_check.subprocess.run = lambda *a, **k: gpu_check.subprocess.CompletedProcess(a, 0)  # no synthetic data
         sys.exit(gpu_check.main(["--device", "cpu", "--out", {str(out)!r}]))
     """)
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

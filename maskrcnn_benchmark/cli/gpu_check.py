@@ -866,9 +866,13 @@ def _main(args):
     out_dir.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now(datetime.timezone.utc)
     deadline = time.monotonic() + args.budget
-    subprocess.run([sys.executable, "tools/make_synthetic_coco.py", "--out", str(out_dir / "synthetic"),
-                    "--train", "40" if args.quick else "200", "--val", "8" if args.quick else "50", "--seed", "0"],
-                   cwd=ROOT, check=True, capture_output=True)
+    made = subprocess.run([sys.executable, "tools/make_synthetic_coco.py", "--out", str(out_dir / "synthetic"),
+                           "--train", "40" if args.quick else "200", "--val", "8" if args.quick else "50", "--seed",
+                           "0"], cwd=ROOT, capture_output=True, text=True)
+    if made.returncode:  # its own error line, not a CalledProcessError that drops it
+        last = (made.stderr.strip().splitlines() or [""])[-1]
+        raise RuntimeError(f"making the synthetic dataset in {out_dir / 'synthetic'} failed (exit "
+                           f"{made.returncode}): {last}")
     checks = plan(args, out_dir)  # --only: those checks, sharing the budget
     stack_lines = stack(args.device)
     _STOP.update(requested=False, proc=None)
