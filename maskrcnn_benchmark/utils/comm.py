@@ -144,6 +144,12 @@ def launch_sizes():
     """``(world size, processes on this node)`` as the launcher set them (bind_launch: WORLD_SIZE and
     LOCAL_WORLD_SIZE; srun: SLURM_STEP_NUM_TASKS and SLURM_NTASKS_PER_NODE), before the process group exists."""
     world = _env_int("WORLD_SIZE", _slurm("SLURM_STEP_NUM_TASKS"), default=1)
+    if world > 1 and not any(os.environ.get(n, "").strip() for n in ("RANK", _slurm("SLURM_PROCID"))):
+        # every launcher that sets the world size sets the rank too: a WORLD_SIZE left in a shell would have this
+        # process wait DISTRIBUTED_TIMEOUT for peers nobody started
+        raise UserError(f"WORLD_SIZE={world} is set but RANK is not: this process was not started by a launcher "
+                        "(it would wait for peers nobody started); unset WORLD_SIZE for one process, or start the "
+                        "processes with python -m bind_launch (or torchrun)")
     per_node = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get(_slurm("SLURM_NTASKS_PER_NODE"), "")
     per_node = per_node.split("(")[0]
     return world, int(per_node) if per_node.strip().isdigit() else 1

@@ -93,6 +93,23 @@ def test_a_process_started_in_an_allocations_shell_is_alone(monkeypatch):
     assert comm.init_distributed(device="cpu", timeout_s=1)[:3] == (0, 1, 0)
 
 
+def test_a_world_size_left_in_the_environment_without_a_rank_is_one_line(monkeypatch):
+    """``export WORLD_SIZE=8`` (check_recipe and preflight take their --world-size from it), then the trainer typed
+    by hand: it ran as rank 0 of 8 (RANK unset reads 0), claimed the output folder, logged init_start and waited
+    DISTRIBUTED_TIMEOUT (300 s) for seven peers nobody started, to end as an internal error. Every launcher that
+    sets WORLD_SIZE sets RANK too (bind_launch, torchrun; srun: SLURM_PROCID)."""
+    for key in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK", "SLURM_STEP_NUM_TASKS",
+                "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    with pytest.raises(UserError) as e:
+        comm.launch_sizes()
+    code, line = describe(e.value)
+    assert code == BAD_INPUT.code and "\n" not in line and line.startswith("WORLD_SIZE=8 "), line
+    monkeypatch.setenv("RANK", "3")  # a launcher's process
+    assert comm.launch_sizes() == (8, 1)
+
+
 def test_the_heartbeat_thread_has_ended_when_the_process_group_is_torn_down():
     """The heartbeat thread was told to stop and left running: a rank that exited while it was inside a store call
     (its host, rank 0, still writing the final checkpoint under load) was aborted at interpreter exit ('terminate

@@ -106,6 +106,7 @@ def test_the_run_counts_its_nodes_from_the_launch(monkeypatch):
 
     monkeypatch.setenv("WORLD_SIZE", "16")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    monkeypatch.setenv("RANK", "9")
     assert comm.launch_nodes() == 2
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
