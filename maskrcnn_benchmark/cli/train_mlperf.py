@@ -20,7 +20,8 @@ def build_parser():
     p.add_argument("--resume", default="", metavar="CHECKPOINT",
                    help="resume from a checkpoint of this trainer: model, optimizer, LR schedule, gradient scaler, "
                         "data order and random state continue where it was saved, under the same SOLVER recipe "
-                        "(another is refused; MAX_ITER may grow); MODEL.WEIGHT is not read")
+                        "(another is refused; MAX_ITER may grow); MODEL.WEIGHT is not read. A run's folder "
+                        "(OUTPUT_DIR) resumes from the checkpoint its last_checkpoint names")
     p.add_argument("--ruleset", default=os.environ.get("MLPERF_RULESET", "3.1.0"),
                    help="accepted for compatibility: the log always holds the keys of every Mask R-CNN ruleset "
                         "(0.7.0 ... 3.1.0)")

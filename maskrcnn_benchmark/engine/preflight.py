@@ -30,10 +30,11 @@ import subprocess
 from ..data.catalog import dataset_paths
 from ..utils.imports import resolve_weights
 from ..utils.mlperf_logger import SUBMISSION_STATUSES, submission_status
+from ..utils.run_folder import last_checkpoint_in
 from ..utils.errors import BatchNotDivisible, ConfigError, DatasetMissing, NoGPU, TooFewGPUs, WeightsMissing
 
 __all__ = ["check_before_init", "check_batch", "check_data", "check_weights", "check_resume", "check_gpus",
-           "check_scoring", "check_test_set", "check_masks", "check_submission_status"]
+           "check_scoring", "check_test_set", "check_masks", "check_submission_status", "resume_checkpoint"]
 
 
 def check_batch(cfg, world_size):
@@ -153,8 +154,24 @@ def _torch_cuda():
     return f"{torch.__version__} (CUDA {torch.version.cuda})"
 
 
+def resume_checkpoint(path):
+    """``--resume PATH``: a checkpoint file, or a run's folder (or its ``last_checkpoint`` tag), which names the
+    folder's last checkpoint, the one the reference's trainer resumed from by itself."""
+    folder = path if os.path.isdir(path) else os.path.dirname(path) if os.path.basename(path) == "last_checkpoint" \
+        else None
+    if folder is None:
+        return path
+    found = last_checkpoint_in(folder)
+    if not found:
+        raise WeightsMissing(f"--resume '{path}': {folder or '.'} names no checkpoint (no last_checkpoint there: a "
+                             "run writes OUTPUT_DIR/model_<iteration>.pth with SAVE_CHECKPOINTS True); give the "
+                             "checkpoint file")
+    return found
+
+
 def check_resume(path):
     """``--resume``: the checkpoint the run continues from (MODEL.WEIGHT is then never read)."""
+    path = resume_checkpoint(path)
     if not os.path.isfile(path):
         raise WeightsMissing(f"the checkpoint --resume '{path}' does not exist (OUTPUT_DIR/model_<iteration>.pth "
                              "of the interrupted run, written with SAVE_CHECKPOINTS True)")

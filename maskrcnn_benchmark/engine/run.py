@@ -39,7 +39,7 @@ from .compile import CompiledForward
 from .events import EpochScores
 from .hooks import CheckpointHook, MetricsHook, ProfilerHook
 from .mlperf_hooks import EvaluationFailed, EvaluationHook, MLPerfStopHook, meets_targets
-from .preflight import check_before_init
+from .preflight import check_before_init, resume_checkpoint
 from .resolve import resolve
 from .trainer import Trainer, iterations_per_epoch
 
@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)
 class RunOptions:
     """What the command line adds to the config."""
     seed: Optional[int] = None         # master seed; None: random, logged
-    resume: str = ""                   # checkpoint of this trainer to continue exactly
+    resume: str = ""                   # checkpoint of this trainer to continue exactly (or its run's folder)
     sync_eval: bool = False            # score COCO in-process instead of in the background
     coco_backend: str = ""             # overrides TEST.COCO_BACKEND
     timeout: Optional[int] = None      # overrides DISTRIBUTED_TIMEOUT
@@ -109,6 +109,8 @@ class MLPerfRun:
         cfg = self.cfg
         # a bad path or batch ends the run here: before compiling, and before an earlier run's files in OUTPUT_DIR
         # are moved aside for this one
+        if self.options.resume:  # a run's folder names its last checkpoint
+            self.options.resume = resume_checkpoint(self.options.resume)
         check_before_init(cfg, *comm.launch_sizes(), resume=self.options.resume,
                           coco_backend=self.options.coco_backend or "")
         lock, rotated, removed = claim_output_folder(cfg.OUTPUT_DIR, fresh=not self.options.resume,

@@ -26,6 +26,7 @@ from .c2_model_loading import WeightsError, c2_name_to_ours, load_c2_weights, re
 from .fileio import atomic_write, write_text
 from .imports import resolve_weights
 from .model_serialization import load_state_dict
+from .run_folder import last_checkpoint_in
 
 
 def _show(value):
@@ -136,18 +137,8 @@ class Checkpointer:
         return bool(self.save_dir) and os.path.exists(os.path.join(self.save_dir, "last_checkpoint"))
 
     def get_checkpoint_file(self):
-        """The file ``last_checkpoint`` names. A tag that names no file from here (relative to where an earlier
-        run started, or a folder moved since) is taken as the file of that name in this folder, where it was
-        saved."""
-        try:
-            with open(os.path.join(self.save_dir, "last_checkpoint")) as f:
-                tag = f.read().strip()
-        except OSError:
-            return ""
-        here = os.path.join(self.save_dir, os.path.basename(tag))
-        if tag and (not os.path.isabs(tag) or not os.path.isfile(tag)) and os.path.isfile(here):
-            return here
-        return tag
+        """The file ``last_checkpoint`` names (:func:`~maskrcnn_benchmark.utils.run_folder.last_checkpoint_in`)."""
+        return last_checkpoint_in(self.save_dir)
 
     # -- loading --------------------------------------------------------------------------------------------
     def _load_file(self, f):

@@ -100,3 +100,18 @@ def _move_aside(path, names, keep_in_place=False):
                     shutil.copy2(old, new)
             rotated.append(os.path.basename(new))
     return rotated
+
+
+def last_checkpoint_in(folder):
+    """The checkpoint a run folder's ``last_checkpoint`` names ("" when it has none). A tag that names no file from
+    here (relative to where an earlier run started, or a folder moved since) is taken as the file of that name in
+    this folder, where it was saved."""
+    try:
+        with open(os.path.join(folder, "last_checkpoint")) as f:
+            tag = f.read().strip()
+    except OSError:
+        return ""
+    here = os.path.join(folder, os.path.basename(tag))
+    if tag and (not os.path.isabs(tag) or not os.path.isfile(tag)) and os.path.isfile(here):
+        return here
+    return tag

@@ -255,3 +255,22 @@ def test_a_resumed_run_needs_its_checkpoint_not_model_weight(coco, monkeypatch, 
     rc, errors = run(coco, "--resume", str(coco / "model_0002000.pth"), monkeypatch=monkeypatch, capsys=capsys)
     assert rc == exit_codes.WEIGHTS_MISSING.code and len(errors) == 1
     assert "--resume" in errors[0] and "model_0002000.pth" in errors[0] and "MODEL.WEIGHT" not in errors[0]
+
+
+def test_a_resumed_run_may_name_its_folder(coco, monkeypatch, capsys, tmp_path):
+    """`--resume OUTPUT_DIR` (the reference's trainer resumed from its folder by itself) said the checkpoint "does
+    not exist" for a folder that does; `--resume OUTPUT_DIR/last_checkpoint` (the tag) passed the preflight and
+    failed after init_start and the model's build as "not a torch checkpoint". Both name the folder's last
+    checkpoint; a folder without one is one line."""
+    from maskrcnn_benchmark.engine.preflight import resume_checkpoint
+
+    out = tmp_path / "run"
+    out.mkdir()
+    rc, errors = run(coco, "--resume", str(out), monkeypatch=monkeypatch, capsys=capsys)
+    assert rc == exit_codes.WEIGHTS_MISSING.code and len(errors) == 1, errors
+    assert "names no checkpoint (no last_checkpoint there" in errors[0], errors
+    (out / "model_0001000.pth").write_bytes(b"")
+    (out / "last_checkpoint").write_text("/elsewhere/run/model_0001000.pth")  # written where the run started
+    assert run(coco, "--resume", str(out), monkeypatch=monkeypatch, capsys=capsys) == (0, [])
+    for given in (out, out / "last_checkpoint", out / "model_0001000.pth"):
+        assert resume_checkpoint(str(given)) == str(out / "model_0001000.pth")

@@ -138,6 +138,10 @@ def test_a_checkpoint_holds_the_scores_of_every_earlier_epoch(tiny_data, tmp_pat
     assert line.startswith("error: checkpoint ") and "model_0000005.pth" in line and "epoch 1" in line \
         and "reached the targets" in line, line
     assert "block_start" not in [e["key"] for e in mllog_events(r.stdout)]
+    # the run's folder: its last checkpoint (the final one, after the same epoch)
+    r = run_in_process(tiny_data, str(out), *common, *LOW, "--resume", str(full))
+    line = lines_after_last_log_line(r.stdout)[-1]
+    assert r.returncode == 1 and line.startswith(f"error: checkpoint '{full}{os.sep}") and "epoch 1" in line, line
     r = run_in_process(tiny_data, str(out), *common[2:], "SOLVER.MAX_ITER", 5, *NEVER,
                        "--resume", str(full / "model_0000005.pth"))
     line = lines_after_last_log_line(r.stdout)[-1]
