@@ -4,6 +4,7 @@ yacs alone reports an unknown key as ``KeyError: 'Non-existent config key: X'``.
 long ``EXTRA_CONFIG`` strings, so we check every key first and name the closest existing keys.
 """
 import difflib
+import re
 import math
 from ast import literal_eval
 
@@ -69,6 +70,11 @@ def _check_key(cfg, full_key, source):
         match = difflib.get_close_matches(name, list(last), n=1, cutoff=0.8)
         close = last[match[0]][:3] if match else []
     hint = f"; did you mean {', '.join(close)}?" if close else ""
+    if str(full_key).endswith((".yaml", ".yml")):
+        hint = f"; a config file is given as --config-file {full_key}"
+    elif not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", str(full_key)):
+        hint = ("; not a key: a value split at a space? write a tuple without spaces, e.g. (12000,16000), or quote "
+                "it")
     raise ConfigError(f"unknown config key '{full_key}' in {source}{hint}")
 
 
@@ -151,6 +157,10 @@ def merge_cfg_from_list(cfg, opts, source="command line"):
     """Merge ``[KEY, VALUE, KEY, VALUE, ...]`` (values as strings or Python objects)."""
     _refuse_frozen(cfg, source)
     opts = list(opts)
+    # the keys first, in order: a token out of step (a value split at a space, a config file given without
+    # --config-file) is named where it stands, not the well-formed value that ends the list
+    for key in opts[0:len(opts) - 1:2]:
+        _check_key(cfg, RENAMED_KEYS.get(key, key), source)
     if len(opts) % 2:
         raise ConfigError(f"{source}: overrides must be KEY VALUE pairs, '{opts[-1]}' has no value")
     keys = [RENAMED_KEYS.get(k, k) for k in opts[0::2]]

@@ -217,3 +217,19 @@ def test_a_frozen_config_is_not_merged_into():
     with pytest.raises(ConfigError, match="frozen"):
         merge_cfg_from_list(cfg, ["SOLVER.BASE_LR", "-5"])
     assert cfg.SOLVER.BASE_LR == 0.02
+
+
+@pytest.mark.parametrize("opts,says", [
+    # EXTRA_CONFIG split at spaces (run_and_time.sh reads it as words): a tuple written as the YAML writes it
+    (["SOLVER.STEPS", "(12000,", "16000)", "SOLVER.BASE_LR", "0.1"],
+     ["'16000)'", "a value split at a space", "(12000,16000)"]),
+    # the config file given without --config-file
+    (["configs/e2e_mask_rcnn_R_50_FPN_1x.yaml", "SOLVER.BASE_LR", "0.1"],
+     ["'configs/e2e_mask_rcnn_R_50_FPN_1x.yaml'", "--config-file"]),
+])
+def test_an_odd_override_list_names_the_token_that_is_not_a_key(opts, says):
+    """The count was judged before the keys: both named the last, well-formed value ("'0.1' has no value")."""
+    with pytest.raises(ConfigError) as e:
+        load_config("", opts)
+    line = str(e.value)
+    assert "\n" not in line and all(s in line for s in says), line
