@@ -5,7 +5,6 @@
 import argparse
 
 from ..config import load_config
-from ..engine.predictor import Predictor, class_names, read_image
 from ..utils.logger import setup_logger
 from .common import parse_with_overrides, parser
 from .exit_codes import SUCCESS, run_program
@@ -32,7 +31,9 @@ def build_parser():
 
 
 def predict(args, opts):
-    cfg = load_config(args.config_file, opts)
+    cfg = load_config(args.config_file, opts)  # a config error is one line before torch is loaded
+    from ..engine.predictor import Predictor, class_names, read_image
+
     setup_logger(None)
     predictor = Predictor(cfg, args.weights, class_names(args.ann_file), args.score_threshold)
     image = read_image(args.image)

@@ -3,8 +3,6 @@
     python tools/test_net.py --config-file CFG [--ckpt WEIGHTS] [--skip-eval] [--coco-backend B] KEY VALUE ...
 """
 from ..config import load_config
-from ..engine.test_net import evaluate_checkpoint, report
-from ..utils import comm
 from ..utils.env import setup_environment
 from ..utils.logger import setup_logger
 from ..utils.signals import stop_on_signals
@@ -24,15 +22,18 @@ def build_parser():
 
 
 def test(args, opts):
-    cfg = load_config(args.config_file, opts)
+    cfg = load_config(args.config_file, opts)  # a config error is one line before torch is loaded
+    from ..engine import test_net
+    from ..utils import comm
+
     logger = setup_logger(cfg.OUTPUT_DIR, comm.launch_rank())  # before init_distributed: the launcher's rank
     try:
-        results = evaluate_checkpoint(cfg, args.ckpt, args.skip_eval, args.coco_backend or None, logger,
-                                      local_rank=args.local_rank)
+        results = test_net.evaluate_checkpoint(cfg, args.ckpt, args.skip_eval, args.coco_backend or None, logger,
+                                               local_rank=args.local_rank)
     finally:
         comm.destroy()
     for name, scores in results.items():
-        print(report(cfg, name, scores, args.skip_eval))
+        print(test_net.report(cfg, name, scores, args.skip_eval))
     return SUCCESS.code
 
 

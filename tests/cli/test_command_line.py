@@ -94,6 +94,19 @@ def test_a_config_error_is_found_before_the_engine_and_torch_are_loaded(monkeypa
     assert "yaml" in external and sorted(n for n in external if n.split(".")[0] in ("torch", "torchvision")) == []
 
 
+@pytest.mark.parametrize("program", ["tools/test_net.py", "tools/predict.py"])
+def test_the_other_model_programs_load_torch_inside_their_error_handling(program):
+    """tools/test_net.py and tools/predict.py imported the engine (torch, torchvision: seconds) at module level,
+    before run_program: Ctrl-C in those seconds, or a torch/torchvision mismatch ('operator torchvision::nms does
+    not exist'), was a traceback with exit 1, and a config typo was found only after torch had loaded. Like the
+    trainer, they read the config first and import the engine inside run_program."""
+    from import_walk import closure
+
+    _, external = closure([program, "maskrcnn_benchmark.cli.exit_codes", "maskrcnn_benchmark.config",
+                           "maskrcnn_benchmark.cli.common"])
+    assert sorted(n for n in external if n.split(".")[0] in ("torch", "torchvision")) == []
+
+
 def test_a_stop_whose_stopped_exception_was_lost_is_still_a_stop(monkeypatch, tmp_path):
     """A rank that Slurm stops while a collective fails (its peers stopped first): if SIGTERM lands while torch's
     C++ code emits a buffered warning on the way out of the failing op, torch prints the Stopped exception and
@@ -286,7 +299,9 @@ def test_test_net_logs_as_the_rank_its_launcher_gave_it(tmp_path, monkeypatch):
         logger.warning("a warning")
         return {}
 
-    monkeypatch.setattr(test_net, "evaluate_checkpoint", evaluate)
+    from maskrcnn_benchmark.engine import test_net as engine_test_net
+
+    monkeypatch.setattr(engine_test_net, "evaluate_checkpoint", evaluate)
     args, opts = parse_with_overrides(test_net.build_parser(), ["--config-file", R50_YAML,
                                                                "OUTPUT_DIR", str(tmp_path)])
     try:
