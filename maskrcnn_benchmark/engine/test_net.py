@@ -35,6 +35,17 @@ def report(cfg, name, scores, skip_eval=False):
     return summary_line(name, scores) + "\n" + format_per_class_table(scores)
 
 
+def _drop_stale_summary(folder):
+    """An earlier evaluation's ``coco_eval.md`` goes once the results json it summed up are replaced (not before:
+    an evaluation stopped or failed before writing them leaves both)."""
+    summary = os.path.join(folder, "coco_eval.md")
+    if not os.path.exists(summary):
+        return
+    written = [os.path.join(folder, f) for f in ("bbox.json", "segm.json")]
+    if any(os.path.exists(f) and os.path.getmtime(f) > os.path.getmtime(summary) for f in written):
+        os.remove(summary)
+
+
 def weights_to_evaluate(cfg, weights=""):
     """``weights`` (``--ckpt``), else the run's last checkpoint (``OUTPUT_DIR/last_checkpoint``), else
     ``MODEL.WEIGHT``: the reference's ``tools/test_net.py`` without ``--ckpt`` evaluates the run's latest
@@ -64,17 +75,17 @@ def evaluate_checkpoint(cfg, weights="", skip_eval=False, backend=None, logger=N
     check_num_classes(cfg.MODEL.ROI_BOX_HEAD.NUM_CLASSES, None, [loader.dataset for loader in loaders])
     for name, loader in zip(cfg.DATASETS.TEST, loaders):
         folder = results_folder(cfg, name)
-        if rank == 0:  # an earlier evaluation's summary is not left beside these results
-            stale = os.path.join(folder, "coco_eval.md")
-            if os.path.exists(stale):
-                os.remove(stale)
         # segm only for a model with masks, as the reference's evaluation asks for it
         scorer = None if skip_eval else COCOScorer.for_dataset(loader.dataset, backend or cfg.TEST.COCO_BACKEND,
                                                                cfg.TEST.COCO_WORKERS, iou_types=(
                                                                    ("bbox", "segm") if cfg.MODEL.MASK_ON else
                                                                    ("bbox",)))
         evaluator = COCOEvaluator(loader.dataset, scorer, mask_method=cfg.TEST.MASK_ENCODING, output_folder=folder)
-        scores = inference_on_dataset(model, loader, evaluator, device, cfg.DTYPE)
+        try:
+            scores = inference_on_dataset(model, loader, evaluator, device, cfg.DTYPE)
+        finally:
+            if rank == 0:
+                _drop_stale_summary(folder)
         if scores is None:  # not rank 0
             continue
         if not skip_eval:

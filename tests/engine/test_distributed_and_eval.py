@@ -87,3 +87,36 @@ def test_a_box_only_model_is_scored_for_boxes_only(tiny_data, tmp_path):
     assert "bbox" in scores and "segm" not in scores
     text = report(cfg, "synthetic_val", scores)
     assert "box AP" in text and "mask AP" not in text, text
+
+
+@pytest.mark.slow
+def test_an_evaluation_stopped_before_its_results_keeps_the_earlier_summary(tiny_data, tmp_path, monkeypatch):
+    """tools/test_net.py removed the earlier coco_eval.md before inferring: stopped (Ctrl-C, a time limit) or
+    failed during the long inference, the earlier evaluation's summary was gone while its results json stayed.
+    The summary goes once the results it summed up are replaced."""
+    import torch
+
+    from maskrcnn_benchmark.engine import test_net
+    from maskrcnn_benchmark.modeling import build_detection_model
+
+    cfg = get_cfg()
+    merge_cfg_from_file(cfg, CPU_YAML)
+    merge_cfg_from_list(cfg, ["DATASETS.DATA_DIR", tiny_data, "OUTPUT_DIR", str(tmp_path / "out"),
+                              "DATALOADER.NUM_WORKERS", 0, "INPUT.MIN_SIZE_TEST", 96, "INPUT.MAX_SIZE_TEST", 96,
+                              "TEST.IMS_PER_BATCH", 4, "MODEL.DEVICE", "cpu"])
+    weights = str(tmp_path / "w.pth")
+    torch.save({"model": build_detection_model(cfg).state_dict()}, weights)
+    (folder := __import__("pathlib").Path(test_net.results_folder(cfg, cfg.DATASETS.TEST[0]))).mkdir(parents=True)
+    for name in ("bbox.json", "segm.json", "coco_eval.md"):  # an earlier evaluation's
+        (folder / name).write_text("[]" if name.endswith(".json") else "earlier: box AP 0.3\n")
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(test_net, "inference_on_dataset", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        test_net.evaluate_checkpoint(cfg, weights=weights)
+    assert (folder / "coco_eval.md").read_text() == "earlier: box AP 0.3\n"
+    monkeypatch.undo()
+    (scores,) = test_net.evaluate_checkpoint(cfg, weights=weights, skip_eval=True).values()  # results replaced
+    assert scores["detections"] >= 0 and not (folder / "coco_eval.md").exists()
