@@ -4,6 +4,7 @@ yacs alone reports an unknown key as ``KeyError: 'Non-existent config key: X'``.
 long ``EXTRA_CONFIG`` strings, so we check every key first and name the closest existing keys.
 """
 import difflib
+import os
 import re
 import math
 from ast import literal_eval
@@ -388,12 +389,20 @@ def check_values(cfg):
     return cfg
 
 
+# keys that name a file or folder: "~" is the user's home folder there, as in a shell
+PATH_KEYS = ("OUTPUT_DIR", "DATASETS.DATA_DIR", "MODEL.WEIGHT", "PATHS_CATALOG")
+
+
 def load_config(config_file="", opts=(), freeze=False):
     """Defaults <- YAML file <- ``KEY VALUE`` overrides, values checked: what every entry point does."""
     cfg = get_cfg()
     if config_file:
         merge_cfg_from_file(cfg, config_file)
     merge_cfg_from_list(cfg, opts)
+    for key in PATH_KEYS:  # a YAML file's "~" reaches no shell
+        value = _get(cfg, key)
+        if isinstance(value, str) and value.startswith("~"):
+            _set(cfg, key, os.path.expanduser(value))
     check_values(cfg)
     if freeze:
         cfg.freeze()

@@ -233,3 +233,20 @@ def test_an_odd_override_list_names_the_token_that_is_not_a_key(opts, says):
         load_config("", opts)
     line = str(e.value)
     assert "\n" not in line and all(s in line for s in says), line
+
+
+def test_a_path_from_the_home_folder_is_the_users_home(tmp_path, monkeypatch):
+    """``OUTPUT_DIR: ~/runs/r1`` in a YAML file (no shell expands it there) made a folder named '~' in the
+    current directory (a later `rm -rf ~*` away from a disaster), and ``DATA_DIR: ~/coco`` was 'does not exist'."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    import yaml
+
+    data = yaml.safe_load(open(R50_YAML))
+    data["OUTPUT_DIR"], data["DATASETS"]["DATA_DIR"], data["MODEL"]["WEIGHT"] = \
+        "~/runs/r1", "~/coco", "~/models/R-50.pkl"
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(data))
+    cfg = load_config(str(f), ["PATHS_CATALOG", "~/catalog.py"])
+    assert (cfg.OUTPUT_DIR, cfg.DATASETS.DATA_DIR, cfg.MODEL.WEIGHT, cfg.PATHS_CATALOG) == (
+        f"{tmp_path}/runs/r1", f"{tmp_path}/coco", f"{tmp_path}/models/R-50.pkl", f"{tmp_path}/catalog.py")
+    assert load_config(R50_YAML).MODEL.WEIGHT == "catalog://ImageNetPretrained/MSRA/R-50"
