@@ -23,7 +23,8 @@ def add_recipe_options(p):
     ruleset = next(a for a in p._actions if a.dest == "ruleset")  # the trainer's option: here it picks the rules
     ruleset.help = ("the MLPerf training ruleset whose compliance rules and RCPs judge the recipe (default "
                     "MLPERF_RULESET, else 3.1.0)")
-    p.add_argument("--world-size", type=int, default=int(os.environ.get("WORLD_SIZE", "0") or 0),
+    # a string default goes through type= as a given value would: WORLD_SIZE=8x is argparse's one line
+    p.add_argument("--world-size", type=int, default=os.environ.get("WORLD_SIZE", "").strip() or "0",
                    help="number of training processes (GPUs) of the run; default WORLD_SIZE")
     p.add_argument("--division", default=os.environ.get("MLPERF_SUBMISSION_DIVISION", "").strip() or "closed",
                    choices=["closed", "open"])

@@ -25,7 +25,7 @@ def build_parser():
     p = train_parser()
     p.description = "Check what would end an MLPerf Mask R-CNN run before it starts"
     add_recipe_options(p)
-    p.add_argument("--nproc-per-node", type=int, default=int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1),
+    p.add_argument("--nproc-per-node", type=int, default=os.environ.get("LOCAL_WORLD_SIZE", "").strip() or "1",
                    help="processes (GPUs) per node: this node must have as many GPUs (CUDA configs)")
     p.add_argument("--gpus-elsewhere", action="store_true",
                    help="this host only submits (a login node): the GPUs are not checked here but on the job's "

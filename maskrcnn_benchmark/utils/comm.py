@@ -26,7 +26,11 @@ logger = logging.getLogger(__name__)
 def _env_int(*names, default=None):
     for n in names:
         if os.environ.get(n, "").strip():
-            return int(os.environ[n])
+            try:
+                return int(os.environ[n])
+            except ValueError:
+                raise UserError(f"{n}={os.environ[n]!r} (from the environment) is not a whole number: the launcher "
+                                "sets it (bind_launch, torchrun, srun); unset it, or fix its value") from None
     return default
 
 

@@ -274,3 +274,16 @@ def test_a_resumed_run_may_name_its_folder(coco, monkeypatch, capsys, tmp_path):
     assert run(coco, "--resume", str(out), monkeypatch=monkeypatch, capsys=capsys) == (0, [])
     for given in (out, out / "last_checkpoint", out / "model_0001000.pth"):
         assert resume_checkpoint(str(given)) == str(out / "model_0001000.pth")
+
+
+@pytest.mark.parametrize("name,option", [("WORLD_SIZE", "--world-size"), ("LOCAL_WORLD_SIZE", "--nproc-per-node")])
+def test_a_count_from_the_environment_that_is_not_a_number_is_one_line(monkeypatch, capsys, name, option):
+    """The options' defaults were read with int() while the parser was built: WORLD_SIZE=8x was a ValueError
+    traceback before any error handling."""
+    from maskrcnn_benchmark.cli import preflight
+
+    monkeypatch.setenv(name, "8x")
+    with pytest.raises(SystemExit) as e:
+        preflight.main(["--config-file", "x.yaml"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code != 0 and len(err) == 1 and option in err[0] and "'8x'" in err[0], err

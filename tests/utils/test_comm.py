@@ -175,3 +175,16 @@ def test_a_frozen_store_host_is_named_within_seconds_not_a_timeout_per_rank(tmp_
         host.wait()
         if hb is not None:
             hb.stop()  # its store call fails with the host gone: no thread left inside C++ at exit
+
+
+@pytest.mark.parametrize("name", ["RANK", "WORLD_SIZE", "LOCAL_RANK"])
+def test_a_launch_variable_that_is_not_a_number_is_one_line_naming_it(monkeypatch, name):
+    """RANK=1x (a script's typo) was an internal error, 'invalid literal for int()', naming no variable."""
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv(name, "1x")
+    with pytest.raises(UserError) as e:
+        comm.launch_rank(), comm.launch_sizes(), comm.init_distributed(device="cpu", timeout_s=1)
+    code, line = describe(e.value)
+    assert code == BAD_INPUT.code and line.startswith(f"{name}='1x' (from the environment) is not a whole number")
