@@ -62,10 +62,16 @@ def check_masks(cfg):
 
 
 def check_submission_status(environ=None):
+    """MLPERF_SUBMISSION_STATUS and MLPERF_SUBMISSION_DIVISION, which the run logs, are values the compliance
+    checker accepts (a trainer started without tools/preflight.py logged any)."""
     status = submission_status(environ)
     if status not in SUBMISSION_STATUSES:
         raise ConfigError(f"MLPERF_SUBMISSION_STATUS '{status}' is not a submission status mlperf-logging accepts: "
                           f"{', '.join(SUBMISSION_STATUSES)}")
+    division = (os.environ if environ is None else environ).get("MLPERF_SUBMISSION_DIVISION", "").strip()
+    if division not in ("", "closed", "open"):
+        raise ConfigError(f"MLPERF_SUBMISSION_DIVISION '{division}' is neither closed nor open (the values "
+                          "mlperf-logging accepts)")
 
 
 def check_data(cfg):

@@ -287,3 +287,16 @@ def test_a_count_from_the_environment_that_is_not_a_number_is_one_line(monkeypat
         preflight.main(["--config-file", "x.yaml"])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code != 0 and len(err) == 1 and option in err[0] and "'8x'" in err[0], err
+
+
+def test_the_trainer_checks_the_division_it_logs_too():
+    """The trainer checked the submission status before init_start, not the division: MLPERF_SUBMISSION_DIVISION
+    =Closed with the trainer started alone (or PREFLIGHT_DONE=1) was logged, and the compliance check failed after
+    the run."""
+    from maskrcnn_benchmark.engine.preflight import check_submission_status
+    from maskrcnn_benchmark.utils.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="MLPERF_SUBMISSION_DIVISION 'Closed' is neither closed nor open"):
+        check_submission_status({"MLPERF_SUBMISSION_DIVISION": "Closed"})
+    for division in ("", "closed", "open"):
+        check_submission_status({"MLPERF_SUBMISSION_DIVISION": division})
