@@ -22,7 +22,7 @@ import socket
 import time
 
 from .errors import UserError
-from .fileio import remove_stale_temp_files
+from .fileio import atomic_write, remove_stale_temp_files
 
 LOCK_NAME = ".run.lock"
 ROTATED = ("mlperf_log.txt", "log.txt")
@@ -96,8 +96,11 @@ def _move_aside(path, names, keep_in_place=False):
             else:
                 try:
                     os.link(old, new)
-                except OSError:
-                    shutil.copy2(old, new)
+                except OSError:  # the copy complete under its name or not at all (a full disk, Ctrl-C)
+                    with open(old, "rb") as src, atomic_write(new, "wb", what="copy of an earlier run's file") \
+                            as dst:
+                        shutil.copyfileobj(src, dst)
+                    shutil.copystat(old, new)
             rotated.append(os.path.basename(new))
     return rotated
 

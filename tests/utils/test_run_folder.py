@@ -98,3 +98,32 @@ def test_a_fresh_run_moves_an_earlier_runs_checkpoints_aside(tmp_path):
     [aside] = [m for m in moved if m.startswith("model_final.")]
     assert (tmp_path / aside).read_bytes() == b"final2"
 
+
+
+@pytest.mark.slow  # a process of its own (a file size limit)
+def test_a_copy_aside_cut_short_leaves_no_half_file(tmp_path):
+    """Where the filesystem has no hard links, the checkpoint a fresh run reads is copied aside; a copy cut short
+    (a full disk, here a file size limit) left a half checkpoint under the moved-aside name, and the next fresh
+    run's rotation kept it as an earlier run's file. The copy is whole under its name or not there."""
+    import subprocess
+    import sys
+
+    (tmp_path / "model_final.pth").write_bytes(b"x" * 100_000)
+    code = f"""
+import os, resource, signal
+from maskrcnn_benchmark.utils import run_folder
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, 50_000))
+def no_links(*a):
+    raise OSError(1, "Operation not permitted")
+os.link = no_links
+try:
+    run_folder.claim_output_folder({str(tmp_path)!r}, reads=[{str(tmp_path / 'model_final.pth')!r}])
+except Exception as e:
+    print("failed:", type(e).__name__, e)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "failed:" in r.stdout and "File too large" in r.stdout, r.stdout + r.stderr
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("model_final"))
+    assert left == ["model_final.pth"], left
+    assert (tmp_path / "model_final.pth").stat().st_size == 100_000
