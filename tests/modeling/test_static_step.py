@@ -236,3 +236,44 @@ def test_an_image_without_objects_trains_with_the_others(static):
     assert all(torch.isfinite(v) for v in losses.values()), losses
     assert all(torch.isfinite(g).all() for g in grads.values())
     assert float(losses["loss_objectness"]) > 0 and float(losses["loss_classifier"]) > 0
+
+
+def _crowded(size):
+    """100 objects of 6x6 on a grid (more than the 96 ground-truth slots: the batch grows to 128)."""
+    boxes, polygons = [], []
+    for i in range(100):
+        x, y = 2 + 12 * (i % 10), 2 + 9 * (i // 10)
+        boxes.append([float(x), float(y), x + 6.0, y + 6.0])
+        polygons.append([[x, y, x + 6, y, x + 6, y + 6, x, y + 6]])
+    t = BoxList(torch.tensor(boxes), size, mode="xyxy")
+    t.add_field("labels", torch.randint(1, 3, (100,), generator=torch.Generator().manual_seed(0)))
+    t.add_field("masks", SegmentationMask(polygons, size, mode="poly"))
+    return t
+
+
+def _empty(size):
+    t = BoxList(torch.zeros((0, 4)), size, mode="xyxy")
+    t.add_field("labels", torch.zeros((0,), dtype=torch.int64))
+    t.add_field("masks", SegmentationMask([], size, mode="poly"))
+    return t
+
+
+@pytest.mark.parametrize("second", [_empty, _crowded], ids=["an image without objects", "more objects than slots"])
+def test_the_static_step_equals_the_eager_one_at_the_edges(second):
+    """The equality above held on one ordinary batch only: an image without ground truth (every slot padding) and
+    one with more objects than the 96 slots (the batch grows to 128) give the eager step's losses bitwise and its
+    gradients to float32 summation order, as the ordinary batch does."""
+    torch.manual_seed(0)
+    model = build_detection_model(small_cfg()).train()
+    images, targets = _batch()
+    targets = [targets[0], second(targets[1].size)]
+    eager_losses, eager_grads = _losses_and_grads(model, images, target_batch(targets))
+    static = target_batch(targets, max_gt=96)
+    assert static.static and static.num_slots == (128 if second is _crowded else 96)
+    static_losses, static_grads = _losses_and_grads(model, images, static)
+    assert static_losses.keys() == eager_losses.keys()
+    for k in eager_losses:
+        assert torch.equal(static_losses[k], eager_losses[k]), k
+    assert static_grads.keys() == eager_grads.keys()
+    for k, g in eager_grads.items():  # the tolerance of the test above, for the same reason
+        assert float((static_grads[k] - g).abs().max()) <= 1e-5 * float(g.abs().max()), k
