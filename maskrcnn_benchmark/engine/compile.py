@@ -257,6 +257,7 @@ def set_graph_partition(on=True):
 # reduce-overhead on an H200, torch 2.11): the compiled step cannot run, the eager one can.
 CAPTURE_ERRORS = ("operation not permitted when stream is capturing", "cudaErrorStreamCapture",
                   "CUDA graph capture", "captures_underway", "stream is capturing",
+                  "operation failed due to a previous error during capture",
                   "accessing tensor output of CUDAGraphs that has been overwritten")
 
 
@@ -281,14 +282,24 @@ def _raise_if_stopped(e):
 
 def _is_compile_error(e):
     """An error of dynamo/inductor/a backend compiler or of a CUDA-graph capture, as opposed to one of the step
-    itself (which the eager model would raise too: out of memory, a bad target)."""
+    itself (which the eager model would raise too: out of memory, a bad target). A failed capture is often
+    raised as another CUDA error, cudaStreamEndCapture's when torch.cuda.graph ends the capture, with the op's
+    own error as its context: the chain is read."""
     if isinstance(e, torch.OutOfMemoryError):
         return False
-    module = type(e).__module__ or ""
-    text = str(e)
-    return module.startswith(("torch._dynamo", "torch._inductor", "torch._functorch", "triton")) or \
-        type(e).__name__ in ("BackendCompilerFailed", "InternalTorchDynamoError", "Unsupported") or \
-        (isinstance(e, RuntimeError) and any(m in text for m in CAPTURE_ERRORS))
+    pending, seen = [e], set()
+    while pending:
+        link = pending.pop()
+        if link is None or id(link) in seen:
+            continue
+        seen.add(id(link))
+        module = type(link).__module__ or ""
+        if module.startswith(("torch._dynamo", "torch._inductor", "torch._functorch", "triton")) or \
+                type(link).__name__ in ("BackendCompilerFailed", "InternalTorchDynamoError", "Unsupported") or \
+                (isinstance(link, RuntimeError) and any(m in str(link) for m in CAPTURE_ERRORS)):
+            return True
+        pending += [link.__cause__, link.__context__]
+    return False
 
 
 def graph_breaks(fn, *args):

@@ -162,6 +162,40 @@ def test_a_failed_cuda_graph_capture_falls_back_to_eager(caplog, message):
         assert torch.equal(fell_back[k], direct[k]) and torch.equal(again[k], direct[k])
 
 
+def test_a_capture_failure_that_another_cuda_error_replaced_still_falls_back(caplog):
+    """A real capture failure: torch.cuda.graph's exit ends the capture, and cudaStreamEndCapture's own error
+    ("operation failed due to a previous error during capture", an AcceleratorError or RuntimeError) replaces the
+    op's, which survives only as its __context__. Only the outer message was read: the run failed instead of
+    falling back to eager."""
+    torch.manual_seed(0)
+    model = build_detection_model(small_cfg()).train()
+    forward = CompiledForward(model, "default", "eager", batch_size=2)
+
+    def capture_fails(*args, **kwargs):
+        try:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        except RuntimeError:  # the graph's __exit__, ending the capture
+            raise RuntimeError("CUDA error: unspecified launch failure\nCUDA kernel errors ...")
+
+    forward.compiled = capture_fails
+    images, targets = _batch()
+    with caplog.at_level(logging.WARNING):
+        torch.manual_seed(3)
+        fell_back = forward(images, targets)
+    torch.manual_seed(3)
+    direct = model(images, targets)
+    assert forward.failure is not None
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith("torch.compile failed (RuntimeError: CUDA error: "), warnings
+    for k in direct:
+        assert torch.equal(fell_back[k], direct[k])
+    # an error of the step itself, not raised while a capture failed, is not taken for a compile failure
+    forward = CompiledForward(model, "default", "eager", batch_size=2)
+    forward.compiled = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("CUDA error: unspecified launch failure"))
+    with pytest.raises(RuntimeError, match="unspecified launch failure"):
+        forward(images, targets)
+
+
 class _Tiny(torch.nn.Module):
     def __init__(self):
         super().__init__()
