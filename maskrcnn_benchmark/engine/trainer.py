@@ -226,4 +226,7 @@ class Trainer:
 
 
 def iterations_per_epoch(num_images, global_batch):
+    """The iterations of one epoch (MLPerf's epoch marks, the evaluations): ``ceil(images / global batch)``.
+    Derivatives of NVIDIA's code count ``images // batch + 1``, one more where the batch divides the dataset
+    exactly, which no recipe batch does on COCO 2017's 117,266 training images (docs/numerics.md)."""
     return max(1, math.ceil(num_images / global_batch))
