@@ -217,6 +217,9 @@ def assemble(results_dir, out, org: Optional[str] = None, system: Optional[str] 
     given_ruleset = ruleset
     if not results_dir.is_dir():
         raise SubmissionError(f"results folder not found: {results_dir}")
+    if not official.available():  # before anything is written: the folder is judged by its checkers
+        raise SubmissionError("mlperf-logging is not installed or incomplete (pip install mlperf-logging): the "
+                              "submission is checked with its package checker and result summarizer")
     if ruleset is not None and ruleset not in rules.SUPPORTED_RULESETS:
         raise SubmissionError(f"ruleset {ruleset} is not a Mask R-CNN ruleset ({', '.join(rules.SUPPORTED_RULESETS)})")
     files, _ = find_result_files(results_dir)

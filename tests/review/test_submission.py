@@ -390,3 +390,17 @@ def test_a_rebuild_keeps_no_stale_scaling_and_reads_the_systems_checker_params(t
                                "training", "3.1.0"], capture_output=True, text=True, cwd=tmp_path)
     bypassed = submission.assemble(fast, out2, copy_code=False, write_review=False)
     assert bypassed.passed == (official.returncode == 0) == True, official.stdout[-2000:] + official.stderr[-2000:]
+
+
+def test_without_mlperf_logging_the_submission_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    """The review said it in one line (exit 2); `submission` wrote the folder, then imported the package checker
+    outside its error handling: a traceback, exit 1 ("rejected")."""
+    from mlperf_review import official
+
+    five_runs(tmp_path / "res")
+    monkeypatch.setattr(official, "available", lambda: False)
+    code = main(["submission", str(tmp_path / "res"), "--out", str(tmp_path / "sub"), "--org", "TESTORG",
+                 "--no-implementation"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: mlperf-logging is not installed"), err
+    assert not (tmp_path / "sub").exists()
