@@ -257,9 +257,11 @@ def _scratch_package(org_name: str, system: str):
 
 @contextlib.contextmanager
 def stage(results: Sequence[Tuple[str, Path]], org: Optional[str], platform: Optional[str],
-          division: Optional[str], status: Optional[str] = None):
+          division: Optional[str], status: Optional[str] = None, params: Sequence[Tuple[str, Path]] = ()):
     """results: (staged file name, source path). ``.gz`` sources are decompressed; a truncated or unreadable
-    file keeps what could be read (the review's parser reports the problem). Removed on exit."""
+    file keeps what could be read (the review's parser reports the problem). ``params``: the folder's
+    ``package_checker_params`` files, ``("benchmark" | "system", path)``, staged where the package checker reads
+    them. Removed on exit."""
     org_name = safe_name(org, "unknown_org")
     system = safe_name(platform, "unknown_system")
     with _scratch_package(org_name, system) as pkg:
@@ -276,6 +278,8 @@ def stage(results: Sequence[Tuple[str, Path]], org: Optional[str], platform: Opt
                 dest.touch(exist_ok=True)
             pkg.files[Path(src).name] = dest
             pkg.shown[str(dest)] = Path(src).name
+        for level, src in params:
+            shutil.copy2(src, (bench if level == "benchmark" else bench.parent) / PACKAGE_CHECKER_PARAMS)
         yield pkg
 
 

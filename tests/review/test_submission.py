@@ -392,6 +392,13 @@ def test_a_rebuild_keeps_no_stale_scaling_and_reads_the_systems_checker_params(t
     # the command's own verdict line (its exit code is 0 whatever it found)
     says = "PACKAGE CHECKER FOUND NO ERRORS, SUCCESS" in official.stdout + official.stderr
     assert bypassed.passed == says == True, official.stdout[-2000:] + official.stderr[-2000:]
+    # the review of that system's results, as `submission` writes it beside them and as `python -m mlperf_review
+    # .../maskrcnn` gives it: it staged the result files alone, and said FAIL (RCP) where the official checker
+    # and the assembly pass
+    from mlperf_review.core import review_folder
+
+    review = review_folder(out2 / "TESTORG" / "results" / "4xDGXH100" / "maskrcnn")
+    assert review.verdict == "PASS", review.problems
 
 
 def test_without_mlperf_logging_the_submission_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch):
