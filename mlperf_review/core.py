@@ -349,6 +349,11 @@ def review_folder(folder, ruleset: Optional[str] = None, max_errors: int = 10) -
                            for msg, names in grouped.items()]
 
     newest_failures: Dict[str, str] = {}
+    installed = official.version()
+    if installed != official.PINNED_VERSION:  # its verdicts are read from its messages, pinned on that release
+        warnings.append(f"mlperf-logging {installed or '?'} is installed; this review reads the official tools' "
+                        f"verdicts as mlperf-logging {official.PINNED_VERSION} words them (pip install "
+                        f"mlperf-logging=={official.PINNED_VERSION} for a verdict this review was checked against)")
     staged = [(staged_name(Path(r.path)), Path(r.path)) for r in runs]
     # the committee's bypasses (rcp-bypass, ...) of a submission's folder: the benchmark's own, and its system's
     # when the folder is a submission's results/<system>/maskrcnn

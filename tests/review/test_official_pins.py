@@ -210,3 +210,19 @@ def test_rcp_lookup_helpers_still_answer_as_the_rcp_file_says():
     assert table.smallest()["BS"] == 8
     low, high = table.around(300)
     assert high is None and low["BS"] == 272
+
+
+def test_a_review_with_another_mlperf_logging_release_says_so(tmp_path, monkeypatch):
+    """Verdicts are read from the official tools' messages, pinned on one release; the review extra installs
+    mlperf-logging unpinned, and another release's wording gave a FAIL ("gave no verdict") without a word why."""
+    from review_loggen import write_log
+
+    from mlperf_review import official
+    from mlperf_review.core import review_folder
+
+    for i in range(5):
+        write_log(tmp_path / f"result_{i}.txt", seed=i + 1)
+    assert not any("is installed; this review reads" in w for w in review_folder(tmp_path).warnings)
+    monkeypatch.setattr(official, "version", lambda: "5.0.0")
+    warned = [w for w in review_folder(tmp_path).warnings if "is installed; this review reads" in w]
+    assert warned and warned[0].startswith("mlperf-logging 5.0.0 is installed") and "==4.1.68" in warned[0]
