@@ -784,7 +784,7 @@ def report(checks, out_dir, args, device_name, started, stack_lines=None):
              f" (torch {args.torch_version}). Each check's command is under Commands; each program's output is in "
              f"`<check>.log` beside this report.", ""]
     if args.device == "cpu":
-        lines += ["**CPU run (`--quick`): these are not GPU figures.**", ""]
+        lines += [f"**CPU run{' (`--quick`)' if args.quick else ''}: these are not GPU figures.**", ""]
     elif args.quick:
         lines += ["**`--quick`: tiny sizes (a batch of 1 at 96x128), not the recipe's: no figure here is a "
                   "training rate.**", ""]
