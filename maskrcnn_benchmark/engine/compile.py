@@ -267,15 +267,9 @@ def _raise_if_stopped(e):
     errors (BackendCompilerFailed, InternalTorchDynamoError, InductorError) as any other. Taken for a compile
     failure, the run would go on eagerly with its stop signals set aside. Also when the process took a stop signal
     whose Stopped did not survive (:func:`~maskrcnn_benchmark.utils.signals.received`)."""
-    pending, seen = [e], set()
-    while pending:
-        link = pending.pop()
-        if link is None or id(link) in seen:
-            continue
-        seen.add(id(link))
+    for link in _chain(e):
         if isinstance(link, Stopped):
             raise link.with_traceback(None) from None
-        pending += [getattr(link, "inner_exception", None), link.__cause__, link.__context__]
     if signals.received() is not None:
         raise Stopped(signals.received()) from None
 
@@ -287,19 +281,24 @@ def _is_compile_error(e):
     own error as its context: the chain is read."""
     if isinstance(e, torch.OutOfMemoryError):
         return False
+    return any((type(link).__module__ or "").startswith(("torch._dynamo", "torch._inductor", "torch._functorch",
+                                                          "triton")) or
+               type(link).__name__ in ("BackendCompilerFailed", "InternalTorchDynamoError", "Unsupported") or
+               (isinstance(link, RuntimeError) and any(m in str(link) for m in CAPTURE_ERRORS))
+               for link in _chain(e))
+
+
+def _chain(e):
+    """``e`` and every exception it wraps (a compiler's ``inner_exception``) or was raised from or while handling,
+    each once."""
     pending, seen = [e], set()
     while pending:
         link = pending.pop()
         if link is None or id(link) in seen:
             continue
         seen.add(id(link))
-        module = type(link).__module__ or ""
-        if module.startswith(("torch._dynamo", "torch._inductor", "torch._functorch", "triton")) or \
-                type(link).__name__ in ("BackendCompilerFailed", "InternalTorchDynamoError", "Unsupported") or \
-                (isinstance(link, RuntimeError) and any(m in str(link) for m in CAPTURE_ERRORS)):
-            return True
-        pending += [link.__cause__, link.__context__]
-    return False
+        yield link
+        pending += [getattr(link, "inner_exception", None), link.__cause__, link.__context__]
 
 
 def graph_breaks(fn, *args):

@@ -134,19 +134,33 @@ CUDA_GRAPH_ERRORS = [
     "\"maskrcnn_benchmark/modeling/detector/generalized_rcnn.py\", line 38, in forward"]
 
 
-@pytest.mark.parametrize("message", CUDA_GRAPH_ERRORS, ids=["capture", "overwritten output"])
-def test_a_failed_cuda_graph_capture_falls_back_to_eager(caplog, message):
+def _replaced_capture_error():
+    """A real capture failure: torch.cuda.graph's exit ends the capture, and cudaStreamEndCapture's own error
+    replaces the op's, which survives only as its __context__."""
+    try:
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+    except RuntimeError:  # the graph's __exit__, ending the capture
+        raise RuntimeError("CUDA error: unspecified launch failure\nCUDA kernel errors ...")
+
+
+def _raising(message):
+    def raise_it():
+        raise RuntimeError(message + "\nCUDA kernel errors ...")
+    return raise_it
+
+
+@pytest.mark.parametrize("fail,shown", [(_raising(m), m) for m in CUDA_GRAPH_ERRORS] + [
+    (_replaced_capture_error, "CUDA error: unspecified launch failure")],
+    ids=["capture", "overwritten output", "capture replaced by another CUDA error"])
+def test_a_failed_cuda_graph_capture_falls_back_to_eager(caplog, fail, shown):
     """The capture error of an op that syncs inside a CUDA graph ("operation not permitted when stream is
     capturing"), or CUDA-graph trees refusing an output a later replay overwrote, is a compile failure: one
-    warning, then the eager step, the same losses."""
+    warning, then the eager step, the same losses. Also when the capture's error is only the context of the one
+    raised (only the outer message was read: the run failed)."""
     torch.manual_seed(0)
     model = build_detection_model(small_cfg()).train()
     forward = CompiledForward(model, "default", "eager", batch_size=2)
-
-    def capture_fails(*args, **kwargs):
-        raise RuntimeError(message + "\nCUDA kernel errors ...")
-
-    forward.compiled = capture_fails
+    forward.compiled = lambda *args, **kwargs: fail()
     images, targets = _batch()
     with caplog.at_level(logging.WARNING):
         torch.manual_seed(3)
@@ -157,43 +171,18 @@ def test_a_failed_cuda_graph_capture_falls_back_to_eager(caplog, message):
     direct = model(images, targets)
     assert forward.failure is not None
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
-        f"torch.compile failed (RuntimeError: {message}): the run continues with the eager model"]
+        f"torch.compile failed (RuntimeError: {shown}): the run continues with the eager model"]
     for k in direct:
         assert torch.equal(fell_back[k], direct[k]) and torch.equal(again[k], direct[k])
 
 
-def test_a_capture_failure_that_another_cuda_error_replaced_still_falls_back(caplog):
-    """A real capture failure: torch.cuda.graph's exit ends the capture, and cudaStreamEndCapture's own error
-    ("operation failed due to a previous error during capture", an AcceleratorError or RuntimeError) replaces the
-    op's, which survives only as its __context__. Only the outer message was read: the run failed instead of
-    falling back to eager."""
-    torch.manual_seed(0)
-    model = build_detection_model(small_cfg()).train()
-    forward = CompiledForward(model, "default", "eager", batch_size=2)
-
-    def capture_fails(*args, **kwargs):
-        try:
-            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
-        except RuntimeError:  # the graph's __exit__, ending the capture
-            raise RuntimeError("CUDA error: unspecified launch failure\nCUDA kernel errors ...")
-
-    forward.compiled = capture_fails
-    images, targets = _batch()
-    with caplog.at_level(logging.WARNING):
-        torch.manual_seed(3)
-        fell_back = forward(images, targets)
-    torch.manual_seed(3)
-    direct = model(images, targets)
-    assert forward.failure is not None
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and warnings[0].startswith("torch.compile failed (RuntimeError: CUDA error: "), warnings
-    for k in direct:
-        assert torch.equal(fell_back[k], direct[k])
-    # an error of the step itself, not raised while a capture failed, is not taken for a compile failure
-    forward = CompiledForward(model, "default", "eager", batch_size=2)
-    forward.compiled = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("CUDA error: unspecified launch failure"))
+def test_an_error_of_the_step_itself_is_not_a_compile_failure():
+    """A CUDA error not raised while a capture failed is the step's: raised, not hidden by a fallback."""
+    forward = CompiledForward(build_detection_model(small_cfg()).train(), "default", "eager", batch_size=2)
+    forward.compiled = lambda *a, **k: _raising("CUDA error: unspecified launch failure")()
     with pytest.raises(RuntimeError, match="unspecified launch failure"):
-        forward(images, targets)
+        forward(*_batch())
+    assert forward.failure is None
 
 
 class _Tiny(torch.nn.Module):
