@@ -77,10 +77,10 @@ gpu-check:
 	  MASKRCNN_GPU_CHECK_IMAGE="$(IMAGE)" slurm/in_container.sh python3 tools/gpu_check.py --out /results/gpu-check \
 	  $(GPU_CHECK_ARGS)
 else
-# No image: the current Python environment (this checkout's venv when there is one, else python3 on PATH: a host
+# No image: the current Python environment (this checkout's venv when it was made whole, else python3 on PATH: a host
 # install, or a shell already inside the image); nothing is installed on the node, so the checkout goes on
 # PYTHONPATH (the package need not be pip-installed there). The report's stack says which Python ran.
-GPU_CHECK_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
+GPU_CHECK_PYTHON ?= $(if $(wildcard $(STAMP)),$(PY),python3)
 gpu-check:
 	@PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_CHECK_PYTHON) tools/gpu_check.py --out "$(GPU_CHECK_RESULTS)/gpu-check" $(GPU_CHECK_ARGS)
 endif
