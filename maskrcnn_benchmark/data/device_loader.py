@@ -33,6 +33,7 @@ class DeviceLoader:
         self.transform = transform
         self.cache = cache
         self._cached = None
+        self._side = None  # the side stream, one per loader (made on the first CUDA pass)
 
     @property
     def dataset(self):
@@ -76,7 +77,12 @@ class DeviceLoader:
                 yield self._finish(batch)
             return
         main = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device)
+        # one side stream for every pass (the evaluation loader passes every epoch): the caching allocator reuses a
+        # freed block only on the stream that allocated it, so a new stream per pass would strand each pass's buffers
+        if self._side is None:
+            self._side = torch.cuda.Stream(self.device)
+        side = self._side
+        side.wait_stream(main)  # after what the main stream did before this pass (a cached batch's earlier use)
         source = self._batches()
 
         def issue():

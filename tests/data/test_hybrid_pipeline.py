@@ -372,3 +372,48 @@ def test_without_bgr255_the_device_divides_by_a_device_tensor():
     assert divisions.calls == 0
     mean, std = torch.tensor(cfg.INPUT.PIXEL_MEAN)[:, None, None], torch.tensor(cfg.INPUT.PIXEL_STD)[:, None, None]
     assert torch.equal(out.tensors[0, :, :30, :40], (raws[0].tensor.float() / 255 - mean) / std)
+
+
+def test_the_device_loader_keeps_one_side_stream_and_orders_each_pass_after_the_main_one(monkeypatch):
+    """Each pass took a new side stream from torch's pool: the evaluation loader passes every epoch, and the
+    caching allocator reuses a freed block only on the stream that allocated it, so every epoch's evaluation
+    stranded its resize buffers on another stream (reserved memory growing epoch after epoch). And a pass over
+    cached batches read what an earlier pass's copies wrote with no order between the two streams. The stream
+    calls are recorded here (no GPU): one side stream per loader, made to wait for the main one at each pass."""
+    from maskrcnn_benchmark.data.device_loader import DeviceLoader
+
+    calls = []
+
+    class Stream:
+        def __init__(self, device=None):
+            calls.append(("new", id(self)))
+
+        def wait_stream(self, other):
+            calls.append(("wait", id(self), id(other)))
+
+    main = Stream()
+    calls.clear()
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: main)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: __import__("contextlib").nullcontext())
+
+    class Images:  # a batch that reaches the device (its tensors on the CPU here: nothing to record)
+        tensors = sizes = torch.zeros(1)
+
+        def to(self, device, non_blocking=False):
+            return self
+
+    class Targets:
+        def to(self, device, non_blocking=False):
+            return self
+
+        def tensors(self):
+            return []
+
+    loader = DeviceLoader([(Images(), Targets(), [0])] * 3, "cuda")
+    for _ in range(3):  # three evaluations
+        assert len(list(loader)) == 3
+    made = [c for c in calls if c[0] == "new"]
+    assert len(made) == 1, calls
+    side = made[0][1]
+    assert calls.count(("wait", side, id(main))) == 3, calls  # at the start of every pass

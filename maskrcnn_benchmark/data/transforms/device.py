@@ -9,7 +9,9 @@ The resize is PIL's bilinear resampling, reimplemented: the same coefficients (a
 grows with the downscaling factor, so downscaling is antialiased as PIL does), the same 22-bit fixed-point
 arithmetic, the same two passes (horizontal, then vertical) with the same rounding to ``uint8`` after each. So a
 pixel of the hybrid path is the pixel of the reference path (``DATALOADER.HYBRID False``: PIL in the worker),
-bit for bit, at any scale (``tests/data/test_hybrid_pipeline.py``; docs/numerics.md). Integer arithmetic in
+bit for bit, wherever Pillow runs its passes in that order: every enlargement (COCO's images at 800x1333), and
+most reductions; for some reductions of the height Pillow 12 and later run the vertical pass first, and a pixel
+may differ by one level of 255 (``tests/data/test_hybrid_pipeline.py``; docs/numerics.md). Integer arithmetic in
 ``int32`` cannot overflow: the weights of an output pixel are non-negative and sum to about ``2**22``, so a sum
 stays below ``255 * 2**22 + 2**21 < 2**31``.
 
