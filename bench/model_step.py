@@ -484,6 +484,7 @@ def main(argv=None):
         # each child measures its model alone only once this process's models, compiled graphs (their CUDA-graph
         # pools) and cached blocks are gone: on a smaller GPU a child ran out of memory beside them
         steps.clear()
+        s = None  # the loops' last step (a model, its optimizer and batch) goes too
         torch._dynamo.reset()
         gc.collect()
         torch.cuda.empty_cache()

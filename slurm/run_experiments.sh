@@ -127,11 +127,16 @@ fi
 export MASTER_ADDR="${MASTER_ADDR:-${hosts[0]}}"
 port0="${MASTER_PORT:-$((29500 + JOBID % 1000))}"
 read -r -a srun_extra <<< "${SRUN_ARGS:-}"
-for arg in "${srun_extra[@]}"; do  # the compliance checker reads an MLLOG line only where it begins the line
-  if [[ "${arg}" == --label || "${arg}" == --label=* || "${arg}" =~ ^-[a-zA-Z]*l[a-zA-Z]*$ ]]; then
+# the compliance checker reads an MLLOG line only where it begins the line: srun's --label (-l, in a cluster of
+# srun's flags without a value, or an abbreviation), or SLURM_LABELIO, would prefix every line
+for arg in "${srun_extra[@]}"; do
+  if [[ "${arg}" =~ ^--lab(e|el)?(=.*)?$ || "${arg}" =~ ^-[EHOQVXZhksuv]*l[EHOQVXZhksuv]*$ ]]; then
     fail "${EXIT_BAD_INPUT}" "SRUN_ARGS='${SRUN_ARGS}': ${arg} prefixes every output line with its task number, and the compliance checker reads the MLLOG lines of result_<k>.txt only where they begin the line (a run would have none); drop it"
   fi
 done
+if [[ -n "${SLURM_LABELIO:-}" && "${SLURM_LABELIO}" != 0 ]]; then
+  fail "${EXIT_BAD_INPUT}" "SLURM_LABELIO=${SLURM_LABELIO} (srun's --label) prefixes every output line with its task number, and the compliance checker reads the MLLOG lines of result_<k>.txt only where they begin the line (a run would have none); unset it"
+fi
 # One task per node: --ntasks too, since the job's SLURM_NTASKS would otherwise spread its count over fewer nodes.
 srun_on() {  # the srun command line for one task on each of the first $1 nodes (sets the array srun_cmd)
   # --export=ALL: a job submitted with --export=NONE hands that to every srun in it (SLURM_EXPORT_ENV)
@@ -345,6 +350,13 @@ echo "run_experiments: job ${JOBID} nodes=${NNODES} (${hosts[*]}) system=${DGXSY
 echo "run_experiments: master=${MASTER_ADDR} logdir=${LOGDIR} container=${CONTAINER} runtime=${CONTAINER_RUNTIME}" \
      "trial limit=${TRIAL_MINUTES:-none} min"
 failures=0
+# scancel or the job's time limit signals every process of the batch step: this shell, with a trap, waits for the
+# running trial's pipeline to end (its srun passes the signal to the trainer, which logs run_stop; tee, ignoring it,
+# copies those last lines into result_<k>.txt), then starts no further trial. Without it the shell died at once and
+# slurmstepd killed what was left of the step, tee with it.
+stopped=""
+trap 'stopped=TERM' TERM
+trap 'stopped=INT' INT
 status=0
 summary=()
 for ((i = 0; i < NEXP; i++)); do
@@ -355,8 +367,13 @@ for ((i = 0; i < NEXP; i++)); do
   fi
   if [[ "${i}" -gt 0 && -n "${SLURM_JOB_ID:-}" && -n "${TRIAL_MINUTES:-}" ]]; then  # asked again: cache drops
     left="$(minutes_left)"  # and trials near their limit may have used the margin the count above left
-    if [[ -n "${left}" && "${left}" -lt "${TRIAL_MINUTES}" ]]; then
-      echo "run_experiments: WARNING: the job has ${left} min left, less than a trial of ${TRIAL_MINUTES} min:" \
+    need="${TRIAL_MINUTES}" what="its limit"
+    if [[ "${CLEAR_CACHES}" == 1 ]]; then  # the trial's cache drop comes first
+      need=$(( TRIAL_MINUTES + ${CACHE_DROP_MINUTES:-5} )) what="its limit and its cache drop's"
+    fi
+    if [[ -n "${left}" && "${left}" -lt "${need}" ]]; then
+      echo "run_experiments: WARNING: the job has ${left} min left, less than the ${need} min a trial may take" \
+           "(${what}):" \
            "trial $((i + 1)) of ${NEXP} not started (submit again with LOGDIR=${LOGDIR} NEXP=$(( NEXP - i )) for" \
            "the rest)" >&2
       break
@@ -398,6 +415,13 @@ for ((i = 0; i < NEXP; i++)); do
     failed_trial=$((i + 1))
   fi
   index=$((index + 1))
+  if [[ -n "${stopped}" ]]; then
+    echo "run_experiments: stopped (SIG${stopped}) during trial $((i + 1)) of ${NEXP}: no further trial" >&2
+    if [[ "${status}" -eq 0 ]]; then  # 128 + the signal, as the trainer's own stop
+      if [[ "${stopped}" == TERM ]]; then status=143; else status=130; fi
+    fi
+    break
+  fi
 done
 if [[ "${#summary[@]}" -gt 0 ]]; then
   echo "run_experiments: trials (exit codes): ${summary[*]}" | tee -a "${LOGDIR}/trials.txt" || true

@@ -63,6 +63,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..utils.errors import UserError
 from ..utils.fileio import write_text
 from .common import Parser
 
@@ -527,7 +528,6 @@ def append_across_nodes(out_dir, checks):
     try:
         summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     except ValueError as e:
-        from ..utils.errors import UserError
 
         raise UserError(f"gpu-check's summary '{summary_path}' is not JSON ({e}): the node's checks did not finish "
                         "writing it; run make gpu-check again") from None
@@ -616,10 +616,13 @@ def projection(model_step, out_dir=None, gpus_per_node=8, evaluation=None, scori
     elif out_dir is not None and quick:
         lines.append("projection.json not written: --quick's tiny sizes (a batch of 1 at 96x128) set no trial's "
                      "time limit")
-    elif out_dir is not None and (model_step.status != "passed" or gap is None):
-        # the trials' time limits come from it: NVIDIA's evaluation gap is a tenth of ours (docs/benchmarks.md),
-        # and a cut or failed step check's rounds are not the rate of a run
-        why = (f"the training-step check did not pass ({model_step.status})" if model_step.status != "passed" else
+    elif out_dir is not None and (eager not in ours or model_step.status.startswith("NOT RUN") or gap is None):
+        # the trials' time limits come from it: from the rate of the step a run takes, measured to the end of its
+        # rounds (a cut check prints no rate), and the measured evaluation gap (NVIDIA's is a tenth of ours,
+        # docs/benchmarks.md); another model's failure (torchvision's, a compiled form's) does not touch them
+        why = ("the eager step, which a run takes, was not measured" if eager not in ours else
+               f"the training-step check was cut ({model_step.status}): its rate is of the rounds before"
+               if model_step.status.startswith("NOT RUN") else
                "the evaluation gap was not measured (the evaluation check did not run or pass)")
         lines.append(f"projection.json not written: {why}; the trials keep their config's DGXRUNMINUTES")
     elif out_dir is not None:
@@ -871,8 +874,8 @@ def _main(args):
                            "0"], cwd=ROOT, capture_output=True, text=True)
     if made.returncode:  # its own error line, not a CalledProcessError that drops it
         last = (made.stderr.strip().splitlines() or [""])[-1]
-        raise RuntimeError(f"making the synthetic dataset in {out_dir / 'synthetic'} failed (exit "
-                           f"{made.returncode}): {last}")
+        raise UserError(f"making the synthetic dataset in {out_dir / 'synthetic'} failed (exit "
+                        f"{made.returncode}): {last}")
     checks = plan(args, out_dir)  # --only: those checks, sharing the budget
     stack_lines = stack(args.device)
     _STOP.update(requested=False, proc=None)

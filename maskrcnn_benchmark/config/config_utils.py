@@ -161,7 +161,7 @@ def merge_cfg_from_list(cfg, opts, source="command line"):
     # the keys first, in order: a token out of step (a value split at a space, a config file given without
     # --config-file) is named where it stands, not the well-formed value that ends the list
     for key in opts[0:len(opts) - 1:2]:
-        _check_key(cfg, RENAMED_KEYS.get(key, key), source)
+        _check_key(cfg, RENAMED_KEYS.get(key, str(key)), source)  # (a list built in code may hold numbers there)
     if len(opts) % 2:
         raise ConfigError(f"{source}: overrides must be KEY VALUE pairs, '{opts[-1]}' has no value")
     keys = [RENAMED_KEYS.get(k, k) for k in opts[0::2]]

@@ -197,12 +197,13 @@ class BackgroundScorer:
         if self._waiting and held:
             epoch = self._waiting[0][0].epoch
             if self._restarts.get(epoch, 0) >= RESTARTS_PER_EPOCH:
-                error = (f"the COCO scoring process died again (exit code {code}) while scoring epoch {epoch}; "
-                         "it is killed from outside (out of memory?)")
-                for future, _ in self._waiting:
-                    future._set(error=error)
-                self._waiting = []
-                return  # the next epoch starts a fresh process
+                future, _ = self._waiting.pop(0)
+                future._set(error=f"the COCO scoring process died again (exit code {code}) while scoring epoch "
+                                  f"{epoch}; it is killed from outside (out of memory?)")
+                if self._waiting:  # the epochs queued behind it get a fresh process (and their own restarts)
+                    self._start()
+                    self._send_next()
+                return
             self._restarts[epoch] = self._restarts.get(epoch, 0) + 1
             logger.warning("the COCO scoring process died (exit code %s) while scoring epoch %s: restarted, "
                            "scoring that epoch's detections again", code, epoch)

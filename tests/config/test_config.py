@@ -250,3 +250,10 @@ def test_a_path_from_the_home_folder_is_the_users_home(tmp_path, monkeypatch):
     assert (cfg.OUTPUT_DIR, cfg.DATASETS.DATA_DIR, cfg.MODEL.WEIGHT, cfg.PATHS_CATALOG) == (
         f"{tmp_path}/runs/r1", f"{tmp_path}/coco", f"{tmp_path}/models/R-50.pkl", f"{tmp_path}/catalog.py")
     assert load_config(R50_YAML).MODEL.WEIGHT == "catalog://ImageNetPretrained/MSRA/R-50"
+
+
+def test_an_override_list_built_in_code_with_a_number_out_of_step_is_a_config_error():
+    """A number in a key's place (a list built in code, out of step: ["INPUT.MIN_SIZE_TEST", 96, 96, ...]) was an
+    AttributeError ('int' object has no attribute 'split') once the keys were checked first."""
+    with pytest.raises(ConfigError, match="unknown config key '96'"):
+        load_config(R50_YAML, ["INPUT.MIN_SIZE_TEST", 96, 96, "TEST.IMS_PER_BATCH", 4])

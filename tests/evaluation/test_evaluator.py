@@ -68,6 +68,30 @@ def test_a_scoring_process_that_dies_while_scoring_is_restarted_once(coco_set):
 
 
 @pytest.mark.slow
+def test_an_epoch_whose_scoring_process_dies_twice_fails_alone(tmp_path):
+    """Epoch 1 held by the scoring process, epoch 2 queued behind it: the process killed twice while holding
+    epoch 1 failed epoch 2 too, with epoch 1's error, its detections dropped. Epoch 2 gets a fresh process."""
+    from scorers import HeldScorer
+
+    release = tmp_path / "release"
+    bg = BackgroundScorer(HeldScorer(str(release)))
+    try:
+        first, second = bg(b"a", epoch=1), bg(b"bb", epoch=2)
+        deadline = time.time() + 60
+        for _ in range(2):
+            pid = bg.pid
+            os.kill(pid, 9)
+            while bg.pid == pid and not first.done() and time.time() < deadline:  # noticed: restarted or failed
+                time.sleep(0.01)
+        with pytest.raises(ScoringError, match="died again .* epoch 1;"):
+            first.result()
+        release.touch()
+        assert second.result() == {"size": 2}
+    finally:
+        bg.shutdown()
+
+
+@pytest.mark.slow
 def test_a_scoring_process_that_dies_while_idle_is_noticed_at_the_next_poll(coco_set):
     ann, bbox, segm = coco_set
     dets = Detections.from_coco_lists(bbox, segm)

@@ -163,7 +163,8 @@ def test_a_trial_is_not_started_when_the_time_left_no_longer_holds_it(tmp_path):
     r = run_job(tmp_path, [d], NEXP=3, SLURM_JOB_ID=77, FAKE_TRAIN_EPOCHS=1)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in (tmp_path / "logs").glob("result_*")) == ["result_0.txt"]
-    assert re.search(r"the job has 20 min left, less than a trial of 25 min: trial 2 of 3 not started \(submit again "
+    assert re.search(r"the job has 20 min left, less than the 30 min a trial may take \(its limit and its cache "
+                     r"drop's\): trial 2 of 3 not started \(submit again "
                      rf"with LOGDIR={re.escape(str(tmp_path / 'logs'))} NEXP=2 for the rest\)", r.stderr), r.stderr
 
 
@@ -492,7 +493,7 @@ def test_a_loopback_master_addr_from_the_submitting_shell_is_refused_in_a_multi_
     assert one.returncode == 0, one.stdout[-2000:] + one.stderr[-2000:]
 
 
-@pytest.mark.parametrize("flag", ["--label", "-l"])
+@pytest.mark.parametrize("flag", ["--label", "-l", "-ul", "--lab"])
 def test_srun_labels_that_would_hide_the_mllog_lines_are_refused(tmp_path, flag):
     """SRUN_ARGS=--label (common for multi-node logs) prefixes each line with its task number: the checker reads
     only lines that begin with :::MLLOG, so every run's log failed review, and the "not converged" line was missed
@@ -501,7 +502,10 @@ def test_srun_labels_that_would_hide_the_mllog_lines_are_refused(tmp_path, flag)
     assert r.returncode == exit_codes.BAD_INPUT.code, r.stdout + r.stderr
     assert len(errors(r)) == 1 and errors(r)[0].startswith(f"error: SRUN_ARGS='--exclusive {flag}': {flag} "), r.stderr
     assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").glob("result_*"))
-    assert run_job(tmp_path, SRUN_ARGS="--exclusive --mpi=none").returncode == 0
+    # a value attached to a short option is not a label (-pgeneral: the partition), nor is another long option
+    assert run_job(tmp_path, SRUN_ARGS="--exclusive --mpi=none -pgeneral -Cintel --nodelist=n1").returncode == 0
+    r = run_job(tmp_path, SLURM_LABELIO="1")  # srun's --label from the environment
+    assert r.returncode == exit_codes.BAD_INPUT.code and errors(r)[0].startswith("error: SLURM_LABELIO=1 "), r.stderr
 
 
 def test_with_the_site_template_a_host_with_only_apptainer_runs_apptainer(tmp_path):
@@ -569,7 +573,9 @@ def test_a_crash_is_the_jobs_code_even_when_a_run_that_did_not_converge_follows(
 def test_a_job_cancelled_mid_trial_keeps_the_trainers_last_lines_in_its_result_file(tmp_path):
     """scancel (or the job's time limit) signals every process of the batch step: tee, copying the trial's output
     into result_<k>.txt, died at once, and the lines the trainer writes as it stops (its run_stop) were lost from
-    the file a reviewer reads. tee now ignores the signal and copies to the end of the output."""
+    the file a reviewer reads; under Slurm the batch shell died too, and slurmstepd killed what was left of the
+    step. tee now ignores the signal and copies to the end of the output, and the batch shell waits for the
+    trial's pipeline before it stops (no further trial)."""
     import signal
     import subprocess
     import time
@@ -587,7 +593,7 @@ def test_a_job_cancelled_mid_trial_keeps_the_trainers_last_lines_in_its_result_f
             time.sleep(0.1)
         """))
     bindir = local_srun(tmp_path)
-    env = dict(DGXSYSTEM="CPU", CONTAINER="none", NEXP=1, PYTHON=sys.executable, LOGDIR=tmp_path / "logs",
+    env = dict(DGXSYSTEM="CPU", CONTAINER="none", NEXP=2, PYTHON=sys.executable, LOGDIR=tmp_path / "logs",
                REPO=ROOT, TRAIN_SCRIPT=trainer, DATADIR=coco_layout(tmp_path / "coco"), DROP_CACHES_CMD="true",
                MLPERF_SUBMISSION_ORG="ci", SITE_CONFIG=tmp_path / "no-site.sh", DGXNGPU=1,
                PATH=f"{bindir}:{os.environ['PATH']}")
@@ -600,5 +606,8 @@ def test_a_job_cancelled_mid_trial_keeps_the_trainers_last_lines_in_its_result_f
             else "the trainer did not start"
         time.sleep(0.2)
     os.killpg(job.pid, signal.SIGTERM)  # what slurmstepd does to the batch step
-    job.communicate(timeout=60)
+    out = job.communicate(timeout=60)[0].decode()
     assert '"run_stop"' in result.read_text(), result.read_text()[-2000:]
+    assert job.returncode == 143 and "run_experiments: stopped (SIGTERM) during trial 1 of 2: no further trial" \
+        in out, out[-3000:]
+    assert not (tmp_path / "logs" / "result_1.txt").exists()
