@@ -528,7 +528,6 @@ def append_across_nodes(out_dir, checks):
     try:
         summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     except ValueError as e:
-
         raise UserError(f"gpu-check's summary '{summary_path}' is not JSON ({e}): the node's checks did not finish "
                         "writing it; run make gpu-check again") from None
     summary.update({c.name: {"status": c.status, "figures": c.figures} for c in checks})

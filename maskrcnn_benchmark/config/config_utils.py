@@ -158,15 +158,14 @@ def merge_cfg_from_list(cfg, opts, source="command line"):
     """Merge ``[KEY, VALUE, KEY, VALUE, ...]`` (values as strings or Python objects)."""
     _refuse_frozen(cfg, source)
     opts = list(opts)
-    # the keys first, in order: a token out of step (a value split at a space, a config file given without
-    # --config-file) is named where it stands, not the well-formed value that ends the list
-    for key in opts[0:len(opts) - 1:2]:
-        _check_key(cfg, RENAMED_KEYS.get(key, str(key)), source)  # (a list built in code may hold numbers there)
+    keys = [RENAMED_KEYS.get(k, str(k)) for k in opts[0::2]]  # (a list built in code may hold numbers there)
+    # every key that has a value first, in order: a token out of step (a value split at a space, a config file
+    # given without --config-file) is named where it stands, not the well-formed value that ends the list
+    for full_key in keys[:len(opts) // 2]:
+        _check_key(cfg, full_key, source)
     if len(opts) % 2:
         raise ConfigError(f"{source}: overrides must be KEY VALUE pairs, '{opts[-1]}' has no value")
-    keys = [RENAMED_KEYS.get(k, k) for k in opts[0::2]]
     for full_key, value in zip(keys, opts[1::2]):
-        _check_key(cfg, full_key, source)
         _set(cfg, full_key, _coerce(cfg, full_key, value, source))
     _note_given(cfg, keys)
     return cfg

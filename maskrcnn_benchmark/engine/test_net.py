@@ -75,11 +75,9 @@ def evaluate_checkpoint(cfg, weights="", skip_eval=False, backend=None, logger=N
     check_num_classes(cfg.MODEL.ROI_BOX_HEAD.NUM_CLASSES, None, [loader.dataset for loader in loaders])
     for name, loader in zip(cfg.DATASETS.TEST, loaders):
         folder = results_folder(cfg, name)
-        # segm only for a model with masks, as the reference's evaluation asks for it
+        iou_types = ("bbox", "segm") if cfg.MODEL.MASK_ON else ("bbox",)  # segm with masks, as the reference
         scorer = None if skip_eval else COCOScorer.for_dataset(loader.dataset, backend or cfg.TEST.COCO_BACKEND,
-                                                               cfg.TEST.COCO_WORKERS, iou_types=(
-                                                                   ("bbox", "segm") if cfg.MODEL.MASK_ON else
-                                                                   ("bbox",)))
+                                                               cfg.TEST.COCO_WORKERS, iou_types=iou_types)
         evaluator = COCOEvaluator(loader.dataset, scorer, mask_method=cfg.TEST.MASK_ENCODING, output_folder=folder)
         try:
             scores = inference_on_dataset(model, loader, evaluator, device, cfg.DTYPE)

@@ -17,8 +17,8 @@ A scoring process that dies costs nothing: the detections of every epoch stay he
 so a process that dies while scoring is restarted and the same detections are scored again; only a second death
 while scoring the same epoch is an error (:class:`ScoringError`, one line). Every failure is its epoch's: its
 future's ``result()`` raises it, and nothing else does (``poll()`` and the call that hands an epoch over do not),
-so the scores of an earlier epoch that arrived in the same ``poll()`` are read as they came. One that dies while idle is noticed
-at the next ``poll()`` (the next iteration) and restarted then.
+so the scores of an earlier epoch that arrived in the same ``poll()`` are read as they came. One that dies while
+idle is noticed at the next ``poll()`` (the next iteration) and restarted then.
 
 The scoring process never outlives the run: it is in a process group of its own (with its pool workers), which
 ``shutdown()`` kills, and it asks the kernel to kill it (``PR_SET_PDEATHSIG``) if the trainer dies first, even by
