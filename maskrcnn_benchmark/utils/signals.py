@@ -48,11 +48,14 @@ def hold():
     :func:`stop_on_signals` is not raised either. For the end of a program, once its body has returned or failed
     (:func:`maskrcnn_benchmark.cli.exit_codes.run_program`): Slurm signals every process of the job at once and
     bind_launch forwards a second copy, so the signal can come while the program reports a failure the same stop
-    caused (a loader worker it killed), and a Stopped raised there would escape the report with its traceback."""
+    caused (a loader worker it killed), and a Stopped raised there would escape the report with its traceback.
+    Child exits are no longer reacted to either: torch's SIGCHLD handler raises the loader error for a worker the
+    same stop killed, from wherever the report is (a body that failed on its own first, before the stop came)."""
     if _HELD["installed"] != os.getpid():  # no handler of ours here (a test calling run_program): nothing to hold
         return
     _HELD["pid"] = os.getpid()
     signal.setitimer(signal.ITIMER_REAL, 0)  # a deferred stop (the handler's alarm)
+    signal.signal(signal.SIGCHLD, _ignore)  # a callable: SIG_DFL would race with a SIGCHLD already pending
 
 
 # at-fork hooks of the standard library that run in a training process's main thread (logging's, in the parent)
@@ -114,8 +117,7 @@ def stop_on_signals():
             return
         for s in STOP_SIGNALS:
             signal.signal(s, signal.SIG_IGN)
-        signal.signal(signal.SIGCHLD, _ignore)  # a callable: SIG_DFL would race with a SIGCHLD already pending
-        hold()  # a stop deferred by an earlier copy of the signal (the alarm above) is this one
+        hold()  # SIGCHLD too; and a stop deferred by an earlier copy of the signal (the alarm above) is this one
         raise Stopped(_RECEIVED[0])
 
     _HELD.update(pid=None, installed=main_pid)

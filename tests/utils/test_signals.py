@@ -134,6 +134,47 @@ def test_a_loader_worker_killed_by_sigterm_is_the_stop():
     _assert_stopped_in_one_line(r, "error: stopped by SIGTERM (it ended a data loader worker first)")
 
 
+def test_a_loader_worker_killed_while_the_failure_is_reported_ends_as_the_stop():
+    """A rank fails first on its own (a collective whose peer was killed), then bind_launch's SIGTERM reaches the
+    rank and its loader worker while the failure is reported: the worker's death raised torch's loader error from
+    its SIGCHLD handler outside run_program, a traceback on the terminal and no error line (CI, a dead sibling)."""
+    r = _run("""
+        import os, signal, subprocess, sys, time
+        from torch.utils.data import DataLoader, Dataset
+        from maskrcnn_benchmark.cli import exit_codes
+        from maskrcnn_benchmark.utils.signals import stop_on_signals
+
+        class Slow(Dataset):
+            def __len__(self):
+                return 1000
+
+            def __getitem__(self, i):
+                time.sleep(0.5 if i else 0.0)
+                return i
+
+        stop_on_signals()
+        loader = {}
+
+        def body():
+            loader["it"] = iter(DataLoader(Slow(), num_workers=1, batch_size=1))
+            next(loader["it"])
+            raise RuntimeError("Connection closed by peer")
+
+        describe = exit_codes.describe
+
+        def describe_while_stopped(exc, note=""):
+            # the launcher's SIGTERM, from another process (the worker's own parent would end it quietly)
+            subprocess.run(["kill", "-TERM", str(loader["it"]._workers[0].pid)])
+            time.sleep(0.5)  # the worker is gone: SIGCHLD
+            os.kill(os.getpid(), signal.SIGTERM)
+            return describe(exc, note)
+
+        exit_codes.describe = describe_while_stopped
+        sys.exit(exit_codes.run_program(body))
+    """)
+    _assert_stopped_in_one_line(r)
+
+
 @pytest.mark.parametrize("name", ["SIGUSR1", "SIGUSR2"])
 def test_slurms_warning_signals_stop_the_run_as_sigterm_does(name):
     """bind_launch forwards SIGUSR1/SIGUSR2 to the ranks (a Slurm ``--signal=USR1@120`` warning, ``scancel -s
