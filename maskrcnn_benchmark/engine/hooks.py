@@ -86,6 +86,12 @@ class CheckpointHook(HookBase):
             known = self.evaluation.settle() if settle else self.evaluation.scores
             extra["scores"] = [[e.epoch, e.bbox, e.segm] for e in known]
         states = comm.all_gather(get_rng_state())
+        if comm.is_main_process() and self.evaluation is not None and self.evaluation.failure is not None:
+            # settle() could not wait for the epochs still being scored: a checkpoint without their scores would
+            # resume a run that never scores them; the previous checkpoint stays the last one
+            logger.warning("%s not written: rank 0's evaluation failed (above); the last checkpoint is the one "
+                           "before it", name)
+            return
         if comm.is_main_process():
             self.checkpointer.save(name, iteration=self.trainer.storage.iter, seed=self.seed, rng_states=states,
                                    **extra)

@@ -197,7 +197,7 @@ def test_the_final_checkpoint_waits_for_no_later_epochs_scores():
             saved.append((name, kwargs["scores"]))
 
     class Evaluation:
-        scores = known
+        scores, failure = known, None
 
         def settle(self):
             raise AssertionError("waited for a later epoch's scores after run_stop")

@@ -461,6 +461,45 @@ def test_a_hand_over_that_fails_on_rank_0_stops_every_rank_together():
         assert dict(out) == {0: ("EvaluationFailed", 5, "MemoryError"), 1: ("EvaluationFailed", 5, "NoneType")}
 
 
+class _SecondHandOverFails(_FakeBackground):
+    """Epoch 1 is still being scored when epoch 2's hand-over fails (the scoring process died twice)."""
+
+    def score(self, detections, epoch):
+        if epoch == 2:
+            raise ScoringError("the COCO scoring process died again (exit code -9) while scoring epoch 2")
+        return super().score(detections, epoch)
+
+
+def test_no_checkpoint_is_written_once_the_evaluation_failed():
+    """A checkpoint holds the scores of every epoch before its own (their weights are gone; a resumed run cannot
+    score them again). Once rank 0's evaluation failed, the checkpoint at that epoch end no longer waited for the
+    epoch still being scored and was written without it: a run resumed from it never scored epoch 1. It is not
+    written; the previous checkpoint stays the last one."""
+    from maskrcnn_benchmark.engine.hooks import CheckpointHook
+    from maskrcnn_benchmark.utils.errors import EvaluationFailed
+
+    saved = []
+
+    class Checkpointer:
+        def save(self, name, **kwargs):
+            saved.append((kwargs["iteration"], [e for e, _, _ in kwargs["scores"]]))
+
+    model = _Model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    sched = WarmupMultiStepLR(opt, (100,), 0.1, warmup_iters=0)
+    background = _SecondHandOverFails(10 ** 9)
+    log = _Log()
+    evaluation = EvaluationHook(background, lambda: None, log, poll=background.poll)
+    trainer = Trainer(model, opt, sched, [(_Images(), [], None)] * 40, torch.device("cpu"), 40, 5,
+                      hooks=[MLPerfStopHook((0.377, 0.339), log), evaluation,
+                             CheckpointHook(Checkpointer(), 5, evaluation=evaluation)])
+    background.trainer = trainer
+    with pytest.raises(EvaluationFailed):
+        trainer.train()
+    assert trainer.iter == 10 and type(evaluation.failure) is ScoringError
+    assert saved == [(5, [])]  # epoch 1's own checkpoint (epoch 1 is evaluated again from it); none at 10
+
+
 # -- distributed evaluation --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def eval_data(tmp_path_factory):
