@@ -645,7 +645,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         description="Launch one process per GPU, each bound to its socket's cores and memory (NVIDIA-compatible).",
     )
     p.add_argument("--nnodes", type=int, default=None, help="number of nodes (default: Slurm's, else 1)")
-    p.add_argument("--node_rank", type=int, default=None, help="rank of this node (default: SLURM_NODEID, else 0)")
+    p.add_argument("--node_rank", type=int, default=None, help="rank of this node (default: SLURM_NODEID when nnodes > 1, else 0)")
     p.add_argument("--nproc_per_node", type=int, default=1, help="processes (GPUs) per node")
     p.add_argument("--master_addr", default=None,
                    help="rank-0 host (default: $MASTER_ADDR, else first Slurm node when nnodes>1, else 127.0.0.1)")
@@ -677,6 +677,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error(str(e))
     if args.nnodes is None:
         args.nnodes = int(sl.get("nnodes", 1))
+    if args.nnodes == 1:  # asked for this node alone (a check on each node of a step): its own rank 0 and master
+        sl = {}
     if args.node_rank is None:
         args.node_rank = int(sl.get("node_rank", 0))
     if args.master_addr is None:

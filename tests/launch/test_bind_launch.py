@@ -312,6 +312,26 @@ def test_a_multi_node_job_must_start_one_launcher_per_node_in_a_step(monkeypatch
         "nnodes": 1, "node_rank": 0}
 
 
+def test_one_node_asked_for_in_a_multi_node_step_is_this_node_alone(monkeypatch):
+    """``srun -N4 python -m bind_launch --nnodes=1 ...`` (a check run on each node by itself): the node's rank and
+    the master were still the step's, so nodes 1-3 were refused (node_rank not in [0, 1)) and, with --node_rank 0,
+    every node's ranks met at the step's first host, eight ranks 0 from four nodes. One node is its own rank 0
+    and master; a node count that is the step's keeps the step's."""
+    monkeypatch.setenv("PATH", "/nonexistent")  # no scontrol: the hostlist parsed here
+    monkeypatch.setattr(bl, "widen_to_cpuset", lambda *a, **k: None)  # this test process's own affinity stays
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    step = {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "4", "SLURM_STEP_NUM_NODES": "4", "SLURM_NODEID": "2",
+            "SLURM_STEP_NODELIST": "10.1.0.[1-4]", "SLURM_STEP_TASKS_PER_NODE": "1(x4)"}
+    for k, v in step.items():
+        monkeypatch.setenv(k, v)
+    one = bl.parse_args(["--nnodes", "1", "--binding=none", "x.py"])
+    assert (one.nnodes, one.node_rank, one.master_addr) == (1, 0, "127.0.0.1")
+    four = bl.parse_args(["--nnodes", "4", "--binding=none", "x.py"])
+    assert (four.nnodes, four.node_rank, four.master_addr) == (4, 2, "10.1.0.1")
+    default = bl.parse_args(["--binding=none", "x.py"])
+    assert (default.nnodes, default.node_rank, default.master_addr) == (4, 2, "10.1.0.1")
+
+
 def _clean_env(**extra):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("SLURM_") and k not in ("MASTER_ADDR", "MASTER_PORT")}
