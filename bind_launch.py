@@ -645,7 +645,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         description="Launch one process per GPU, each bound to its socket's cores and memory (NVIDIA-compatible).",
     )
     p.add_argument("--nnodes", type=int, default=None, help="number of nodes (default: Slurm's, else 1)")
-    p.add_argument("--node_rank", type=int, default=None, help="rank of this node (default: SLURM_NODEID when nnodes > 1, else 0)")
+    p.add_argument("--node_rank", type=int, default=None,
+                   help="rank of this node (default: SLURM_NODEID when nnodes > 1, else 0)")
     p.add_argument("--nproc_per_node", type=int, default=1, help="processes (GPUs) per node")
     p.add_argument("--master_addr", default=None,
                    help="rank-0 host (default: $MASTER_ADDR, else first Slurm node when nnodes>1, else 127.0.0.1)")
