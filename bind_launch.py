@@ -987,6 +987,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return BAD_INPUT
     launcher = Launcher(args, plan)
     for s in FORWARDED_SIGNALS:
+        # nohup's ignored hangup stays ignored (the ranks inherit it); SIGINT is forwarded even when ignored at
+        # start: run_and_time.sh starts the launcher in the background, where a shell ignores it, and forwards it
+        if s == signal.SIGHUP and signal.getsignal(s) == signal.SIG_IGN:
+            continue
         signal.signal(s, launcher._forward)
     try:
         launcher.start()

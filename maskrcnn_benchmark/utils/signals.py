@@ -122,4 +122,7 @@ def stop_on_signals():
 
     _HELD.update(pid=None, installed=main_pid)
     for s in STOP_SIGNALS:
+        if s == signal.SIGHUP and signal.getsignal(s) == signal.SIG_IGN:
+            continue  # nohup: a hangup does not stop the run (SIGINT ignored by a shell's background job still
+            #           does: run_and_time.sh forwards it to the launcher, which forwards it here)
         signal.signal(s, handler)

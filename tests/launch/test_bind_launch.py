@@ -646,6 +646,31 @@ def test_signals_are_forwarded(child):
         assert (out / f"term{i}").read_text() == str(int(signal.SIGTERM))
 
 
+@pytest.mark.slow
+def test_a_hangup_ignored_at_start_stays_ignored(child):
+    """``nohup ./run_and_time.sh &`` on a node, then the ssh session ends: the shell's SIGHUP reaches the job's
+    process group, the launcher with it. bind_launch replaced nohup's SIG_IGN with its forwarding handler and
+    stopped the run (129); a hangup ignored when it started stays ignored, and the ranks run on."""
+    script, out = child
+    p = subprocess.Popen([sys.executable, "-m", "bind_launch", "--nproc_per_node=2", "--binding=none", str(script)],
+                         cwd=ROOT, env=_clean_env(TEST_OUT=str(out), CHILD_MODE="sleep"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all((out / f"rank{i}.json").exists() for i in range(2)):
+            time.sleep(0.1)
+        p.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert p.poll() is None and not any((out / f"term{i}").exists() for i in range(2))
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def test_the_children_number_the_gpus_in_the_plans_order_whatever_the_environment_says(monkeypatch):
     """The plan binds local rank i beside GPU i in PCI bus order; CUDA numbers the GPUs that way only with
     CUDA_DEVICE_ORDER=PCI_BUS_ID. A FASTEST_FIRST in the environment (CUDA's own default, spelled out in some

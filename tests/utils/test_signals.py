@@ -175,6 +175,27 @@ def test_a_loader_worker_killed_while_the_failure_is_reported_ends_as_the_stop()
     _assert_stopped_in_one_line(r)
 
 
+def test_a_hangup_ignored_at_start_stays_ignored():
+    """``nohup python tools/train_mlperf.py ... &``: the hangup nohup ignores must not stop the run."""
+    r = _run("""
+        import os, signal, sys, time
+        from maskrcnn_benchmark.cli import exit_codes
+        from maskrcnn_benchmark.utils.signals import stop_on_signals
+
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # nohup
+        stop_on_signals()
+
+        def body():
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(0.2)
+            print("ran on", flush=True)
+            return 0
+
+        sys.exit(exit_codes.run_program(body))
+    """)
+    assert r.returncode == 0 and r.stdout == "ran on\n" and r.stderr == "", r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("name", ["SIGUSR1", "SIGUSR2"])
 def test_slurms_warning_signals_stop_the_run_as_sigterm_does(name):
     """bind_launch forwards SIGUSR1/SIGUSR2 to the ranks (a Slurm ``--signal=USR1@120`` warning, ``scancel -s
