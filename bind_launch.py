@@ -77,8 +77,20 @@ NOT_CONVERGED_GRACE_S = 120.0  # how long the other ranks may take to reach the 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+def _say(line: str) -> None:
+    """A line on stderr, best effort: the reader may be gone (a ``| tee`` ended by the same Ctrl-C), and the
+    launcher must still stop its ranks and exit with their code."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        try:
+            sys.stderr = open(os.devnull, "w")  # and the lines after it (and the exit's flush) go nowhere
+        except OSError:
+            pass
+
+
 def _warn(msg: str) -> None:
-    print(f"bind_launch: WARNING: {msg}", file=sys.stderr, flush=True)
+    _say(f"bind_launch: WARNING: {msg}")
 
 
 _warned: Set[str] = set()
@@ -92,7 +104,7 @@ def _warn_once(msg: str) -> None:
 
 
 def _info(msg: str) -> None:
-    print(f"bind_launch: {msg}", file=sys.stderr, flush=True)
+    _say(f"bind_launch: {msg}")
 
 
 # --------------------------------------------------------------------------------------------- cpu lists

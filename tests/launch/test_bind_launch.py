@@ -671,6 +671,29 @@ def test_a_hangup_ignored_at_start_stays_ignored(child):
             p.wait()
 
 
+@pytest.mark.slow
+def test_a_stop_after_the_terminal_is_gone_still_stops_the_ranks_in_order(child):
+    """``./run_and_time.sh 2>&1 | tee log`` and Ctrl-C: tee is gone before the launcher reports the signal, its
+    line raised BrokenPipeError out of main (exit 1, the code of bad input) and the ranks' parent-death signal
+    SIGKILLed them in their cleanup. The launcher's own lines are best effort; it stops the ranks and exits 143."""
+    script, out = child
+    p = subprocess.Popen([sys.executable, "-m", "bind_launch", "--nproc_per_node=2", "--binding=none", str(script)],
+                         cwd=ROOT, env=_clean_env(TEST_OUT=str(out), CHILD_MODE="sleep"),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all((out / f"rank{i}.json").exists() for i in range(2)):
+            time.sleep(0.1)
+        p.stderr.close()  # the reader is gone
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 128 + signal.SIGTERM
+        assert all((out / f"term{i}").exists() for i in range(2))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def test_the_children_number_the_gpus_in_the_plans_order_whatever_the_environment_says(monkeypatch):
     """The plan binds local rank i beside GPU i in PCI bus order; CUDA numbers the GPUs that way only with
     CUDA_DEVICE_ORDER=PCI_BUS_ID. A FASTEST_FIRST in the environment (CUDA's own default, spelled out in some
