@@ -75,13 +75,18 @@ def read_checksums(path):
     return sums
 
 
-# what a download can end with besides a complete file: OSError (urllib's URLError and HTTPError too), and a
-# chunked transfer cut off (http.client.IncompleteRead, an HTTPException)
-DOWNLOAD_ERRORS = (OSError, http.client.HTTPException)
+class ReadFailed(Exception):
+    """The network failed mid-download (a timeout, a reset, the connection ended early). Not an OSError: the
+    file being written would report it as its own write's failure."""
+
+
+# what a download can end with besides a complete file: OSError (urllib's URLError and HTTPError too, and a write
+# that failed), a chunked transfer cut off (http.client.IncompleteRead, an HTTPException), a read that failed
+DOWNLOAD_ERRORS = (OSError, http.client.HTTPException, ReadFailed)
 
 
 def _why(e):
-    return str(e) if isinstance(e, (OSError, ValueError)) and str(e) else f"{type(e).__name__}: {e}"
+    return str(e) if isinstance(e, (OSError, ValueError, ReadFailed)) and str(e) else f"{type(e).__name__}: {e}"
 
 
 def download(url, dest, quiet=False):
@@ -89,7 +94,10 @@ def download(url, dest, quiet=False):
         total = int(r.headers.get("Content-Length") or 0)
         done, last = 0, -1
         while True:
-            block = r.read(1 << 20)
+            try:
+                block = r.read(1 << 20)
+            except (OSError, http.client.HTTPException) as e:
+                raise ReadFailed(f"reading {url} failed: {_why(e)}") from None
             if not block:
                 break
             f.write(block)
@@ -99,7 +107,7 @@ def download(url, dest, quiet=False):
                 last = pct // 10
                 print(f"  {os.path.basename(dest)}: {pct}% of {total / 1e6:.0f} MB", flush=True)
         if total and done != total:  # a dropped connection ends the read quietly: not a complete file
-            raise OSError(f"{url}: received {done} of {total} bytes (the connection ended early)")
+            raise ReadFailed(f"{url}: received {done} of {total} bytes (the connection ended early)")
 
 
 def safe_extract(zpath, out):

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -267,6 +268,35 @@ def test_a_download_cut_short_is_not_kept(tmp_path, capsys, monkeypatch):
     assert "R-50.pkl" in capsys.readouterr().err
 
 
+def test_a_network_failure_mid_download_is_not_called_a_write_error(tmp_path, capsys, monkeypatch):
+    """A read that times out or a connection reset mid-download was reported as "cannot write the download
+    '.../R-50.pkl': timed out", pointing at the disk; it is the network's, and says so with the URL."""
+    import urllib.request
+
+    from maskrcnn_benchmark.cli import download_coco
+
+    class Reset:
+        headers = {"Content-Length": "1000000"}
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def read(self, n):
+            raise TimeoutError("timed out")
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout=None: Reset())
+    weights = tmp_path / "models"
+    data = _copied_coco(tmp_path / "coco")
+    assert download_coco.main(["--out", str(data), "--weights-dir", str(weights), "--quiet",
+                               "--weights-url", "https://example.invalid/R-50.pkl"]) == 1
+    err = capsys.readouterr().err
+    assert "weights: download failed: reading https://example.invalid/R-50.pkl failed: timed out" in err, err
+    assert "cannot write" not in err and not list(weights.iterdir())
+
+
 def test_temporary_files_of_a_killed_download_are_removed(tmp_path, capsys):
     from maskrcnn_benchmark.cli import download_coco
 
@@ -390,7 +420,8 @@ def test_a_connection_dropped_mid_chunk_is_one_line(tmp_path, capsys, monkeypatc
     monkeypatch.setattr(download_coco.urllib.request, "urlopen", lambda *a, **k: Dropped())
     assert download_coco.main(["--out", str(tmp_path / "d"), "--parts", "annotations", "--quiet"]) == 1
     err = capsys.readouterr().err
-    assert "annotations: download failed: IncompleteRead" in err and "Traceback" not in err
+    assert re.search(r"annotations: download failed: reading \S+ failed: IncompleteRead", err), err
+    assert "Traceback" not in err
     assert not list((tmp_path / "d" / "zips").iterdir())
 
 
