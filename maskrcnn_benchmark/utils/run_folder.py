@@ -106,15 +106,14 @@ def _move_aside(path, names, keep_in_place=False):
 
 
 def last_checkpoint_in(folder):
-    """The checkpoint a run folder's ``last_checkpoint`` names ("" when it has none). A tag that names no file from
-    here (relative to where an earlier run started, or a folder moved since) is taken as the file of that name in
-    this folder, where it was saved."""
+    """The checkpoint a run folder's ``last_checkpoint`` names ("" when it has none): the file of that name in this
+    folder, where it was saved beside its tag. The tag's own path is read only when the folder has no such file:
+    written relative to where an earlier run started, or absolute in a folder since copied elsewhere, it can name
+    another run's file of the same name."""
     try:
         with open(os.path.join(folder, "last_checkpoint")) as f:
             tag = f.read().strip()
     except OSError:
         return ""
     here = os.path.join(folder, os.path.basename(tag))
-    if tag and (not os.path.isabs(tag) or not os.path.isfile(tag)) and os.path.isfile(here):
-        return here
-    return tag
+    return here if tag and os.path.isfile(here) else tag

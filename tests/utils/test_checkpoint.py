@@ -4,6 +4,7 @@ import collections
 import json
 import logging
 import os
+import shutil
 
 import pytest
 import torch
@@ -328,3 +329,17 @@ def test_the_last_checkpoint_is_found_from_any_directory(tmp_path, monkeypatch):
     (tmp_path / "a" / "last_checkpoint").write_text("output/model_final.pth")
     assert os.path.samefile(Checkpointer(None, save_dir=str(tmp_path / "a")).get_checkpoint_file(),
                             tmp_path / "a" / "model_final.pth")
+
+
+def test_a_copied_run_folder_resumes_from_its_own_checkpoint(tmp_path):
+    """A run folder copied aside (archived) keeps the absolute tag of the folder it was written in; that folder,
+    reused by a later run, holds a new file of the same name. The copy's own file is the one its tag means."""
+    first = tmp_path / "run"
+    first.mkdir()
+    Checkpointer(nn.Linear(3, 2), save_dir=str(first), save_to_disk=True).save("model_0000005", iteration=5)
+    copy = tmp_path / "archive"
+    shutil.copytree(first, copy)
+    assert (copy / "last_checkpoint").read_text().strip() == str(first / "model_0000005.pth")
+    torch.save({"model": nn.Linear(3, 2).state_dict(), "iteration": 5}, first / "model_0000005.pth")  # a later run
+    assert os.path.samefile(Checkpointer(None, save_dir=str(copy)).get_checkpoint_file(),
+                            copy / "model_0000005.pth")
