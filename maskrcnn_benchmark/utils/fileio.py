@@ -28,7 +28,7 @@ class WriteError(UserError, OSError):
         code = f"[Errno {cause.errno}] " if isinstance(cause, OSError) and cause.errno else ""
         super().__init__(getattr(cause, "errno", None) or errno.EIO,
                          f"cannot write the {what} '{path}': {code}{reason}")
-        self.what, self.path = what, str(path)
+        self.what, self.path, self.reason = what, str(path), reason
 
     def __str__(self):
         return self.strerror

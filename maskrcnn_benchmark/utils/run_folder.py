@@ -22,7 +22,7 @@ import socket
 import time
 
 from .errors import UserError
-from .fileio import atomic_write, remove_stale_temp_files
+from .fileio import WriteError, atomic_write, remove_stale_temp_files
 
 LOCK_NAME = ".run.lock"
 ROTATED = ("mlperf_log.txt", "log.txt")
@@ -72,8 +72,11 @@ def claim_output_folder(path, fresh=True, reads=()):
         return lock, rotated, remove_stale_temp_files(path)
     except OSError as e:  # a full disk, a read-only or quota-bound folder: named, the lock let go
         lock.close()
-        where = f"'{e.filename}'" if e.filename else f"'{os.path.join(path, LOCK_NAME)}'"
-        raise RunFolderError(f"cannot use output folder '{path}': writing {where} failed: {e.strerror}") from None
+        if isinstance(e, WriteError):  # the copy aside of a file the run reads
+            where, why = e.path, e.reason
+        else:
+            where, why = e.filename or os.path.join(path, LOCK_NAME), e.strerror
+        raise RunFolderError(f"cannot use output folder '{path}': writing '{where}' failed: {why}") from None
 
 
 def _move_aside(path, names, keep_in_place=False):

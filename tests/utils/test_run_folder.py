@@ -1,6 +1,7 @@
 """The output folder lock (utils/run_folder.py)."""
 import errno
 import fcntl
+import re
 
 import pytest
 
@@ -124,6 +125,8 @@ except Exception as e:
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "failed:" in r.stdout and "File too large" in r.stdout, r.stdout + r.stderr
+    # the line names the copy that could not be written (not the folder's lock file, written before it)
+    assert re.search(r"writing '\S*/model_final\.\d{8}-\d{6}\.pth' failed", r.stdout), r.stdout
     left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("model_final"))
     assert left == ["model_final.pth"], left
     assert (tmp_path / "model_final.pth").stat().st_size == 100_000
