@@ -12,9 +12,10 @@ Result (``--out DIR``)::
 Zips are kept in ``--zips-dir`` (default ``DIR/zips``) unless ``--remove-zips``; a zip already there with the
 right md5 is not downloaded again, and a part already unpacked and complete (marker ``DIR/.unpacked-<zip>``, or its
 files all there, of their sizes in the zip where it is there: a COCO copied from elsewhere, without its zips) is
-skipped; an unpacked part found incomplete is unpacked again. A download is checked against its Content-Length (a connection dropped midway is an error, not a
-file), and temporary files that a killed download left are removed at the start (a run holds ``DIR/.download_coco.lock``:
-a second one into the same folder is refused).
+skipped; an unpacked part found incomplete is unpacked again. A download is checked against its Content-Length (a
+connection dropped midway is an error, not a file); what arrived before a failure or Ctrl-C is kept in
+``<zip>.partial`` and the next run asks for the rest (HTTP Range). A run holds ``DIR/.download_coco.lock``: a second
+one into the same folder is refused.
 
     python tools/download_coco.py --out /data --verify-only [--weights-dir /coco/models]
 
@@ -27,18 +28,20 @@ replaces the built-in md5s.  Exit code 0 on success, 1 on a checksum mismatch or
 """
 
 import argparse
+import contextlib
 import hashlib
 import http.client
 import json
 import os
 import shutil
 import sys
+import urllib.error
 import urllib.request
 import zipfile
 import zlib
 
 from .common import Parser
-from ..utils.fileio import atomic_write, remove_stale_temp_files
+from ..utils.fileio import WriteError, remove_stale_temp_files
 
 BASE_URL = "http://images.cocodataset.org"
 PARTS = {
@@ -89,25 +92,88 @@ def _why(e):
     return str(e) if isinstance(e, (OSError, ValueError, ReadFailed)) and str(e) else f"{type(e).__name__}: {e}"
 
 
+PARTIAL = ".partial"  # what a download has received so far, beside its destination: the next run asks for the rest
+
+
+def _open(url, offset):
+    """The response to GET ``url`` from byte ``offset`` on, and the offset it starts at: ``offset`` where the
+    server answers the Range with 206 and that start, else 0 (a whole answer: a server that ignores Range, a
+    file:// mirror)."""
+    request = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"} if offset else {})
+    try:
+        r = urllib.request.urlopen(request, timeout=60)
+    except urllib.error.HTTPError as e:
+        if e.code != 416 or not offset:  # 416: nothing after offset (a partial file longer than the file now)
+            raise
+        e.close()
+        return _open(url, 0)
+    content_range = r.headers.get("Content-Range") or ""
+    if offset and getattr(r, "status", None) == 206 and content_range.startswith(f"bytes {offset}-"):
+        return r, offset
+    return r, 0
+
+
 def download(url, dest, quiet=False):
-    with urllib.request.urlopen(url, timeout=60) as r, atomic_write(dest, "wb", what="download") as f:
-        total = int(r.headers.get("Content-Length") or 0)
-        done, last = 0, -1
-        while True:
+    """``url`` to ``dest``, through ``dest.partial``: what arrived before a dropped connection, a timeout or
+    Ctrl-C is kept there, and the next call asks the server for the rest (HTTP Range; a server that ignores it
+    sends the whole file again). ``dest`` appears only complete (its bytes counted against Content-Length)."""
+    partial = dest + PARTIAL
+    have = os.path.getsize(partial) if os.path.isfile(partial) else 0
+    r, start = _open(url, have)
+    with r:
+        length = int(r.headers.get("Content-Length") or 0)
+        total = start + length if length else 0
+        try:
+            f = open(partial, "ab" if start else "wb")
+        except OSError as e:
+            raise WriteError("download", partial, e) from None
+        done, last = start, -1
+        with f, _removed_if_empty(partial, lambda: done):
+            if start and not quiet:
+                print(f"  {os.path.basename(dest)}: resuming at {start / 1e6:.0f} MB", flush=True)
+            while True:
+                try:
+                    block = r.read(1 << 20)
+                except (OSError, http.client.HTTPException) as e:
+                    raise ReadFailed(f"reading {url} failed: {_why(e)}{_kept(partial, done)}") from None
+                if not block:
+                    break
+                try:
+                    f.write(block)
+                except OSError as e:
+                    raise WriteError("download", partial, e) from None
+                done += len(block)
+                pct = int(100 * done / total) if total else -1
+                if not quiet and total and pct // 10 != last:
+                    last = pct // 10
+                    print(f"  {os.path.basename(dest)}: {pct}% of {total / 1e6:.0f} MB", flush=True)
+            if total and done != total:  # a dropped connection ends the read quietly: not a complete file
+                raise ReadFailed(f"{url}: received {done} of {total} bytes (the connection ended early)"
+                                 f"{_kept(partial, done)}")
             try:
-                block = r.read(1 << 20)
-            except (OSError, http.client.HTTPException) as e:
-                raise ReadFailed(f"reading {url} failed: {_why(e)}") from None
-            if not block:
-                break
-            f.write(block)
-            done += len(block)
-            pct = int(100 * done / total) if total else -1
-            if not quiet and total and pct // 10 != last:
-                last = pct // 10
-                print(f"  {os.path.basename(dest)}: {pct}% of {total / 1e6:.0f} MB", flush=True)
-        if total and done != total:  # a dropped connection ends the read quietly: not a complete file
-            raise ReadFailed(f"{url}: received {done} of {total} bytes (the connection ended early)")
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError as e:
+                raise WriteError("download", partial, e) from None
+    os.replace(partial, dest)
+
+
+@contextlib.contextmanager
+def _removed_if_empty(partial, received):
+    """A download that fails before its first byte leaves no empty partial file."""
+    try:
+        yield
+    except BaseException:
+        if not received():
+            try:
+                os.remove(partial)
+            except OSError:
+                pass
+        raise
+
+
+def _kept(partial, done):
+    return f"; the {done} bytes received are kept in {partial}: the next run resumes there" if done else ""
 
 
 def safe_extract(zpath, out):
@@ -332,8 +398,8 @@ def main(argv=None):
     except (OSError, ValueError) as e:  # a folder that cannot be made, a checksums file that is not there
         print(f"download_coco.py: error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # the download's temporary file is gone (atomic_write); the next run starts over
-        print("download_coco.py: interrupted", file=sys.stderr)
+    except KeyboardInterrupt:  # what the download received is kept (<zip>.partial): the next run resumes it
+        print("download_coco.py: interrupted (what a download received is kept: run it again to resume)", file=sys.stderr)
         return 130
 
 
@@ -378,7 +444,7 @@ def _main(args):
     os.makedirs(args.out, exist_ok=True)
     args.lock = _hold_lock(args.out)
     os.makedirs(args.zips_dir, exist_ok=True)
-    for folder in (args.zips_dir, args.weights_dir):  # what a killed download left (the next one starts over)
+    for folder in (args.zips_dir, args.weights_dir):  # an earlier release's temporary files (a .partial stays)
         for name in remove_stale_temp_files(folder):
             print(f"removed {os.path.join(folder, name)}, left by an interrupted download")
     sums = read_checksums(args.checksums) if args.checksums else {}

@@ -262,7 +262,8 @@ def test_a_download_cut_short_is_not_kept(tmp_path, capsys, monkeypatch):
     data = _copied_coco(tmp_path / "coco")
     assert download_coco.main(["--out", str(data), "--weights-dir", str(weights), "--quiet"]) == 1
     assert "300000 of 1000000 bytes" in capsys.readouterr().err
-    assert not (weights / "R-50.pkl").exists() and not list(weights.iterdir())
+    # what arrived waits for the next run to resume it, not under the weights' name
+    assert [p.name for p in weights.iterdir()] == ["R-50.pkl.partial"]
     (weights / "R-50.pkl").write_bytes(b"x" * 300000)  # a file cut short by another tool
     assert download_coco.main(["--out", str(data), "--verify-only", "--weights-dir", str(weights)]) == 1
     assert "R-50.pkl" in capsys.readouterr().err
@@ -444,3 +445,77 @@ def test_a_second_download_into_the_same_folder_waits_for_none_and_touches_nothi
     assert err == [f"download_coco.py: error: another download_coco.py is writing into {data} (it holds "
                    f"{data / '.download_coco.lock'}); wait for it, or stop it"]
     assert in_flight.read_bytes() == b"half of a zip"
+
+
+class _RangeMirror:
+    """A mirror over HTTP on loopback, as S3 and images.cocodataset.org serve: ``Range: bytes=N-`` answered with
+    206 (``ranges``: False, a server that ignores it: 200 and the whole file). ``cut_after``: the next answer
+    ends after that many bytes of its body (a connection dropped), its Content-Length the whole body's."""
+
+    def __init__(self, root: Path, ranges=True):
+        import http.server
+        import threading
+
+        self.root, self.ranges, self.cut_after, self.requests = root, ranges, None, []
+        mirror = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                data = (mirror.root / self.path.lstrip("/")).read_bytes()
+                start = 0
+                asked = self.headers.get("Range")
+                mirror.requests.append(asked)
+                if asked and mirror.ranges:
+                    start = int(asked.split("=")[1].split("-")[0])
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                else:
+                    self.send_response(200)
+                body = data[start:]
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                cut, mirror.cut_after = mirror.cut_after, None
+                self.wfile.write(body[:cut] if cut is not None else body)
+                self.wfile.flush()
+                self.close_connection = True
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("ranges", [True, False], ids=["range", "no-range"])
+def test_a_download_cut_short_is_resumed_where_it_stopped(tmp_path, capsys, ranges):
+    """train2017.zip is 18 GB: a connection dropped at 17 GB deleted what had arrived and the next run fetched it
+    all again (on a flaky link, never to the end). What arrived is kept beside the zip and the next run asks for
+    the rest (HTTP Range); a server that ignores Range sends the whole file, which replaces the partial one. The
+    md5 is checked on the whole zip either way."""
+    from maskrcnn_benchmark.cli import download_coco
+
+    _, sums = _listed_mirror(tmp_path / "mirror")
+    served = _RangeMirror(tmp_path / "mirror", ranges=ranges)
+    try:
+        data = tmp_path / "coco"
+        args = ["--out", str(data), "--base-url", served.url, "--checksums", str(sums), "--parts", "annotations",
+                "--quiet"]
+        zip_size = (tmp_path / "mirror" / "annotations" / "annotations_trainval2017.zip").stat().st_size
+        served.cut_after = zip_size // 2
+        assert download_coco.main(args) == 1
+        err = capsys.readouterr().err
+        partial = data / "zips" / "annotations_trainval2017.zip.partial"
+        assert f"received {zip_size // 2} of {zip_size} bytes" in err and partial.stat().st_size == zip_size // 2
+        assert "the next run resumes" in err, err
+        assert download_coco.main(args) == 0, capsys.readouterr().err
+        assert served.requests == [None, f"bytes={zip_size // 2}-"]
+        assert not partial.exists() and (data / "annotations" / "instances_val2017.json").exists()
+        assert hashlib.md5((data / "zips" / "annotations_trainval2017.zip").read_bytes()).hexdigest() in \
+            sums.read_text()
+    finally:
+        served.close()
