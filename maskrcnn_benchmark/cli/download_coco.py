@@ -399,7 +399,8 @@ def main(argv=None):
         print(f"download_coco.py: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # what the download received is kept (<zip>.partial): the next run resumes it
-        print("download_coco.py: interrupted (what a download received is kept: run it again to resume)", file=sys.stderr)
+        print("download_coco.py: interrupted (what a download received is kept: run it again to resume)",
+              file=sys.stderr)
         return 130
 
 
