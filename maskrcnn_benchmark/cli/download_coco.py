@@ -364,7 +364,12 @@ def fetch_part(name, args, sums):
     print(f"{name}: unpacking into {args.out}", flush=True)
     try:
         safe_extract(zpath, args.out)
-    except (ValueError, zipfile.BadZipFile, OSError, zlib.error, EOFError) as e:  # the last two: corrupt data
+    except (zipfile.BadZipFile, zlib.error, EOFError) as e:  # not a zip, or its data corrupt (no md5 checked it)
+        os.remove(zpath)
+        print(f"{name}: cannot unpack {zpath}: {_why(e)}; removed it: the next run downloads it again",
+              file=sys.stderr)
+        return False
+    except (ValueError, OSError) as e:  # an unsafe member path, a full disk
         print(f"{name}: cannot unpack: {_why(e)}", file=sys.stderr)
         return False
     open(marker, "w").close()

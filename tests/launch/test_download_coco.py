@@ -519,3 +519,21 @@ def test_a_download_cut_short_is_resumed_where_it_stopped(tmp_path, capsys, rang
             sums.read_text()
     finally:
         served.close()
+
+
+def test_a_zip_that_is_not_one_is_fetched_again_by_the_next_run(tmp_path, capsys):
+    """With --no-verify a zip already there is unpacked without its md5: an error page or a file cut short by
+    another tool failed to unpack ("File is not a zip file") and was kept, so every rerun failed the same way. It
+    is removed, and the next run downloads it."""
+    from maskrcnn_benchmark.cli import download_coco
+
+    url, sums = _listed_mirror(tmp_path / "mirror")
+    data = tmp_path / "coco"
+    (data / "zips").mkdir(parents=True)
+    (data / "zips" / "val2017.zip").write_bytes(b"<html>503 Service Unavailable</html>")
+    args = ["--out", str(data), "--base-url", url, "--parts", "val", "--no-verify", "--quiet"]
+    assert download_coco.main(args) == 1
+    err = capsys.readouterr().err
+    assert "cannot unpack" in err and "removed it: the next run downloads it again" in err, err
+    assert download_coco.main(args) == 0
+    assert (data / "val2017" / "000000000139.jpg").read_bytes() == b"j3"
