@@ -457,7 +457,16 @@ def _main(args):
     parts = list(args.parts)
     # the annotations first: they say which images a folder copied from elsewhere must hold (else its zip is fetched)
     parts.sort(key=lambda name: name != "annotations")
-    ok = all([fetch_part(name, args, sums) for name in parts])
+    steps = parts + (["weights"] if args.weights_dir else [])
+    for i, name in enumerate(parts):
+        if not fetch_part(name, args, sums):
+            # the same cause (no network, a mirror down) would fail each of the others after its own timeout; and
+            # without the annotations the image folders cannot be checked (theirs would be taken as incomplete)
+            if steps[i + 1:]:
+                print(f"not tried after that failure: {', '.join(steps[i + 1:])} (run it again to go on)",
+                      file=sys.stderr)
+            return 1
+    ok = True
     if args.weights_dir:
         os.makedirs(args.weights_dir, exist_ok=True)
         dest = os.path.join(args.weights_dir, "R-50.pkl")

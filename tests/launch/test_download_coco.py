@@ -537,3 +537,26 @@ def test_a_zip_that_is_not_one_is_fetched_again_by_the_next_run(tmp_path, capsys
     assert "cannot unpack" in err and "removed it: the next run downloads it again" in err, err
     assert download_coco.main(args) == 0
     assert (data / "val2017" / "000000000139.jpg").read_bytes() == b"j3"
+
+
+def test_the_first_failed_part_stops_the_run_in_one_line(tmp_path, capsys):
+    """No network (a login node without one, a mirror down): each part and the weights were tried in turn, one
+    failure line each after its own connection timeout; and a failed annotations fetch made the image folders
+    already unpacked look incomplete (their listed images unknown), their markers removed. The first failure
+    ends the run, naming what was not tried."""
+    from maskrcnn_benchmark.cli import download_coco
+
+    url, sums = _listed_mirror(tmp_path / "mirror")
+    data = tmp_path / "coco"
+    assert download_coco.main(["--out", str(data), "--base-url", url, "--checksums", str(sums), "--quiet",
+                               "--remove-zips"]) == 0
+    capsys.readouterr()
+    (data / "annotations" / "instances_train2017.json").unlink()
+    gone = (tmp_path / "nowhere").as_uri()
+    assert download_coco.main(["--out", str(data), "--base-url", gone, "--checksums", str(sums), "--quiet",
+                               "--weights-dir", str(tmp_path / "models"), "--weights-url", f"{gone}/R-50.pkl",
+                               "--remove-zips"]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 2 and err[0].startswith("annotations: download failed:"), err
+    assert err[1] == "not tried after that failure: train, val, weights (run it again to go on)", err
+    assert (data / ".unpacked-train2017.zip").exists() and (data / ".unpacked-val2017.zip").exists()
