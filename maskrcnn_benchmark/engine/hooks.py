@@ -68,7 +68,7 @@ class CheckpointHook(HookBase):
     the iteration and every rank's random-number state (gathered), so ``--resume`` continues exactly; with
     ``evaluation`` (the :class:`~maskrcnn_benchmark.engine.mlperf_hooks.EvaluationHook`), also the scores of the
     epochs a resumed run could not evaluate again (``scores``: ``[epoch, box AP, mask AP]`` each; every epoch but
-    the one ending at the checkpoint's iteration), waited for when still being computed."""
+    the one ending at the checkpoint's iteration, included when already in), waited for when still being computed."""
 
     def __init__(self, checkpointer, period, save_final=True, seed=None, evaluation=None):
         self.checkpointer = checkpointer

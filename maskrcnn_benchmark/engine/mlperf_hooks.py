@@ -167,14 +167,15 @@ class EvaluationHook(HookBase):
 
     def settle(self):
         """Rank 0, before a checkpoint is written: waits for the scores of the epochs before the one that ends at
-        this iteration (if one does), and returns theirs: the scores a run resumed from the checkpoint cannot
-        compute again. It evaluates again the epoch that ends at its iteration (the weights are that epoch's);
-        an earlier epoch's weights are gone, so its scores must be known, and kept in the checkpoint, before it
-        is written."""
+        this iteration (if one does), and returns every score known: those a run resumed from the checkpoint
+        cannot compute again (an earlier epoch's weights are gone, so its scores must be known, and kept in the
+        checkpoint, before it is written), and the current epoch's if they are in already (a resumed run evaluates
+        that epoch again from its weights, but one that met the targets means the run converged: nothing to
+        resume)."""
         s = self.trainer.storage
         current = s.epoch if s.is_epoch_end() else None
         self._guarded(self._wait, current)
-        return [e for e in self.scores if e.epoch != current]
+        return list(self.scores)
 
 
 class StopDecision:

@@ -11,6 +11,8 @@ from train_runs import CPU_YAML, lines_after_last_log_line, mllog_events, run_in
 
 NEVER = ("MLPERF.MIN_BBOX_MAP", "1.0", "MLPERF.MIN_SEGM_MAP", "1.0")
 
+LOW = ("MLPERF.MIN_BBOX_MAP", "0.0", "MLPERF.MIN_SEGM_MAP", "0.0")
+
 
 def _final_weights(folder):
     return torch.load(os.path.join(folder, "model_final.pth"), weights_only=True)["model"]
@@ -82,20 +84,24 @@ def test_a_run_resumed_at_an_epoch_end_evaluates_that_epoch(tiny_data, tmp_path)
     assert [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_accuracy"] == [1, 2]
     reference, resumed = _final_weights(full), _final_weights(out)
     assert [k for k in reference if not torch.equal(reference[k], resumed[k])] == []
-    # with a target epoch 1 meets, the resumed run stops on it, before epoch 2's end (the stop decision was only
-    # exchanged from the next epoch end on)
+    # with a target epoch 1 meets: the checkpoint holds epoch 1's scores (--sync-eval: in before it was written),
+    # so the run converged there and is not resumed
     out = tmp_path / "resumed_low"
     out.mkdir()
-    r = run_train(tiny_data, str(out), *common[:-4], "--resume", str(full / "model_0000004.pth"),
-                  "MLPERF.MIN_BBOX_MAP", "0.0", "MLPERF.MIN_SEGM_MAP", "0.0")
+    r = run_train(tiny_data, str(out), *common[:-4], "--resume", str(full / "model_0000004.pth"), *LOW)
+    assert r.returncode == 1 and "was written after epoch 1 reached the targets" in r.stderr, r.stderr[-3000:]
+    # written before epoch 1's scores arrived (background scoring): the resumed run evaluates epoch 1 and stops on
+    # it, before epoch 2's end (the stop decision was only exchanged from the next epoch end on)
+    early = torch.load(full / "model_0000004.pth", weights_only=True)
+    assert [s[0] for s in early["scores"]] == [1]
+    torch.save(dict(early, scores=[]), tmp_path / "before_its_scores.pth")
+    r = run_train(tiny_data, str(out), *common[:-4], "--resume", str(tmp_path / "before_its_scores.pth"), *LOW)
     assert r.returncode == 0, r.stderr[-3000:]
     events = mllog_events(r.stdout)
     assert [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_start"] == [1]
     assert [e["metadata"]["status"] for e in events if e["key"] == "run_stop"] == ["success"]
 
 
-
-LOW = ("MLPERF.MIN_BBOX_MAP", "0.0", "MLPERF.MIN_SEGM_MAP", "0.0")
 
 
 @pytest.fixture

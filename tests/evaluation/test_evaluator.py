@@ -500,6 +500,35 @@ def test_no_checkpoint_is_written_once_the_evaluation_failed():
     assert saved == [(5, [])]  # epoch 1's own checkpoint (epoch 1 is evaluated again from it); none at 10
 
 
+def test_a_checkpoint_at_the_converged_epochs_end_holds_its_scores():
+    """Epoch 1's scores arrive within its own last iteration (scoring as fast as the step, or --sync-eval) and meet
+    the targets; the checkpoint written at that iteration left them out (a resumed run evaluates that epoch
+    again), so ``--resume`` from it was accepted and the converged run reported success a second time. The
+    scores known when it is written are all in it (the epoch is still evaluated again on resume)."""
+    from maskrcnn_benchmark.engine.hooks import CheckpointHook
+
+    saved = []
+
+    class Checkpointer:
+        def save(self, name, **kwargs):
+            saved.append((kwargs["iteration"], [e for e, _, _ in kwargs["scores"]]))
+
+    model = _Model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    sched = WarmupMultiStepLR(opt, (100,), 0.1, warmup_iters=0)
+    background = _FakeBackground(5)
+    log = _Log()
+    stop = MLPerfStopHook((0.377, 0.339), log)
+    evaluation = EvaluationHook(background, lambda: None, log, poll=background.poll)
+    trainer = Trainer(model, opt, sched, [(_Images(), [], None)] * 40, torch.device("cpu"), 40, 5,
+                      hooks=[stop, evaluation, CheckpointHook(Checkpointer(), 5, save_final=False,
+                                                              evaluation=evaluation)])
+    background.trainer = trainer
+    trainer.train()
+    assert stop.target_met and stop.converged_epoch == 1
+    assert saved == [(5, [1])]
+
+
 # -- distributed evaluation --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def eval_data(tmp_path_factory):
