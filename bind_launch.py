@@ -32,7 +32,7 @@ Beyond NVIDIA's version:
   e.g. inside a cgroup/cpuset) it falls back to ``os.sched_setaffinity`` with a warning: binding never kills
   the job;
 * ``--dry-run`` prints the plan and exits;
-* SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 are forwarded to the children;
+* SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 are forwarded to the children and stop the run (128 + signal);
 * when a child exits non-zero, the others are terminated and bind_launch exits with that code
   (``128 + signal`` for a child killed by a signal); the trainer's "not converged" code (3) is an outcome that all
   ranks reach together, so the others are given time to end the same way;
@@ -68,13 +68,14 @@ __all__ = [
     "main",
 ]
 
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+# forwarded to the ranks, and each stops the run (the trainer takes a Slurm ``--signal`` warning, SIGUSR1/SIGUSR2,
+# as a stop too)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 # The trainer's exit code for a run that reached SOLVER.MAX_ITER without the quality target: an outcome that every
 # rank reaches together, not a crash (maskrcnn_benchmark/cli/exit_codes.py NOT_CONVERGED; a test keeps them equal).
 NOT_CONVERGED = 3
 BAD_INPUT = 1  # a command line it refuses (exit_codes.py BAD_INPUT; the same test keeps it equal)
 NOT_CONVERGED_GRACE_S = 120.0  # how long the other ranks may take to reach the same end
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _say(line: str) -> None:
@@ -901,7 +902,7 @@ class Launcher:
                     os.killpg(p.pid, signum)
                 except OSError:
                     pass
-        if signum in STOP_SIGNALS and self.stop_signal is None:
+        if self.stop_signal is None:
             self.stop_signal = signum
 
     def start(self) -> None:
@@ -998,7 +999,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"(in {os.getcwd()})", file=sys.stderr)
         return BAD_INPUT
     launcher = Launcher(args, plan)
-    for s in FORWARDED_SIGNALS:
+    for s in STOP_SIGNALS:
         # nohup's ignored hangup stays ignored (the ranks inherit it); SIGINT is forwarded even when ignored at
         # start: run_and_time.sh starts the launcher in the background, where a shell ignores it, and forwards it
         if s == signal.SIGHUP and signal.getsignal(s) == signal.SIG_IGN:

@@ -647,6 +647,24 @@ def test_signals_are_forwarded(child):
 
 
 @pytest.mark.slow
+def test_slurms_warning_signal_stops_the_launcher_as_it_stops_the_ranks(child):
+    """A Slurm ``--signal=USR1@120`` warning: the trainer takes SIGUSR1 as a stop (exit 138). The launcher
+    forwarded it but did not take it as one: the ranks' 138 was "local rank 0 exited with code 138" (a crash), and
+    one that came while the ranks were being started let the rest start after it, never signalled."""
+    script, out = child
+    p = subprocess.Popen([sys.executable, "-m", "bind_launch", "--nproc_per_node=2", "--binding=none", str(script)],
+                         cwd=ROOT, env=_clean_env(TEST_OUT=str(out), CHILD_MODE="sleep"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all((out / f"rank{i}.json").exists() for i in range(2)):
+        time.sleep(0.1)
+    p.send_signal(signal.SIGUSR1)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 128 + signal.SIGUSR1, err
+    assert f"received signal {int(signal.SIGUSR1)}; stopping the children" in err and "exited with code" not in err
+
+
+@pytest.mark.slow
 def test_a_hangup_ignored_at_start_stays_ignored(child):
     """``nohup ./run_and_time.sh &`` on a node, then the ssh session ends: the shell's SIGHUP reaches the job's
     process group, the launcher with it. bind_launch replaced nohup's SIG_IGN with its forwarding handler and
