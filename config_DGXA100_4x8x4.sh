@@ -1,5 +1,7 @@
 #!/bin/bash
 # 4 nodes x 8 A100 x 4 images/GPU (the slurm/maskrcnn_4node.sbatch job): NVIDIA v0.7 closed recipe for GBS 128.
+# One difference from NVIDIA's config_DGXA100_multi_4x8x4.sh, outside the recipe: TEST.IMS_PER_BATCH 32, one image
+# per GPU as in every config here (NVIDIA's evaluates 64, two per GPU); make gpu-check measures evaluation at that.
 # Source it (run_and_time.sh does when DGXSYSTEM=DGXA100_4x8x4); every value can be overridden from the environment.
 
 ## DL params

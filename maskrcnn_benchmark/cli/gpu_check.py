@@ -641,8 +641,9 @@ SMALL_ROI_BUDGET = ("MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", "64")
 
 PRIORITY = ("model_step", "host_syncs", "parity", "evaluation", "training", "compiled_training", "input", "scoring",
             "allreduce")
-# Every GPU config evaluates one image per GPU per batch (TEST.IMS_PER_BATCH = the job's GPUs, as NVIDIA's v0.7
-# configs do; a test keeps them equal): the evaluation check measures that batch, which the projection uses.
+# Every GPU config evaluates one image per GPU per batch (TEST.IMS_PER_BATCH = the job's GPUs, as NVIDIA's one-node
+# v0.7 configs do; its 4x8x4 config evaluates two; a test keeps ours equal): the evaluation check measures that
+# batch, which the projection uses.
 EVAL_IMAGES_PER_GPU = 1
 
 
