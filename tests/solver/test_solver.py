@@ -227,3 +227,24 @@ def test_a_stop_signal_while_apex_is_tried_is_the_runs(monkeypatch):
     monkeypatch.setattr(build, "_fused_sgd", lambda: Interrupted)
     with pytest.raises(Stopped):
         make_optimizer(_solver_cfg(), torch.nn.Linear(4, 2), fused=True)
+
+
+def test_mlperf_linear_warmup_takes_the_same_amount_off_every_group():
+    """The reference's mlperf_linear warmup subtracts ``(WARMUP_ITERS - it) * WARMUP_FACTOR`` from each group's base
+    LR (NVIDIA v0.7 solver/lr_scheduler.py: ``base_lr - delta``), not a fraction of it: under the DGX A100 recipe
+    the weights start at 0 and the biases (BIAS_LR_FACTOR 2, base 0.16) at 0.08. A ratio for the biases would
+    train them at half the reference's LR through the warmup; NVIDIA's logs print the first group's LR only."""
+    cfg = small_cfg()
+    merge_cfg_from_list(cfg, ["SOLVER.BASE_LR", 0.08, "SOLVER.WARMUP_ITERS", 800, "SOLVER.WARMUP_FACTOR", 0.0001,
+                              "SOLVER.WARMUP_METHOD", "mlperf_linear", "SOLVER.STEPS", (18000, 24000)])
+    opt = make_optimizer(cfg, build_detection_model(cfg))
+    sched = make_lr_scheduler(cfg, opt)
+    seen = {}
+    for it in range(1, 802):  # iteration it trains with these LRs
+        if it in (1, 401, 801):
+            seen[it] = [g["lr"] for g in opt.param_groups]
+        opt.step()
+        sched.step()
+    assert seen[1] == pytest.approx([0.0, 0.08], abs=1e-12)
+    assert seen[401] == pytest.approx([0.04, 0.12])
+    assert seen[801] == pytest.approx([0.08, 0.16])
