@@ -118,6 +118,32 @@ def test_detections_to_coco_boxes_labels_and_masks():
     assert mask_utils.area(segm[1]["segmentation"]) > 0.9 * 160 * 200
 
 
+def test_detections_to_coco_waits_for_the_host_three_times_per_batch_and_six_per_image_with_masks():
+    """The count evaluation/postprocess.py and docs/benchmarks.md state (3 per batch, 6 per image with masks),
+    held here: a wait added per detection or per image would grow it."""
+    from maskrcnn_benchmark.utils.host_syncs import HostSyncCounter
+
+    gen = torch.Generator().manual_seed(0)
+
+    def prediction(n):
+        xy = torch.rand(n, 2, generator=gen) * 50
+        pred = BoxList(torch.cat((xy, xy + 10 + torch.rand(n, 2, generator=gen) * 40), 1), (100, 80))
+        pred.add_field("scores", torch.rand(n, generator=gen))
+        pred.add_field("labels", torch.randint(1, 3, (n,), generator=gen))
+        pred.add_field("mask", torch.rand(n, 1, 28, 28, generator=gen))
+        return pred
+
+    def waits(counts):
+        preds = [prediction(n) for n in counts]
+        with HostSyncCounter() as counter:
+            dets = detections_to_coco(preds, list(range(len(preds))), [(200, 160)] * len(preds), [0, 7, 9])
+        assert [len(d.to_coco_lists()[1]) for d in dets] == list(counts)
+        return sum(counter.sites.values())
+
+    assert waits([5]) == 3 + 6
+    assert waits([5, 20, 1]) == 3 + 3 * 6
+
+
 def test_the_box_post_processing_off_the_cpu_waits_for_the_host_per_batch_not_per_class():
     """The box post-processing ran one NMS per image and class with candidates, each a wait for the host on a GPU
     (89 waits for one image, 169 for two, counted on an R-50 eval forward). Its padded form (what runs off the CPU,
