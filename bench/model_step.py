@@ -388,6 +388,9 @@ def main(argv=None):
                    "(default: --batch; the H100 recipes train 12 per GPU)")
     p.add_argument("--cudnn-benchmark", action="store_true",
                    help="CUDA: turn on cuDNN's autotuner (torch.backends.cudnn.benchmark; the trainer does not)")
+    p.add_argument("--glibc-malloc", action="store_true",
+                   help="CPU: leave glibc's malloc as it is (a CPU training run, and this bench by default, keep "
+                        "freed blocks: maskrcnn_benchmark/utils/host_memory.py)")
     p.add_argument("--json", action="store_true", help="JSON lines instead of text")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--peak", action="store_true", help=argparse.SUPPRESS)
@@ -401,7 +404,7 @@ def main(argv=None):
     args.iters = args.iters or (10 if gpu else 2)
     args.warmup = args.warmup if args.warmup is not None else (3 if gpu else 1)
     dtype = getattr(torch, args.dtype)
-    if not gpu:
+    if not gpu and not args.glibc_malloc:
         keep_freed_blocks()
     if gpu:
         # The trainer leaves cuDNN's autotuner off; each new input shape re-tunes it (COCO's batches vary in shape,

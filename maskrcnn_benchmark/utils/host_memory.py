@@ -4,8 +4,9 @@ glibc serves every block above its mmap threshold (which grows to at most 32 MB 
 and gives it back with ``munmap`` when it is freed, so each 4 KB page of such a block is faulted in and zeroed by
 the kernel again at every use. A training step at COCO sizes allocates most of its activations that way (one res2
 output of two 800x1344 images is 138 MB): measured with ``bench/model_step.py --device cpu --height 800 --width
-1333 --models eager`` on the 2-core machine, 19.3 million minor page faults and 44 s of system time in 4 steps,
-against 1.3 million and 3.3 s with the blocks kept (docs/benchmarks.md).
+1333 --batch 2 --iters 3 --warmup 1 --models eager`` (``--glibc-malloc`` for glibc's own) on the 2-core machine,
+19.3 million minor page faults and 44 s of system time in 4 steps, against 1.3 million and 3.3 s with the blocks
+kept (docs/benchmarks.md).
 
 :func:`keep_freed_blocks` sets ``M_MMAP_MAX`` to 0 (every block of the main thread, where the training step
 allocates, comes from the heap; glibc still maps the blocks over 64 MB of other threads) and ``M_TRIM_THRESHOLD``
