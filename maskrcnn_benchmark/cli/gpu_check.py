@@ -1,4 +1,4 @@
-"""``make gpu-check``: first contact with a GPU node, in one command (its checks' time caps add up to about 17 min).
+"""``make gpu-check``: first contact with a GPU node, in one command (its checks' time caps add up to about 20 min).
 
 Runs what exists of these, each as its own program with a time cap, and writes ``results/gpu-check/report.md``
 (every figure with the command that produced it; each program's full output beside it as ``<check>.log``):
