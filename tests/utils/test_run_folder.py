@@ -130,3 +130,19 @@ except Exception as e:
     left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("model_final"))
     assert left == ["model_final.pth"], left
     assert (tmp_path / "model_final.pth").stat().st_size == 100_000
+
+
+def test_a_new_run_moves_the_other_ranks_logs_aside_with_rank_0s(tmp_path):
+    """log.txt and mlperf_log.txt were moved aside for a new run, the other ranks' log.rank<R>.txt were not: the
+    next run's rank 3 appended to the earlier run's file, and the error line that named it ("traceback in
+    log.rank3.txt") led to the earlier run's traceback first."""
+    import os
+
+    for name in ("log.txt", "log.rank3.txt", "log.rank12.txt", "log.rankx.txt"):
+        (tmp_path / name).write_text("an earlier run\n")
+    lock, rotated, _ = claim_output_folder(str(tmp_path), fresh=False)
+    lock.close()
+    assert sorted(r.rsplit(".", 2)[0] for r in rotated) == ["log", "log.rank12", "log.rank3"], rotated
+    left = sorted(n for n in os.listdir(tmp_path) if n.startswith("log."))
+    assert "log.rank3.txt" not in left and "log.rank12.txt" not in left and "log.txt" not in left
+    assert "log.rankx.txt" in left  # not a rank's log
