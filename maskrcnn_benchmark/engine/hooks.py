@@ -86,9 +86,10 @@ class CheckpointHook(HookBase):
             known = self.evaluation.settle() if settle else self.evaluation.scores
             extra["scores"] = [[e.epoch, e.bbox, e.segm] for e in known]
         states = comm.all_gather(get_rng_state())
-        if comm.is_main_process() and self.evaluation is not None and self.evaluation.failure is not None:
+        if settle and comm.is_main_process() and self.evaluation is not None and self.evaluation.failure is not None:
             # settle() could not wait for the epochs still being scored: a checkpoint without their scores would
-            # resume a run that never scores them; the previous checkpoint stays the last one
+            # resume a run that never scores them; the previous checkpoint stays the last one (the final one, of a
+            # run over, waits for none)
             logger.warning("%s not written: rank 0's evaluation failed (above); the last checkpoint is the one "
                            "before it", name)
             return

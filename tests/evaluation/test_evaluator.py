@@ -387,6 +387,33 @@ def test_a_later_epochs_failed_scoring_does_not_undo_a_converged_epoch(caplog):
                                                   r.getMessage())
 
 
+def test_a_converged_run_whose_later_scoring_failed_keeps_its_final_checkpoint():
+    """The run above succeeds (epoch 1 converged; epoch 2's scoring failed after it): its final checkpoint, written
+    after run_stop with the scores known (it waits for none), is written. Only a periodic checkpoint, which must
+    wait for the epochs still being scored, is skipped once the evaluation failed."""
+    from maskrcnn_benchmark.engine.hooks import CheckpointHook
+
+    saved = []
+
+    class Checkpointer:
+        def save(self, name, **kwargs):
+            saved.append((name, [e for e, _, _ in kwargs["scores"]]))
+
+    model = _Model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    background = _SecondEpochFails(done_at=10)
+    log = _Log()
+    stop = MLPerfStopHook((0.377, 0.339), log)
+    evaluation = EvaluationHook(background, lambda: None, log, poll=background.poll)
+    trainer = Trainer(model, opt, WarmupMultiStepLR(opt, (100,), 0.1, warmup_iters=0), [(_Images(), [], None)] * 10,
+                      torch.device("cpu"), 10, 5,
+                      hooks=[stop, evaluation, CheckpointHook(Checkpointer(), 0, evaluation=evaluation)])
+    background.trainer = trainer
+    trainer.train()
+    assert stop.target_met and evaluation.failure is not None
+    assert saved == [("model_final", [1])]
+
+
 def _rank(rank, world, init_file, done_at, out):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
