@@ -662,7 +662,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="rank of this node (default: SLURM_NODEID when nnodes > 1, else 0)")
     p.add_argument("--nproc_per_node", type=int, default=1, help="processes (GPUs) per node")
     p.add_argument("--master_addr", default=None,
-                   help="rank-0 host (default: $MASTER_ADDR, else first Slurm node when nnodes>1, else 127.0.0.1)")
+                   help="rank-0 host (default with nnodes > 1: $MASTER_ADDR, else the first Slurm node; one node: "
+                        "127.0.0.1)")
     p.add_argument("--master_port", type=int, default=None,
                    help="rendezvous port (default: $MASTER_PORT, else 29500 + the Slurm job id mod 1000, else 29500)")
     p.add_argument("--nsockets_per_node", type=int, default=None,
@@ -691,12 +692,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error(str(e))
     if args.nnodes is None:
         args.nnodes = int(sl.get("nnodes", 1))
-    if args.nnodes == 1:  # asked for this node alone (a check on each node of a step): its own rank 0 and master
-        sl = {}
     if args.node_rank is None:
-        args.node_rank = int(sl.get("node_rank", 0))
+        args.node_rank = int(sl.get("node_rank", 0)) if args.nnodes > 1 else 0
     if args.master_addr is None:
-        args.master_addr = os.environ.get("MASTER_ADDR") or str(sl.get("master_addr", "127.0.0.1"))
+        # one node (also one node of a multi-node step asked for alone, a check on each): its own loopback, whatever
+        # MASTER_ADDR the job exported for its multi-node runs (the job's first node)
+        args.master_addr = "127.0.0.1" if args.nnodes == 1 else \
+            os.environ.get("MASTER_ADDR") or str(sl.get("master_addr", "127.0.0.1"))
     if args.master_port is None:  # a job's own port: two jobs sharing a node must not meet on 29500
         job = os.environ.get("SLURM_JOB_ID", "")
         args.master_port = int(os.environ.get("MASTER_PORT") or (29500 + int(job) % 1000 if job.isdigit() else 29500))

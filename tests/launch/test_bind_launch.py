@@ -319,7 +319,7 @@ def test_one_node_asked_for_in_a_multi_node_step_is_this_node_alone(monkeypatch)
     and master; a node count that is the step's keeps the step's."""
     monkeypatch.setenv("PATH", "/nonexistent")  # no scontrol: the hostlist parsed here
     monkeypatch.setattr(bl, "widen_to_cpuset", lambda *a, **k: None)  # this test process's own affinity stays
-    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.setenv("MASTER_ADDR", "10.1.0.1")  # run_experiments.sh and submit.py export the job's first node
     step = {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "4", "SLURM_STEP_NUM_NODES": "4", "SLURM_NODEID": "2",
             "SLURM_STEP_NODELIST": "10.1.0.[1-4]", "SLURM_STEP_TASKS_PER_NODE": "1(x4)"}
     for k, v in step.items():
@@ -330,6 +330,8 @@ def test_one_node_asked_for_in_a_multi_node_step_is_this_node_alone(monkeypatch)
     assert (four.nnodes, four.node_rank, four.master_addr) == (4, 2, "10.1.0.1")
     default = bl.parse_args(["--binding=none", "x.py"])
     assert (default.nnodes, default.node_rank, default.master_addr) == (4, 2, "10.1.0.1")
+    given = bl.parse_args(["--nnodes", "1", "--master_addr", "10.1.0.3", "--binding=none", "x.py"])
+    assert given.master_addr == "10.1.0.3"
 
 
 def _clean_env(**extra):
