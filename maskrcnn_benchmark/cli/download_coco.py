@@ -123,6 +123,9 @@ def download(url, dest, quiet=False):
     with r:
         length = int(r.headers.get("Content-Length") or 0)
         total = start + length if length else 0
+        whole = (r.headers.get("Content-Range") or "").rpartition("/")[2] if start else ""
+        if not total and whole.isdigit():  # a 206 without Content-Length: "bytes start-end/total"
+            total = int(whole)
         try:
             f = open(partial, "ab" if start else "wb")
         except OSError as e:
@@ -170,6 +173,17 @@ def _removed_if_empty(partial, received):
             except OSError:
                 pass
         raise
+
+
+def _drop_partial(dest):
+    """A download of ``dest`` cut short earlier, no longer needed (the file is there, or its part is unpacked)."""
+    partial = dest + PARTIAL
+    if os.path.isfile(partial):
+        try:
+            os.remove(partial)
+            print(f"removed {partial}: what an earlier download had received, no longer needed")
+        except OSError:
+            pass
 
 
 def _kept(partial, done):
@@ -333,6 +347,7 @@ def fetch_part(name, args, sums):
     if os.path.exists(marker):
         if not problems:
             print(f"{name}: already unpacked ({marker})")
+            _drop_partial(zpath)
             return True
         print(f"{name}: unpacked before, now incomplete ({problems[0]}): unpacking it again", flush=True)
         os.remove(marker)
@@ -341,11 +356,13 @@ def fetch_part(name, args, sums):
         if not problems:  # unpacked without a marker (copied from elsewhere): not fetched again
             print(f"{name}: already there, complete (no zip needed)")
             open(marker, "w").close()
+            _drop_partial(zpath)
             return True
         if os.path.exists(zpath):
             print(f"{name}: incomplete ({problems[0]}): unpacking it again", flush=True)
     if os.path.exists(zpath) and (args.no_verify or md5sum(zpath) == md5):
         print(f"{name}: {zpath} present{'' if args.no_verify else ', md5 ok'}")
+        _drop_partial(zpath)
     else:
         url = f"{args.base_url.rstrip('/')}/{rel}"
         print(f"{name}: downloading {url}", flush=True)
@@ -364,10 +381,16 @@ def fetch_part(name, args, sums):
     print(f"{name}: unpacking into {args.out}", flush=True)
     try:
         safe_extract(zpath, args.out)
-    except (zipfile.BadZipFile, zlib.error, EOFError) as e:  # not a zip, or its data corrupt (no md5 checked it)
-        os.remove(zpath)
-        print(f"{name}: cannot unpack {zpath}: {_why(e)}; removed it: the next run downloads it again",
-              file=sys.stderr)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as e:  # not a zip, or its data corrupt
+        if not args.no_verify:  # its md5 is the expected one: the zip is not what failed (a read error?)
+            print(f"{name}: cannot unpack {zpath}: {_why(e)}", file=sys.stderr)
+            return False
+        try:  # unverified (--no-verify): an error page, a file cut short by another tool
+            os.remove(zpath)
+            removed = "; removed it: the next run downloads it again"
+        except OSError as gone:
+            removed = f"; it could not be removed ({gone.strerror}): delete it, and the next run downloads it again"
+        print(f"{name}: cannot unpack {zpath}: {_why(e)}{removed}", file=sys.stderr)
         return False
     except (ValueError, OSError) as e:  # an unsafe member path, a full disk
         print(f"{name}: cannot unpack: {_why(e)}", file=sys.stderr)
@@ -425,8 +448,8 @@ def _add_options(p):
 
 def _hold_lock(out):
     """The folder's lock, held by this run until it exits (its open file), or an error when another run holds
-    it: that run's temporary download would be taken for a killed one's and removed. A file system without
-    ``flock`` (some Lustre mounts) gets no lock."""
+    it: both would append to the same ``.partial`` download and unpack into the same folders. A file system
+    without ``flock`` (some Lustre mounts) gets no lock."""
     import fcntl
 
     path = os.path.join(out, ".download_coco.lock")
@@ -489,6 +512,7 @@ def _main(args):
                 ok = False
             else:
                 print(f"weights: {dest} md5 {md5sum(dest)}")
+                _drop_partial(dest)
     if not ok:
         return 1
     if set(parts) == set(PARTS):

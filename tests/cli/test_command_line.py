@@ -122,6 +122,7 @@ def test_a_stop_whose_stopped_exception_was_lost_is_still_a_stop(monkeypatch, tm
 
     saved = {s: signal.getsignal(s) for s in (*signals.STOP_SIGNALS, signal.SIGCHLD)}
     monkeypatch.setattr(signals, "_RECEIVED", [])
+    monkeypatch.setattr(signals, "_HELD", {"pid": None, "installed": None})  # the handler's state stays this test's
 
     setup_logger(str(tmp_path), 0, name="maskrcnn_benchmark.test_stop")
     gloo = "[gloo/transport/tcp/pair.cc:547] Connection closed by peer"
@@ -163,6 +164,7 @@ def test_a_stop_that_lands_in_the_warning_machinery_is_raised_just_after_it(monk
 
     saved = {s: signal.getsignal(s) for s in (*signals.STOP_SIGNALS, signal.SIGCHLD, signal.SIGALRM)}
     monkeypatch.setattr(signals, "_RECEIVED", [])
+    monkeypatch.setattr(signals, "_HELD", {"pid": None, "installed": None})  # the handler's state stays this test's
     reached = []
 
     def show(*args, **kwargs):  # the signal lands while the warning is being shown
@@ -215,6 +217,7 @@ def test_a_loader_worker_outlives_a_stop_so_its_batches_in_flight_stay_readable(
 
     saved = {s: signal.getsignal(s) for s in (*signals.STOP_SIGNALS, signal.SIGCHLD, signal.SIGALRM)}
     monkeypatch.setattr(signals, "_RECEIVED", [])
+    monkeypatch.setattr(signals, "_HELD", {"pid": None, "installed": None})  # the handler's state stays this test's
     try:
         signals.stop_on_signals()
         loader = torch.utils.data.DataLoader(_Tensors(), batch_size=4, num_workers=1, prefetch_factor=2)

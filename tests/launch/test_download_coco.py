@@ -560,3 +560,36 @@ def test_the_first_failed_part_stops_the_run_in_one_line(tmp_path, capsys):
     assert len(err) == 2 and err[0].startswith("annotations: download failed:"), err
     assert err[1] == "not tried after that failure: train, val, weights (run it again to go on)", err
     assert (data / ".unpacked-train2017.zip").exists() and (data / ".unpacked-val2017.zip").exists()
+
+
+def test_a_partial_download_left_beside_a_complete_part_is_removed(tmp_path, capsys):
+    """A download cut short, then the zip put there by hand (or the part copied from elsewhere): the partial file
+    (up to 18 GB for train2017) stayed for ever, and kept --remove-zips from removing the zips folder."""
+    from maskrcnn_benchmark.cli import download_coco
+
+    url, sums = _listed_mirror(tmp_path / "mirror")
+    data = tmp_path / "coco"
+    (data / "zips").mkdir(parents=True)
+    for name in ("val2017.zip", "annotations_trainval2017.zip"):
+        (data / "zips" / f"{name}.partial").write_bytes(b"x" * 10)
+    (data / "zips" / "val2017.zip").write_bytes((tmp_path / "mirror" / "zips" / "val2017.zip").read_bytes())
+    assert download_coco.main(["--out", str(data), "--base-url", url, "--checksums", str(sums), "--quiet",
+                               "--remove-zips"]) == 0, capsys.readouterr().err
+    assert not (data / "zips").exists()
+
+
+def test_a_verified_zip_that_does_not_unpack_is_kept(tmp_path, capsys):
+    """A zip whose md5 is the expected one and that still does not unpack (a read error, a wrong checksums file)
+    is not deleted: an 18 GB download is not thrown away on a failure the download did not cause."""
+    from maskrcnn_benchmark.cli import download_coco
+
+    data = tmp_path / "coco"
+    (data / "zips").mkdir(parents=True)
+    bad = b"<html>not a zip</html>"
+    (data / "zips" / "val2017.zip").write_bytes(bad)
+    sums = tmp_path / "md5sums.txt"
+    sums.write_text(f"{hashlib.md5(bad).hexdigest()}  val2017.zip\n")
+    assert download_coco.main(["--out", str(data), "--base-url", (tmp_path / "none").as_uri(), "--parts", "val",
+                               "--checksums", str(sums), "--quiet"]) == 1
+    assert "cannot unpack" in capsys.readouterr().err
+    assert (data / "zips" / "val2017.zip").read_bytes() == bad
