@@ -32,7 +32,8 @@ Beyond NVIDIA's version:
   e.g. inside a cgroup/cpuset) it falls back to ``os.sched_setaffinity`` with a warning: binding never kills
   the job;
 * ``--dry-run`` prints the plan and exits;
-* SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 are forwarded to the children and stop the run (128 + signal);
+* SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 are forwarded to the children and stop the run (128 + signal); a
+  SIGHUP ignored when the launcher starts (``nohup``) stays ignored;
 * when a child exits non-zero, the others are terminated and bind_launch exits with that code
   (``128 + signal`` for a child killed by a signal); the trainer's "not converged" code (3) is an outcome that all
   ranks reach together, so the others are given time to end the same way;
