@@ -35,10 +35,20 @@ def _rle(poly, h, w):
     return r
 
 
+def _uncompressed_rle(poly, h, w):
+    """The form of COCO 2017's own crowd annotations: ``counts`` a list of run lengths (column-major, zeros
+    first), not the compressed string pycocotools writes."""
+    flat = mask_utils.decode(mask_utils.merge(mask_utils.frPyObjects([poly], h, w))).flatten(order="F")
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], flat, [1 - flat[-1]]))))  # where the value changes
+    counts = np.diff(np.concatenate(([0], edges))).tolist()
+    return {"size": [h, w], "counts": [int(c) for c in counts]}
+
+
 def make_coco_set(tmp_path, seed=0, num_images=40, categories=(1, 3, 7, 9), crowd_rate=0.1, det_rate=3,
-                  empty_image_rate=0.2, width=160, height=120):
+                  empty_image_rate=0.2, width=160, height=120, crowd_counts="compressed"):
     """A COCO annotation file plus box and mask results around its objects (crowd regions, images without
-    objects, images without detections, wrong-class and duplicate detections)."""
+    objects, images without detections, wrong-class and duplicate detections). ``crowd_counts``: the crowd
+    regions' RLE "compressed" (a string) or "uncompressed" (a list: what COCO 2017's files hold)."""
     rng = np.random.default_rng(seed)
     images, anns, bbox, segm = [], [], [], []
     for i in range(1, num_images + 1):
@@ -53,7 +63,8 @@ def make_coco_set(tmp_path, seed=0, num_images=40, categories=(1, 3, 7, 9), crow
             cat = int(rng.choice(categories))
             anns.append({"id": len(anns) + 1, "image_id": i, "category_id": cat, "bbox": [x, y, w, h],
                          "area": float(mask_utils.area(_rle(poly, height, width))), "iscrowd": crowd,
-                         "segmentation": _rle(poly, height, width) if crowd else [poly]})
+                         "segmentation": ((_uncompressed_rle if crowd_counts == "uncompressed" else _rle)(
+                             poly, height, width) if crowd else [poly])})
             if rng.random() < 0.15:  # this image gets no detection of this object
                 continue
             for _ in range(int(rng.integers(0, det_rate + 1))):

@@ -1,4 +1,6 @@
 """Our COCO scoring (both backends, serial and parallel) against pycocotools, the reference."""
+import json
+
 import numpy as np
 import pytest
 
@@ -45,6 +47,22 @@ def test_hand_made_edge_cases(tmp_path, backend, workers):
     ours = score_coco(ann, ([], []), backend=backend, workers=workers)
     _assert_identical(ours, ann, [], [])
     assert ours["bbox"]["stats"]["AP"] == 0.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_crowd_regions_in_coco_2017s_own_rle_form(tmp_path, backend):
+    """COCO 2017's crowd annotations are uncompressed RLE (``counts`` a list), not the strings pycocotools writes:
+    the scores the run stops on must be pycocotools' for them too (the default backend, faster-coco-eval, reads
+    them with its own code)."""
+    from pycocotools import mask as mask_utils
+
+    ann, bbox, segm = make_coco_set(tmp_path, seed=11, crowd_rate=0.5, crowd_counts="uncompressed")
+    crowd = [a for a in json.load(open(ann))["annotations"] if a["iscrowd"]]
+    assert crowd and all(isinstance(a["segmentation"]["counts"], list) for a in crowd)
+    first = crowd[0]["segmentation"]  # the list form decodes to the polygon's mask (the helper is right)
+    h, w = first["size"]
+    assert mask_utils.area(mask_utils.frPyObjects(first, h, w)) == round(crowd[0]["area"])
+    _assert_identical(score_coco(ann, (bbox, segm), backend=backend), ann, bbox, segm)
 
 
 @pytest.mark.slow
