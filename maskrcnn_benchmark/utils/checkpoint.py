@@ -281,6 +281,8 @@ class DetectronCheckpointer(Checkpointer):
         return super()._load_file(f)
 
     def _load_model(self, checkpoint, path):
+        if "c2_pickle" not in checkpoint:
+            self._warn_if_torchvision_resnet(checkpoint, path)
         if "c2_pickle" in checkpoint:
             blobs = load_c2_weights(self._model(), checkpoint.pop("c2_pickle"), self.logger)[0]
             loaded = {c2_name_to_ours(b) for b in blobs}
@@ -288,6 +290,27 @@ class DetectronCheckpointer(Checkpointer):
             return [k for k in self._model().state_dict() if k not in loaded and ".cell_anchors." not in k
                     and not k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
         return super()._load_model(checkpoint, path)
+
+    def _warn_if_torchvision_resnet(self, checkpoint, path):
+        """A torchvision ResNet's ImageNet weights load by their names' suffixes, as the reference loads them, but
+        were trained on RGB in [0, 1] over ImageNet's std with the stride in the 3x3 convolution: under Detectron's
+        input conventions (the MLPerf config's, for the MSRA R-50.pkl) they train a worse model without a word."""
+        state = checkpoint.get("model", checkpoint) if isinstance(checkpoint, dict) else None
+        names = set(state) if isinstance(state, dict) else set()
+        if self.cfg is None or "conv1.weight" not in names or not any(n.startswith("layer1.") for n in names):
+            return
+        cfg = self.cfg
+        msra = [f"{k} {v}" for k, v in (("MODEL.RESNETS.STRIDE_IN_1X1", cfg.MODEL.RESNETS.STRIDE_IN_1X1),
+                                         ("INPUT.TO_BGR255", cfg.INPUT.TO_BGR255)) if v]
+        if list(cfg.INPUT.PIXEL_STD) == [1.0, 1.0, 1.0]:
+            msra.append("INPUT.PIXEL_STD [1, 1, 1]")
+        if msra:
+            self.logger.warning(
+                "weights file '%s' has a torchvision ResNet's names (conv1.weight, layer1...): torchvision's ImageNet "
+                "weights expect RGB in [0, 1] over ImageNet's std and the stride in the 3x3 convolution, and this "
+                "config has Detectron's conventions (%s): set MODEL.RESNETS.STRIDE_IN_1X1 False, INPUT.TO_BGR255 "
+                "False, INPUT.PIXEL_MEAN [0.485, 0.456, 0.406], INPUT.PIXEL_STD [0.229, 0.224, 0.225] for them, or "
+                "use Detectron's R-50.pkl (the MLPerf reference's)", path, ", ".join(msra))
 
     def load_weights(self, path, complete=False):
         """Model weights only (``MODEL.WEIGHT``): a Detectron ``.pkl``, a ``catalog://`` name or any torch

@@ -343,3 +343,29 @@ def test_a_copied_run_folder_resumes_from_its_own_checkpoint(tmp_path):
     torch.save({"model": nn.Linear(3, 2).state_dict(), "iteration": 5}, first / "model_0000005.pth")  # a later run
     assert os.path.samefile(Checkpointer(None, save_dir=str(copy)).get_checkpoint_file(),
                             copy / "model_0000005.pth")
+
+
+def test_torchvision_resnet_weights_under_detectrons_input_conventions_are_named(tmp_path, caplog):
+    """A torchvision ResNet state dict (conv1.weight, layer1.0..., fc.weight) loads into the backbone by its names'
+    suffixes, as the reference loads it; its ImageNet training saw RGB in [0, 1] divided by ImageNet's std and the
+    stride in the 3x3 convolution, while the MLPerf config is Detectron's MSRA R-50's (BGR 0-255, std 1, stride in
+    the 1x1): a silently worse run. The load says so in one warning; a config set for those weights loads quietly."""
+    from maskrcnn_benchmark.config import merge_cfg_from_list
+    from maskrcnn_benchmark.utils.checkpoint import DetectronCheckpointer
+
+    cfg = small_cfg()
+    model = build_detection_model(cfg)
+    body = {k[len("backbone.body."):].replace("stem.", ""): v for k, v in model.state_dict().items()
+            if k.startswith("backbone.body.")}
+    body["fc.weight"], body["fc.bias"] = torch.zeros(1000, 8), torch.zeros(1000)
+    torch.save(body, tmp_path / "resnet.pth")
+    with caplog.at_level(logging.WARNING):
+        DetectronCheckpointer(cfg, model).load_weights(str(tmp_path / "resnet.pth"))
+    warned = [r.getMessage() for r in caplog.records if "torchvision" in r.getMessage()]
+    assert len(warned) == 1 and "resnet.pth" in warned[0] and "INPUT.TO_BGR255" in warned[0], warned
+    caplog.clear()
+    merge_cfg_from_list(cfg, ["MODEL.RESNETS.STRIDE_IN_1X1", False, "INPUT.TO_BGR255", False,
+                              "INPUT.PIXEL_MEAN", [0.485, 0.456, 0.406], "INPUT.PIXEL_STD", [0.229, 0.224, 0.225]])
+    with caplog.at_level(logging.WARNING):
+        DetectronCheckpointer(cfg, build_detection_model(cfg)).load_weights(str(tmp_path / "resnet.pth"))
+    assert not [r for r in caplog.records if "torchvision" in r.getMessage()]
