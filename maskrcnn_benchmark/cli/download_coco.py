@@ -383,7 +383,8 @@ def fetch_part(name, args, sums):
         safe_extract(zpath, args.out)
     except (zipfile.BadZipFile, zlib.error, EOFError) as e:  # not a zip, or its data corrupt
         if not args.no_verify:  # its md5 is the expected one: the zip is not what failed (a read error?)
-            print(f"{name}: cannot unpack {zpath}: {_why(e)}", file=sys.stderr)
+            print(f"{name}: cannot unpack {zpath}: {_why(e)}; kept (its md5 is the expected one): run it again, "
+                  "or delete it (and check --checksums) to download it again", file=sys.stderr)
             return False
         try:  # unverified (--no-verify): an error page, a file cut short by another tool
             os.remove(zpath)
@@ -448,8 +449,9 @@ def _add_options(p):
 
 def _hold_lock(out):
     """The folder's lock, held by this run until it exits (its open file), or an error when another run holds
-    it: both would append to the same ``.partial`` download and unpack into the same folders. A file system
-    without ``flock`` (some Lustre mounts) gets no lock."""
+    it: both would append to the same ``.partial`` download (a run holds its ``--out`` and its zips folder, which
+    runs into different folders may share) and unpack into the same folders. A file system without ``flock``
+    (some Lustre mounts) gets no lock."""
     import fcntl
 
     path = os.path.join(out, ".download_coco.lock")
@@ -473,6 +475,9 @@ def _main(args):
     os.makedirs(args.out, exist_ok=True)
     args.lock = _hold_lock(args.out)
     os.makedirs(args.zips_dir, exist_ok=True)
+    zips, out = os.path.realpath(args.zips_dir), os.path.realpath(args.out)
+    if not zips.startswith(out + os.sep):  # a zips folder of its own, which runs into other folders may share
+        args.zips_lock = _hold_lock(args.zips_dir)
     for folder in (args.zips_dir, args.weights_dir):  # an earlier release's temporary files (a .partial stays)
         for name in remove_stale_temp_files(folder):
             print(f"removed {os.path.join(folder, name)}, left by an interrupted download")

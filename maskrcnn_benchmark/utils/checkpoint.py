@@ -296,21 +296,25 @@ class DetectronCheckpointer(Checkpointer):
         were trained on RGB in [0, 1] over ImageNet's std with the stride in the 3x3 convolution: under Detectron's
         input conventions (the MLPerf config's, for the MSRA R-50.pkl) they train a worse model without a word."""
         state = checkpoint.get("model", checkpoint) if isinstance(checkpoint, dict) else None
-        names = set(state) if isinstance(state, dict) else set()
+        names = {n[len("module."):] if n.startswith("module.") else n for n in state} if isinstance(state, dict) \
+            else set()
         if self.cfg is None or "conv1.weight" not in names or not any(n.startswith("layer1.") for n in names):
             return
         cfg = self.cfg
         msra = [f"{k} {v}" for k, v in (("MODEL.RESNETS.STRIDE_IN_1X1", cfg.MODEL.RESNETS.STRIDE_IN_1X1),
                                          ("INPUT.TO_BGR255", cfg.INPUT.TO_BGR255)) if v]
+        if any(m > 1.0 for m in cfg.INPUT.PIXEL_MEAN):
+            msra.append("INPUT.PIXEL_MEAN on the 0-255 scale")
         if list(cfg.INPUT.PIXEL_STD) == [1.0, 1.0, 1.0]:
             msra.append("INPUT.PIXEL_STD [1, 1, 1]")
         if msra:
             self.logger.warning(
-                "weights file '%s' has a torchvision ResNet's names (conv1.weight, layer1...): torchvision's ImageNet "
-                "weights expect RGB in [0, 1] over ImageNet's std and the stride in the 3x3 convolution, and this "
-                "config has Detectron's conventions (%s): set MODEL.RESNETS.STRIDE_IN_1X1 False, INPUT.TO_BGR255 "
-                "False, INPUT.PIXEL_MEAN [0.485, 0.456, 0.406], INPUT.PIXEL_STD [0.229, 0.224, 0.225] for them, or "
-                "use Detectron's R-50.pkl (the MLPerf reference's)", path, ", ".join(msra))
+                "weights file '%s' has a torchvision ResNet's names (conv1.weight, layer1...): if they are "
+                "torchvision's ImageNet weights, they expect RGB in [0, 1] over ImageNet's mean and std and the "
+                "stride in the 3x3 convolution, and this config has Detectron's conventions (%s): set "
+                "MODEL.RESNETS.STRIDE_IN_1X1 False, INPUT.TO_BGR255 False, INPUT.PIXEL_MEAN [0.485, 0.456, 0.406], "
+                "INPUT.PIXEL_STD [0.229, 0.224, 0.225] for them, or use Detectron's R-50.pkl (the MLPerf "
+                "reference's); caffe-style weights of these names are right as they are", path, ", ".join(msra))
 
     def load_weights(self, path, complete=False):
         """Model weights only (``MODEL.WEIGHT``): a Detectron ``.pkl``, a ``catalog://`` name or any torch

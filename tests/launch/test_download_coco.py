@@ -447,16 +447,36 @@ def test_a_second_download_into_the_same_folder_waits_for_none_and_touches_nothi
     assert in_flight.read_bytes() == b"half of a zip"
 
 
+def test_runs_into_two_folders_sharing_a_zips_folder_do_not_meet_in_it(tmp_path, capsys):
+    """Each node unpacking into its own --out from one shared --zips-dir: the lock was the --out folder's alone, so
+    one run removed (as no longer needed) or appended to the .partial download the other was writing. A zips
+    folder outside --out is locked too."""
+    import fcntl
+
+    from maskrcnn_benchmark.cli import download_coco
+
+    shared = tmp_path / "shared-zips"
+    shared.mkdir()
+    (shared / "val2017.zip.partial").write_bytes(b"the other run's download")
+    with open(shared / ".download_coco.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert download_coco.main(["--out", str(tmp_path / "node2"), "--zips-dir", str(shared), "--parts", "val",
+                                   "--base-url", (tmp_path / "none").as_uri(), "--quiet"]) == 1
+    assert f"another download_coco.py is writing into {shared}" in capsys.readouterr().err
+    assert (shared / "val2017.zip.partial").read_bytes() == b"the other run's download"
+
+
 class _RangeMirror:
     """A mirror over HTTP on loopback, as S3 and images.cocodataset.org serve: ``Range: bytes=N-`` answered with
     206 (``ranges``: False, a server that ignores it: 200 and the whole file). ``cut_after``: the next answer
     ends after that many bytes of its body (a connection dropped), its Content-Length the whole body's."""
 
-    def __init__(self, root: Path, ranges=True):
+    def __init__(self, root: Path, ranges=True, range_lengths=True):
         import http.server
         import threading
 
         self.root, self.ranges, self.cut_after, self.requests = root, ranges, None, []
+        self.range_lengths = range_lengths  # False: a 206 says its size in Content-Range alone
         mirror = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -475,7 +495,8 @@ class _RangeMirror:
                 else:
                     self.send_response(200)
                 body = data[start:]
-                self.send_header("Content-Length", str(len(body)))
+                if not (asked and mirror.ranges) or mirror.range_lengths:
+                    self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 cut, mirror.cut_after = mirror.cut_after, None
                 self.wfile.write(body[:cut] if cut is not None else body)
@@ -593,3 +614,28 @@ def test_a_verified_zip_that_does_not_unpack_is_kept(tmp_path, capsys):
                                "--checksums", str(sums), "--quiet"]) == 1
     assert "cannot unpack" in capsys.readouterr().err
     assert (data / "zips" / "val2017.zip").read_bytes() == bad
+
+
+def test_a_resumed_answer_without_content_length_is_checked_against_content_range(tmp_path, capsys):
+    """A 206 may give its size in Content-Range alone ("bytes 1000-4999/5000"): a resumed download cut short again
+    was then taken for complete (no Content-Length to count against) and renamed into place."""
+    from maskrcnn_benchmark.cli import download_coco
+
+    _, sums = _listed_mirror(tmp_path / "mirror")
+    served = _RangeMirror(tmp_path / "mirror", range_lengths=False)
+    try:
+        data = tmp_path / "coco"
+        args = ["--out", str(data), "--base-url", served.url, "--checksums", str(sums), "--parts", "annotations",
+                "--quiet"]
+        size = (tmp_path / "mirror" / "annotations" / "annotations_trainval2017.zip").stat().st_size
+        served.cut_after = size // 2
+        assert download_coco.main(args) == 1
+        served.cut_after = size // 4  # the resumed answer is cut too
+        assert download_coco.main(args) == 1
+        err = capsys.readouterr().err
+        assert f"received {size // 2 + size // 4} of {size} bytes" in err, err
+        assert not (data / "zips" / "annotations_trainval2017.zip").exists()
+        assert download_coco.main(args) == 0
+        assert served.requests[1:] == [f"bytes={size // 2}-", f"bytes={size // 2 + size // 4}-"]
+    finally:
+        served.close()
