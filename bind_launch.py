@@ -400,7 +400,10 @@ def cgroup_cpuset(proc_root: str = "/proc", cgroup_root: str = "/sys/fs/cgroup")
 def widen_to_cpuset(cpuset: Optional[set] = None) -> None:
     """A launcher bound to fewer CPUs than its job's cpuset (srun binds a task to its CPUs unless
     ``--cpu-bind=none``: one task per node gets one core) binds itself to the whole cpuset first, so that its ranks
-    are planned on, and numactl accepts, every CPU the job may use."""
+    are planned on, and numactl accepts, every CPU the job may use. Only in an srun step: elsewhere a narrower
+    affinity is the user's (``taskset``, ``numactl``), kept."""
+    if not (os.environ.get("SLURM_STEP_ID") or os.environ.get("SLURM_STEPID")):
+        return
     try:
         affinity = os.sched_getaffinity(0)
     except (AttributeError, OSError):

@@ -187,11 +187,25 @@ def test_a_launcher_bound_to_one_core_by_srun_widens_to_the_jobs_cpuset(monkeypa
     calls = []
     monkeypatch.setattr(bl.os, "sched_getaffinity", lambda pid: {0})
     monkeypatch.setattr(bl.os, "sched_setaffinity", lambda pid, cpus: calls.append(set(cpus)))
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
     bl.widen_to_cpuset({0, 1, 2, 3})
     assert calls == [{0, 1, 2, 3}]
     assert "bound to cpus 0 of its job's 0-3 (srun binds a task unless --cpu-bind=none)" in capsys.readouterr().err
     bl.widen_to_cpuset({0})  # already all of it: nothing to do
     assert calls == [{0, 1, 2, 3}]
+
+
+def test_a_launcher_narrowed_by_its_user_outside_slurm_keeps_its_cpus(monkeypatch, capsys):
+    """``taskset -c 0-27 python -m bind_launch ...`` (two jobs sharing a node, each on its own cores) outside Slurm:
+    the launcher widened itself to the whole cpuset and planned its ranks on the other job's cores too. Only an
+    srun step's binding is widened."""
+    calls = []
+    monkeypatch.setattr(bl.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(bl.os, "sched_setaffinity", lambda pid, cpus: calls.append(set(cpus)))
+    for name in ("SLURM_STEP_ID", "SLURM_STEPID"):
+        monkeypatch.delenv(name, raising=False)
+    bl.widen_to_cpuset({0, 1, 2, 3})
+    assert calls == [] and capsys.readouterr().err == ""
 
 
 def test_intel_sub_numa_clustering(tmp_path):
