@@ -1,6 +1,8 @@
 """Datasets and data loaders from the config."""
 import bisect
+import functools
 import logging
+import os
 
 import torch
 
@@ -21,13 +23,13 @@ from .transforms.device import DeviceTransform
 logger = logging.getLogger(__name__)
 
 
-def _worker_init(worker_id):
+def _worker_init(worker_id, parent=None):
     """A loader worker never outlives its process: if that is killed (SIGKILL included) the kernel ends the
     worker too, instead of leaving it re-parented to PID 1 on a cluster node. It keeps freed memory for the next
     image (:func:`~maskrcnn_benchmark.utils.processes.keep_freed_memory`), and prints nothing when its process
     stops in the middle of fetching a batch from it
     (:func:`~maskrcnn_benchmark.utils.processes.quiet_when_requests_are_left`)."""
-    die_with_parent()
+    die_with_parent(parent=parent)
     keep_freed_memory()
     quiet_when_requests_are_left()
 
@@ -177,6 +179,6 @@ def make_data_loader(cfg, is_train=True, is_distributed=False, start_iter=0, num
             persistent_workers=workers > 0,
             # its own generator: creating the loader must not draw from the global RNG a resumed run restores
             generator=torch.Generator().manual_seed(derived_seed(LOADER, seed, rank)),
-            worker_init_fn=_worker_init if workers > 0 else None,
+            worker_init_fn=functools.partial(_worker_init, parent=os.getpid()) if workers > 0 else None,
         ))
     return loaders[0] if is_train else loaders

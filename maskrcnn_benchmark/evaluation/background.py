@@ -41,9 +41,7 @@ RESTARTS_PER_EPOCH = 1
 
 
 def _serve(conn, parent_pid, scorer, niceness=0):
-    die_with_parent()
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
+    die_with_parent(parent=parent_pid)
     os.setpgid(0, 0)  # our own group: shutdown() kills it with the scoring pool's workers
     if niceness:
         try:  # the process group: every thread of it (os.nice would leave threads already started, BLAS's, behind);

@@ -17,6 +17,7 @@ import io
 import logging
 import multiprocessing
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -200,7 +201,7 @@ def _score_coco(ann_file, detections, iou_types, image_ids, backend, workers):
         if workers > 1 and len(tasks) > 1:
             # not multiprocessing.Pool: it waits forever for the task of a worker that died
             with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=multiprocessing.get_context("fork"),
-                                     initializer=die_with_parent) as pool:
+                                     initializer=die_with_parent, initargs=(signal.SIGKILL, os.getpid())) as pool:
                 try:
                     parts = list(pool.map(_evaluate, [t for t, _, _ in tasks], [c for _, c, _ in tasks]))
                 except BrokenProcessPool:

@@ -7,13 +7,19 @@ import sys
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(sig=signal.SIGKILL):
+def die_with_parent(sig=signal.SIGKILL, parent=None):
     """Linux: have the kernel send ``sig`` to this process when its parent exits (even by SIGKILL), so no
-    helper (a COCO scorer, its pool workers) is left re-parented to PID 1. A no-op elsewhere."""
+    helper (a COCO scorer, its pool workers, a loader worker) is left re-parented to PID 1. A no-op elsewhere.
+
+    ``parent``: the pid of the process that started this one. A child runs this some time after it was forked or
+    spawned; a parent that died in between is not there to die with, and the request would leave it running
+    (a pool worker of a scorer killed with its trainer waited for ever on its task queue): it exits at once."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(sig))
     except (AttributeError, OSError):
         pass
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3

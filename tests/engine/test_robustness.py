@@ -228,7 +228,7 @@ def test_killed_trainer_leaves_no_scorer_behind(tiny_data, tmp_path):
     deadline = time.time() + 60
     while run.session_processes() and time.time() < deadline:
         time.sleep(0.2)
-    assert run.session_processes() == []
+    assert run.session_processes() == [], [_cmdline(p) for p in run.session_processes()]
 
 
 @pytest.mark.slow
@@ -281,6 +281,14 @@ def test_a_rank_that_stops_answering_is_named(tiny_data, tmp_path):
             except OSError:
                 pass
         run.finish()
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f"{pid}: {f.read().replace(b'\0', b' ').decode(errors='replace')[:300]}"
+    except OSError:
+        return f"{pid}: gone"
 
 
 def _env(pid):
