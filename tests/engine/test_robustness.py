@@ -286,7 +286,8 @@ def test_a_rank_that_stops_answering_is_named(tiny_data, tmp_path):
 def _cmdline(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f"{pid}: {f.read().replace(b'\0', b' ').decode(errors='replace')[:300]}"
+            line = f.read().replace(b"\0", b" ").decode(errors="replace")
+        return f"{pid}: {line[:300]}"
     except OSError:
         return f"{pid}: gone"
 
