@@ -387,31 +387,40 @@ def test_a_later_epochs_failed_scoring_does_not_undo_a_converged_epoch(caplog):
                                                   r.getMessage())
 
 
-def test_a_converged_run_whose_later_scoring_failed_keeps_its_final_checkpoint():
-    """The run above succeeds (epoch 1 converged; epoch 2's scoring failed after it): its final checkpoint, written
-    after run_stop with the scores known (it waits for none), is written. Only a periodic checkpoint, which must
-    wait for the epochs still being scored, is skipped once the evaluation failed."""
+def _train_with_checkpoints(background, iters, period, save_final=True):
+    """A run of ``iters`` iterations (5 per epoch) scored by ``background``, checkpointed every ``period``
+    iterations; returns the trainer, the stop and evaluation hooks and the saved ``(name, iteration, epochs
+    scored)``. Raises what the run raises."""
     from maskrcnn_benchmark.engine.hooks import CheckpointHook
 
     saved = []
 
     class Checkpointer:
         def save(self, name, **kwargs):
-            saved.append((name, [e for e, _, _ in kwargs["scores"]]))
+            saved.append((name, kwargs["iteration"], [e for e, _, _ in kwargs["scores"]]))
 
     model = _Model()
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    background = _SecondEpochFails(done_at=10)
     log = _Log()
     stop = MLPerfStopHook((0.377, 0.339), log)
     evaluation = EvaluationHook(background, lambda: None, log, poll=background.poll)
-    trainer = Trainer(model, opt, WarmupMultiStepLR(opt, (100,), 0.1, warmup_iters=0), [(_Images(), [], None)] * 10,
-                      torch.device("cpu"), 10, 5,
-                      hooks=[stop, evaluation, CheckpointHook(Checkpointer(), 0, evaluation=evaluation)])
+    trainer = Trainer(model, opt, WarmupMultiStepLR(opt, (100,), 0.1, warmup_iters=0),
+                      [(_Images(), [], None)] * iters, torch.device("cpu"), iters, 5,
+                      hooks=[stop, evaluation, CheckpointHook(Checkpointer(), period, save_final=save_final,
+                                                              evaluation=evaluation)])
     background.trainer = trainer
+    trainer.saved, trainer.stop, trainer.evaluation = saved, stop, evaluation
     trainer.train()
-    assert stop.target_met and evaluation.failure is not None
-    assert saved == [("model_final", [1])]
+    return trainer
+
+
+def test_a_converged_run_whose_later_scoring_failed_keeps_its_final_checkpoint():
+    """The run above succeeds (epoch 1 converged; epoch 2's scoring failed after it): its final checkpoint, written
+    after run_stop with the scores known (it waits for none), is written. Only a periodic checkpoint, which must
+    wait for the epochs still being scored, is skipped once the evaluation failed."""
+    trainer = _train_with_checkpoints(_SecondEpochFails(done_at=10), 10, 0)
+    assert trainer.stop.target_met and trainer.evaluation.failure is not None
+    assert trainer.saved == [("model_final", 10, [1])]
 
 
 def _rank(rank, world, init_file, done_at, out):
@@ -502,29 +511,15 @@ def test_no_checkpoint_is_written_once_the_evaluation_failed():
     score them again). Once rank 0's evaluation failed, the checkpoint at that epoch end no longer waited for the
     epoch still being scored and was written without it: a run resumed from it never scored epoch 1. It is not
     written; the previous checkpoint stays the last one."""
-    from maskrcnn_benchmark.engine.hooks import CheckpointHook
     from maskrcnn_benchmark.utils.errors import EvaluationFailed
 
-    saved = []
-
-    class Checkpointer:
-        def save(self, name, **kwargs):
-            saved.append((kwargs["iteration"], [e for e, _, _ in kwargs["scores"]]))
-
-    model = _Model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    sched = WarmupMultiStepLR(opt, (100,), 0.1, warmup_iters=0)
     background = _SecondHandOverFails(10 ** 9)
-    log = _Log()
-    evaluation = EvaluationHook(background, lambda: None, log, poll=background.poll)
-    trainer = Trainer(model, opt, sched, [(_Images(), [], None)] * 40, torch.device("cpu"), 40, 5,
-                      hooks=[MLPerfStopHook((0.377, 0.339), log), evaluation,
-                             CheckpointHook(Checkpointer(), 5, evaluation=evaluation)])
-    background.trainer = trainer
     with pytest.raises(EvaluationFailed):
-        trainer.train()
-    assert trainer.iter == 10 and type(evaluation.failure) is ScoringError
-    assert saved == [(5, [])]  # epoch 1's own checkpoint (epoch 1 is evaluated again from it); none at 10
+        _train_with_checkpoints(background, 40, 5)
+    trainer = background.trainer
+    assert trainer.iter == 10 and type(trainer.evaluation.failure) is ScoringError
+    # epoch 1's own checkpoint (epoch 1 is evaluated again from it); none at 10
+    assert trainer.saved == [("model_0000005", 5, [])]
 
 
 def test_a_checkpoint_at_the_converged_epochs_end_holds_its_scores():
@@ -532,28 +527,9 @@ def test_a_checkpoint_at_the_converged_epochs_end_holds_its_scores():
     the targets; the checkpoint written at that iteration left them out (a resumed run evaluates that epoch
     again), so ``--resume`` from it was accepted and the converged run reported success a second time. The
     scores known when it is written are all in it (the epoch is still evaluated again on resume)."""
-    from maskrcnn_benchmark.engine.hooks import CheckpointHook
-
-    saved = []
-
-    class Checkpointer:
-        def save(self, name, **kwargs):
-            saved.append((kwargs["iteration"], [e for e, _, _ in kwargs["scores"]]))
-
-    model = _Model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    sched = WarmupMultiStepLR(opt, (100,), 0.1, warmup_iters=0)
-    background = _FakeBackground(5)
-    log = _Log()
-    stop = MLPerfStopHook((0.377, 0.339), log)
-    evaluation = EvaluationHook(background, lambda: None, log, poll=background.poll)
-    trainer = Trainer(model, opt, sched, [(_Images(), [], None)] * 40, torch.device("cpu"), 40, 5,
-                      hooks=[stop, evaluation, CheckpointHook(Checkpointer(), 5, save_final=False,
-                                                              evaluation=evaluation)])
-    background.trainer = trainer
-    trainer.train()
-    assert stop.target_met and stop.converged_epoch == 1
-    assert saved == [(5, [1])]
+    trainer = _train_with_checkpoints(_FakeBackground(5), 40, 5, save_final=False)
+    assert trainer.stop.target_met and trainer.stop.converged_epoch == 1
+    assert trainer.saved == [("model_0000005", 5, [1])]
 
 
 # -- distributed evaluation --------------------------------------------------------------------------------------

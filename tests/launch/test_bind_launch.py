@@ -646,15 +646,21 @@ def test_stubborn_child_is_sigkilled(child, tmp_path):
     assert not _alive(int((out / "pid0").read_text()))
 
 
-@pytest.mark.slow
-def test_signals_are_forwarded(child):
+def _sleeping_ranks(child, **popen):
+    """bind_launch with 2 ranks of the CHILD script that sleep, once both have started."""
     script, out = child
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
     p = subprocess.Popen([sys.executable, "-m", "bind_launch", "--nproc_per_node=2", "--binding=none", str(script)],
-                         cwd=ROOT, env=_clean_env(TEST_OUT=str(out), CHILD_MODE="sleep"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         cwd=ROOT, env=_clean_env(TEST_OUT=str(out), CHILD_MODE="sleep"), **popen)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not all((out / f"rank{i}.json").exists() for i in range(2)):
         time.sleep(0.1)
+    return p, out
+
+
+@pytest.mark.slow
+def test_signals_are_forwarded(child):
+    p, out = _sleeping_ranks(child)
     p.send_signal(signal.SIGTERM)
     rc = p.wait(timeout=30)
     assert rc == 128 + signal.SIGTERM
@@ -667,13 +673,7 @@ def test_slurms_warning_signal_stops_the_launcher_as_it_stops_the_ranks(child):
     """A Slurm ``--signal=USR1@120`` warning: the trainer takes SIGUSR1 as a stop (exit 138). The launcher
     forwarded it but did not take it as one: the ranks' 138 was "local rank 0 exited with code 138" (a crash), and
     one that came while the ranks were being started let the rest start after it, never signalled."""
-    script, out = child
-    p = subprocess.Popen([sys.executable, "-m", "bind_launch", "--nproc_per_node=2", "--binding=none", str(script)],
-                         cwd=ROOT, env=_clean_env(TEST_OUT=str(out), CHILD_MODE="sleep"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not all((out / f"rank{i}.json").exists() for i in range(2)):
-        time.sleep(0.1)
+    p, out = _sleeping_ranks(child)
     p.send_signal(signal.SIGUSR1)
     _, err = p.communicate(timeout=30)
     assert p.returncode == 128 + signal.SIGUSR1, err
@@ -685,15 +685,8 @@ def test_a_hangup_ignored_at_start_stays_ignored(child):
     """``nohup ./run_and_time.sh &`` on a node, then the ssh session ends: the shell's SIGHUP reaches the job's
     process group, the launcher with it. bind_launch replaced nohup's SIG_IGN with its forwarding handler and
     stopped the run (129); a hangup ignored when it started stays ignored, and the ranks run on."""
-    script, out = child
-    p = subprocess.Popen([sys.executable, "-m", "bind_launch", "--nproc_per_node=2", "--binding=none", str(script)],
-                         cwd=ROOT, env=_clean_env(TEST_OUT=str(out), CHILD_MODE="sleep"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    p, out = _sleeping_ranks(child, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not all((out / f"rank{i}.json").exists() for i in range(2)):
-            time.sleep(0.1)
         p.send_signal(signal.SIGHUP)
         time.sleep(1.0)
         assert p.poll() is None and not any((out / f"term{i}").exists() for i in range(2))
@@ -710,14 +703,8 @@ def test_a_stop_after_the_terminal_is_gone_still_stops_the_ranks_in_order(child)
     """``./run_and_time.sh 2>&1 | tee log`` and Ctrl-C: tee is gone before the launcher reports the signal, its
     line raised BrokenPipeError out of main (exit 1, the code of bad input) and the ranks' parent-death signal
     SIGKILLed them in their cleanup. The launcher's own lines are best effort; it stops the ranks and exits 143."""
-    script, out = child
-    p = subprocess.Popen([sys.executable, "-m", "bind_launch", "--nproc_per_node=2", "--binding=none", str(script)],
-                         cwd=ROOT, env=_clean_env(TEST_OUT=str(out), CHILD_MODE="sleep"),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p, out = _sleeping_ranks(child, stdout=subprocess.DEVNULL, text=False)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not all((out / f"rank{i}.json").exists() for i in range(2)):
-            time.sleep(0.1)
         p.stderr.close()  # the reader is gone
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=30) == 128 + signal.SIGTERM

@@ -1,5 +1,6 @@
 """tools/download_coco.py (maskrcnn_benchmark/cli/download_coco.py) offline, against a local fake mirror (file:// URL) of the three COCO 2017 zips."""
 
+import contextlib
 import hashlib
 import json
 import re
@@ -512,6 +513,22 @@ class _RangeMirror:
         self.server.server_close()
 
 
+@contextlib.contextmanager
+def _annotations_over_http(tmp_path, **mirror):
+    """The annotations zip of a listed mirror served over HTTP (:class:`_RangeMirror`): yields the server, the
+    dataset folder, download_coco's arguments for it, the zip's size and the checksums file."""
+    _, sums = _listed_mirror(tmp_path / "mirror")
+    served = _RangeMirror(tmp_path / "mirror", **mirror)
+    try:
+        data = tmp_path / "coco"
+        args = ["--out", str(data), "--base-url", served.url, "--checksums", str(sums), "--parts", "annotations",
+                "--quiet"]
+        size = (tmp_path / "mirror" / "annotations" / "annotations_trainval2017.zip").stat().st_size
+        yield served, data, args, size, sums
+    finally:
+        served.close()
+
+
 @pytest.mark.parametrize("ranges", [True, False], ids=["range", "no-range"])
 def test_a_download_cut_short_is_resumed_where_it_stopped(tmp_path, capsys, ranges):
     """train2017.zip is 18 GB: a connection dropped at 17 GB deleted what had arrived and the next run fetched it
@@ -520,13 +537,7 @@ def test_a_download_cut_short_is_resumed_where_it_stopped(tmp_path, capsys, rang
     md5 is checked on the whole zip either way."""
     from maskrcnn_benchmark.cli import download_coco
 
-    _, sums = _listed_mirror(tmp_path / "mirror")
-    served = _RangeMirror(tmp_path / "mirror", ranges=ranges)
-    try:
-        data = tmp_path / "coco"
-        args = ["--out", str(data), "--base-url", served.url, "--checksums", str(sums), "--parts", "annotations",
-                "--quiet"]
-        zip_size = (tmp_path / "mirror" / "annotations" / "annotations_trainval2017.zip").stat().st_size
+    with _annotations_over_http(tmp_path, ranges=ranges) as (served, data, args, zip_size, sums):
         served.cut_after = zip_size // 2
         assert download_coco.main(args) == 1
         err = capsys.readouterr().err
@@ -538,8 +549,6 @@ def test_a_download_cut_short_is_resumed_where_it_stopped(tmp_path, capsys, rang
         assert not partial.exists() and (data / "annotations" / "instances_val2017.json").exists()
         assert hashlib.md5((data / "zips" / "annotations_trainval2017.zip").read_bytes()).hexdigest() in \
             sums.read_text()
-    finally:
-        served.close()
 
 
 def test_a_zip_that_is_not_one_is_fetched_again_by_the_next_run(tmp_path, capsys):
@@ -621,13 +630,7 @@ def test_a_resumed_answer_without_content_length_is_checked_against_content_rang
     was then taken for complete (no Content-Length to count against) and renamed into place."""
     from maskrcnn_benchmark.cli import download_coco
 
-    _, sums = _listed_mirror(tmp_path / "mirror")
-    served = _RangeMirror(tmp_path / "mirror", range_lengths=False)
-    try:
-        data = tmp_path / "coco"
-        args = ["--out", str(data), "--base-url", served.url, "--checksums", str(sums), "--parts", "annotations",
-                "--quiet"]
-        size = (tmp_path / "mirror" / "annotations" / "annotations_trainval2017.zip").stat().st_size
+    with _annotations_over_http(tmp_path, range_lengths=False) as (served, data, args, size, _):
         served.cut_after = size // 2
         assert download_coco.main(args) == 1
         served.cut_after = size // 4  # the resumed answer is cut too
@@ -637,5 +640,3 @@ def test_a_resumed_answer_without_content_length_is_checked_against_content_rang
         assert not (data / "zips" / "annotations_trainval2017.zip").exists()
         assert download_coco.main(args) == 0
         assert served.requests[1:] == [f"bytes={size // 2}-", f"bytes={size // 2 + size // 4}-"]
-    finally:
-        served.close()

@@ -99,15 +99,10 @@ def test_a_deferred_stop_is_raised_once():
     _assert_stopped_in_one_line(r)
 
 
-def test_a_loader_worker_killed_by_sigterm_is_the_stop():
-    """Slurm's SIGTERM kills a loader worker (torch's handler in the worker ends it) before the rank's own copy
-    arrives: the rank fails on the dead worker. That is the stop, not an internal error."""
-    r = _run("""
-        import os, signal, subprocess, sys, time
-        import torch
-        from torch.utils.data import DataLoader, Dataset
-        from maskrcnn_benchmark.cli import exit_codes
-        from maskrcnn_benchmark.utils.signals import stop_on_signals
+# a dataset whose items after the first take half a second: a loader worker is busy when it is signalled
+_SLOW = """
+        import time
+        from torch.utils.data import Dataset
 
         class Slow(Dataset):
             def __len__(self):
@@ -116,7 +111,18 @@ def test_a_loader_worker_killed_by_sigterm_is_the_stop():
             def __getitem__(self, i):
                 time.sleep(0.5 if i else 0.0)
                 return i
+"""
 
+
+def test_a_loader_worker_killed_by_sigterm_is_the_stop():
+    """Slurm's SIGTERM kills a loader worker (torch's handler in the worker ends it) before the rank's own copy
+    arrives: the rank fails on the dead worker. That is the stop, not an internal error."""
+    r = _run("""
+        import os, signal, subprocess, sys, time
+        from torch.utils.data import DataLoader
+        from maskrcnn_benchmark.cli import exit_codes
+        from maskrcnn_benchmark.utils.signals import stop_on_signals
+    """ + _SLOW + """
         stop_on_signals()
 
         def body():
@@ -140,18 +146,10 @@ def test_a_loader_worker_killed_while_the_failure_is_reported_ends_as_the_stop()
     its SIGCHLD handler outside run_program, a traceback on the terminal and no error line (CI, a dead sibling)."""
     r = _run("""
         import os, signal, subprocess, sys, time
-        from torch.utils.data import DataLoader, Dataset
+        from torch.utils.data import DataLoader
         from maskrcnn_benchmark.cli import exit_codes
         from maskrcnn_benchmark.utils.signals import stop_on_signals
-
-        class Slow(Dataset):
-            def __len__(self):
-                return 1000
-
-            def __getitem__(self, i):
-                time.sleep(0.5 if i else 0.0)
-                return i
-
+    """ + _SLOW + """
         stop_on_signals()
         loader = {}
 
