@@ -783,6 +783,8 @@ def resolve_binding(b: Binding, mode: str, membind: bool) -> Tuple[str, List[str
 
 
 def _child_setup(cpus: Optional[List[int]]):
+    launcher = os.getpid()
+
     def setup() -> None:
         os.setpgid(0, 0)  # own process group: we can stop the child with its workers
         try:  # die with the launcher even if it is SIGKILLed
@@ -790,6 +792,8 @@ def _child_setup(cpus: Optional[List[int]]):
             libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
         except Exception:  # pragma: no cover - non-Linux
             pass
+        if os.getppid() != launcher:  # the launcher died between the fork and the request: none to die with
+            os._exit(1)
         if cpus:
             try:
                 os.sched_setaffinity(0, cpus)

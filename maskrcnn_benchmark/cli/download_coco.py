@@ -14,8 +14,8 @@ right md5 is not downloaded again, and a part already unpacked and complete (mar
 files all there, of their sizes in the zip where it is there: a COCO copied from elsewhere, without its zips) is
 skipped; an unpacked part found incomplete is unpacked again. A download is checked against its Content-Length (a
 connection dropped midway is an error, not a file); what arrived before a failure or Ctrl-C is kept in
-``<zip>.partial`` and the next run asks for the rest (HTTP Range). A run holds ``DIR/.download_coco.lock``: a second
-one into the same folder is refused.
+``<zip>.partial`` and the next run asks for the rest (HTTP Range). A run holds ``DIR/.download_coco.lock`` (and the
+same in a ``--zips-dir`` outside DIR): a second one into the same folder is refused.
 
     python tools/download_coco.py --out /data --verify-only [--weights-dir /coco/models]
 
@@ -476,7 +476,7 @@ def _main(args):
     args.lock = _hold_lock(args.out)
     os.makedirs(args.zips_dir, exist_ok=True)
     zips, out = os.path.realpath(args.zips_dir), os.path.realpath(args.out)
-    if not zips.startswith(out + os.sep):  # a zips folder of its own, which runs into other folders may share
+    if zips != out and not zips.startswith(out + os.sep):  # a zips folder of its own, which other runs may share
         args.zips_lock = _hold_lock(args.zips_dir)
     for folder in (args.zips_dir, args.weights_dir):  # an earlier release's temporary files (a .partial stays)
         for name in remove_stale_temp_files(folder):

@@ -50,6 +50,7 @@ measure, said so); a check that failed, or did not run (its time cap or the budg
 """
 import argparse
 import datetime
+import functools
 import json
 import os
 import re
@@ -65,6 +66,7 @@ from pathlib import Path
 
 from ..utils.errors import UserError
 from ..utils.fileio import write_text
+from ..utils.processes import die_with_parent
 from .common import Parser
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: tests/, bench/, tools/
@@ -125,7 +127,7 @@ def run_capped(cmd, cwd, env, cap, merge=False):
     stderr goes into its stdout, in the order written."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT if merge else subprocess.PIPE,
-                            start_new_session=True, preexec_fn=_die_with_parent)
+                            start_new_session=True, preexec_fn=functools.partial(die_with_parent, parent=os.getpid()))
     _STOP["proc"] = proc
     try:
         if _STOP["requested"]:  # the SIGTERM came while it was being started
@@ -167,13 +169,6 @@ def _stop(signum, frame):
         _kill_session(_STOP["proc"])
 
 
-def _die_with_parent():
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - not Linux: the session kill above still applies
-        pass
 
 
 def _text(b):

@@ -2,6 +2,7 @@
 import bisect
 import functools
 import logging
+import multiprocessing
 import os
 
 import torch
@@ -32,6 +33,13 @@ def _worker_init(worker_id, parent=None):
     die_with_parent(parent=parent)
     keep_freed_memory()
     quiet_when_requests_are_left()
+
+
+def _worker_parent():
+    """The pid a loader worker's parent has: this process's where the default start method makes it the parent
+    (fork, spawn); None (no check) under forkserver (Python 3.14's default on Linux), whose server forks them."""
+    method = multiprocessing.get_context().get_start_method()  # the default context, not fixed by asking
+    return os.getpid() if method in ("fork", "spawn") else None
 
 
 def use_hybrid(cfg):
@@ -179,6 +187,6 @@ def make_data_loader(cfg, is_train=True, is_distributed=False, start_iter=0, num
             persistent_workers=workers > 0,
             # its own generator: creating the loader must not draw from the global RNG a resumed run restores
             generator=torch.Generator().manual_seed(derived_seed(LOADER, seed, rank)),
-            worker_init_fn=functools.partial(_worker_init, parent=os.getpid()) if workers > 0 else None,
+            worker_init_fn=functools.partial(_worker_init, parent=_worker_parent()) if workers > 0 else None,
         ))
     return loaders[0] if is_train else loaders

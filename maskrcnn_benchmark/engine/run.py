@@ -31,10 +31,10 @@ from ..utils.amp import autocast_dtype, make_grad_scaler
 from ..utils.checkpoint import DetectronCheckpointer
 from ..utils.errors import ConfigError, WeightsError
 from ..utils.host_memory import glibc_version, keep_freed_blocks
-from ..utils.logger import TRACEBACK_LOGGER, log_file_name, setup_logger
+from ..utils.logger import TRACEBACK_LOGGER, setup_logger
 from ..utils.mlperf_logger import MLPerfLogger
 from ..utils.rng import PROCESS, derived_seed, set_rng_state
-from ..utils.run_folder import claim_output_folder, move_rank_log_aside
+from ..utils.run_folder import claim_output_folder
 from .compile import CompiledForward
 from .events import EpochScores
 from .hooks import CheckpointHook, MetricsHook, ProfilerHook
@@ -113,12 +113,8 @@ class MLPerfRun:
             self.options.resume = resume_checkpoint(self.options.resume)
         check_before_init(cfg, *comm.launch_sizes(), resume=self.options.resume,
                           coco_backend=self.options.coco_backend or "")
-        if self.rank == 0:
-            lock, rotated, removed = claim_output_folder(cfg.OUTPUT_DIR, fresh=not self.options.resume,
-                                                         reads=[cfg.MODEL.WEIGHT])
-        else:  # its own log of an earlier run, before its first line
-            lock, rotated, removed = None, [], []
-            move_rank_log_aside(cfg.OUTPUT_DIR, log_file_name(self.rank))
+        lock, rotated, removed = claim_output_folder(cfg.OUTPUT_DIR, fresh=not self.options.resume,
+                                                     reads=[cfg.MODEL.WEIGHT]) if self.rank == 0 else (None, [], [])
         try:
             setup_logger(cfg.OUTPUT_DIR, self.rank)
             if rotated:

@@ -6,9 +6,11 @@
   ``kill -9``, so a stale lock never blocks the next run); a second run on the same folder gets a
   :class:`RunFolderError` naming the folder and the process that holds it; a filesystem that cannot lock at all
   (Lustre mounted ``noflock``: ENOSYS) is named as such;
-* moves an existing ``mlperf_log.txt`` and ``log.txt`` aside (``mlperf_log.<time>.txt``): a run's logs only ever
-  hold that run (a failed attempt's ``init_start`` must not precede the good run's); each other rank moves its own
-  ``log.rank<R>.txt`` aside the same way (:func:`move_rank_log_aside`);
+* moves an existing ``mlperf_log.txt``, ``log.txt`` and the other ranks' ``log.rank<R>.txt`` aside
+  (``mlperf_log.<time>.txt``): a run's logs only ever hold that run (a failed attempt's ``init_start`` must not
+  precede the good run's). Under the lock, so a second run refused here touches none of them; a rank whose first
+  line comes before rank 0 claims the folder writes on in its moved file, and a folder of each node's own keeps
+  the other nodes' rank logs where they are;
 * a fresh run (not ``--resume``) moves an earlier run's checkpoints aside the same way (``model_final.pth``,
   ``model_<iteration>.pth``, ``last_checkpoint``; the file it reads as ``MODEL.WEIGHT`` stays in place with a
   second link under the new name), which it would otherwise overwrite; a resumed run continues in them;
@@ -27,6 +29,7 @@ from .fileio import WriteError, atomic_write, remove_stale_temp_files
 
 LOCK_NAME = ".run.lock"
 ROTATED = ("mlperf_log.txt", "log.txt")
+RANK_LOG = re.compile(r"^log\.rank\d+\.txt$")  # the other ranks' logs (utils/logger.py), moved aside with rank 0's
 CHECKPOINT = re.compile(r"^(model_(final|\d{7})\.pth|last_checkpoint)$")  # what CheckpointHook writes
 
 
@@ -63,7 +66,7 @@ def claim_output_folder(path, fresh=True, reads=()):
         lock.truncate()
         lock.write(f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         lock.flush()
-        names, linked = list(ROTATED), []
+        names, linked = list(ROTATED) + sorted(n for n in os.listdir(path) if RANK_LOG.match(n)), []
         if fresh:
             keep = {os.path.realpath(r) for r in reads if r}
             for n in sorted(os.listdir(path)):
@@ -78,17 +81,6 @@ def claim_output_folder(path, fresh=True, reads=()):
         else:
             where, why = e.filename or os.path.join(path, LOCK_NAME), e.strerror
         raise RunFolderError(f"cannot use output folder '{path}': writing '{where}' failed: {why}") from None
-
-
-def move_rank_log_aside(path, name):
-    """Another rank's own log (``log.rank<R>.txt``) of an earlier run, moved aside by that rank before it writes
-    its first line (rank 0, which claims the folder, may come later, and ``OUTPUT_DIR`` may be each node's own);
-    returns the new name, or None."""
-    try:
-        return (_move_aside(path, [name]) or [None])[0]
-    except OSError as e:
-        raise RunFolderError(f"cannot use output folder '{path}': moving '{os.path.join(path, name)}' aside failed: "
-                             f"{e.strerror}") from None
 
 
 def _move_aside(path, names, keep_in_place=False):

@@ -55,3 +55,27 @@ def _running(marker):
         except OSError:
             pass
     return False
+
+
+_FORKSERVER_LOADER = textwrap.dedent("""
+    import functools, multiprocessing
+    import torch
+    from maskrcnn_benchmark.data.build import _worker_init, _worker_parent
+
+    multiprocessing.set_start_method(METHOD)  # forkserver: Python 3.14's default on Linux
+    loader = torch.utils.data.DataLoader(list(range(8)), batch_size=2, num_workers=2,
+                                         worker_init_fn=functools.partial(_worker_init, parent=_worker_parent()))
+    print(sum(int(b.sum()) for b in loader))
+""")
+
+
+@pytest.mark.slow  # processes of its own
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_loader_workers_start_under_every_start_method(method):
+    """The loader workers' parent check took this process for their parent: under forkserver (the default from
+    Python 3.14 on, which the package supports) the fork server is, and every worker exited before its first
+    batch."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, "-c", _FORKSERVER_LOADER.replace("METHOD", repr(method))], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "28", r.stderr[-2000:]

@@ -135,15 +135,15 @@ except Exception as e:
 def test_a_new_run_moves_the_other_ranks_logs_aside_with_rank_0s(tmp_path):
     """log.txt and mlperf_log.txt were moved aside for a new run, the other ranks' log.rank<R>.txt were not: the
     next run's rank 3 appended to the earlier run's file, and the error line that named it ("traceback in
-    log.rank3.txt") led to the earlier run's traceback first. Each rank moves its own aside (rank 0 claims the
-    folder when it comes to it, maybe after another rank's first line; and OUTPUT_DIR may be each node's own)."""
+    log.rank3.txt") led to the earlier run's traceback first. Rank 0 moves them all aside under the folder's lock
+    (those of ranks the new run does not have too)."""
     import os
 
-    from maskrcnn_benchmark.utils.run_folder import move_rank_log_aside
-
-    for name in ("log.txt", "log.rank3.txt", "log.rank12.txt"):
+    for name in ("log.txt", "log.rank3.txt", "log.rank12.txt", "log.rankx.txt"):
         (tmp_path / name).write_text("an earlier run\n")
-    moved = move_rank_log_aside(str(tmp_path), "log.rank3.txt")
-    assert moved.startswith("log.rank3.") and (tmp_path / moved).read_text() == "an earlier run\n"
-    assert sorted(n for n in os.listdir(tmp_path) if not n.startswith("log.rank3.")) == ["log.rank12.txt", "log.txt"]
-    assert move_rank_log_aside(str(tmp_path), "log.rank3.txt") is None  # none there: nothing moved
+    lock, rotated, _ = claim_output_folder(str(tmp_path), fresh=False)
+    lock.close()
+    assert sorted(r.rsplit(".", 2)[0] for r in rotated) == ["log", "log.rank12", "log.rank3"], rotated
+    left = sorted(n for n in os.listdir(tmp_path) if n.startswith("log."))
+    assert "log.rank3.txt" not in left and "log.rank12.txt" not in left and "log.txt" not in left
+    assert "log.rankx.txt" in left  # not a rank's log
