@@ -640,3 +640,15 @@ def test_a_resumed_answer_without_content_length_is_checked_against_content_rang
         assert not (data / "zips" / "annotations_trainval2017.zip").exists()
         assert download_coco.main(args) == 0
         assert served.requests[1:] == [f"bytes={size // 2}-", f"bytes={size // 2 + size // 4}-"]
+
+
+def test_zips_kept_in_the_dataset_folder_itself(tmp_path, capsys):
+    """``--zips-dir`` the same folder as ``--out``: the run took its own second lock on that folder for another
+    run's and refused itself."""
+    from maskrcnn_benchmark.cli import download_coco
+
+    url, sums = _listed_mirror(tmp_path / "mirror")
+    data = tmp_path / "coco"
+    assert download_coco.main(["--out", str(data), "--zips-dir", str(data), "--base-url", url, "--checksums",
+                               str(sums), "--parts", "val", "--quiet"]) == 0, capsys.readouterr().err
+    assert (data / "val2017.zip").exists() and (data / "val2017" / "000000000139.jpg").exists()
