@@ -389,8 +389,9 @@ def test_a_later_epochs_failed_scoring_does_not_undo_a_converged_epoch(caplog):
 
 def _train_with_checkpoints(background, iters, period, save_final=True):
     """A run of ``iters`` iterations (5 per epoch) scored by ``background``, checkpointed every ``period``
-    iterations; returns the trainer, the stop and evaluation hooks and the saved ``(name, iteration, epochs
-    scored)``. Raises what the run raises."""
+    iterations; returns the trainer, which holds the stop and evaluation hooks (``stop``, ``evaluation``) and the
+    checkpoints saved (``saved``: ``(name, iteration, epochs scored)`` each). Raises what the run raises (the
+    trainer is then ``background.trainer``)."""
     from maskrcnn_benchmark.engine.hooks import CheckpointHook
 
     saved = []
