@@ -28,7 +28,6 @@ replaces the built-in md5s.  Exit code 0 on success, 1 on a checksum mismatch or
 """
 
 import argparse
-import contextlib
 import hashlib
 import http.client
 import json
@@ -120,6 +119,7 @@ def download(url, dest, quiet=False):
     partial = dest + PARTIAL
     have = os.path.getsize(partial) if os.path.isfile(partial) else 0
     r, start = _open(url, have)
+    done = start
     with r:
         length = int(r.headers.get("Content-Length") or 0)
         total = start + length if length else 0
@@ -127,52 +127,44 @@ def download(url, dest, quiet=False):
         if not total and whole.isdigit():  # a 206 without Content-Length: "bytes start-end/total"
             total = int(whole)
         try:
-            f = open(partial, "ab" if start else "wb")
-        except OSError as e:
-            raise WriteError("download", partial, e) from None
-        done, last = start, -1
-        with f, _removed_if_empty(partial, lambda: done):
-            if start and not quiet:
-                print(f"  {os.path.basename(dest)}: resuming at {start / 1e6:.0f} MB", flush=True)
-            while True:
-                try:
-                    block = r.read(1 << 20)
-                except (OSError, http.client.HTTPException) as e:
-                    raise ReadFailed(f"reading {url} failed: {_why(e)}{_kept(partial, done)}") from None
-                if not block:
-                    break
-                try:
+            with open(partial, "ab" if start else "wb") as f:
+                if start and not quiet:
+                    print(f"  {os.path.basename(dest)}: resuming at {start / 1e6:.0f} MB", flush=True)
+                last = -1
+                while True:
+                    try:
+                        block = r.read(1 << 20)
+                    except (OSError, http.client.HTTPException) as e:
+                        raise ReadFailed(f"reading {url} failed: {_why(e)}{_kept(partial, done)}") from None
+                    if not block:
+                        break
                     f.write(block)
-                except OSError as e:
-                    raise WriteError("download", partial, e) from None
-                done += len(block)
-                pct = int(100 * done / total) if total else -1
-                if not quiet and total and pct // 10 != last:
-                    last = pct // 10
-                    print(f"  {os.path.basename(dest)}: {pct}% of {total / 1e6:.0f} MB", flush=True)
-            if total and done != total:  # a dropped connection ends the read quietly: not a complete file
-                raise ReadFailed(f"{url}: received {done} of {total} bytes (the connection ended early)"
-                                 f"{_kept(partial, done)}")
-            try:
+                    done += len(block)
+                    pct = int(100 * done / total) if total else -1
+                    if not quiet and total and pct // 10 != last:
+                        last = pct // 10
+                        print(f"  {os.path.basename(dest)}: {pct}% of {total / 1e6:.0f} MB", flush=True)
+                if total and done != total:  # a dropped connection ends the read quietly: not a complete file
+                    raise ReadFailed(f"{url}: received {done} of {total} bytes (the connection ended early)"
+                                     f"{_kept(partial, done)}")
                 f.flush()
                 os.fsync(f.fileno())
-            except OSError as e:
-                raise WriteError("download", partial, e) from None
+        except OSError as e:  # the reads raise ReadFailed: an OSError here is the partial file's
+            _remove_if_empty(partial, done)
+            raise WriteError("download", partial, e) from None
+        except BaseException:
+            _remove_if_empty(partial, done)
+            raise
     os.replace(partial, dest)
 
 
-@contextlib.contextmanager
-def _removed_if_empty(partial, received):
+def _remove_if_empty(partial, received):
     """A download that fails before its first byte leaves no empty partial file."""
-    try:
-        yield
-    except BaseException:
-        if not received():
-            try:
-                os.remove(partial)
-            except OSError:
-                pass
-        raise
+    if not received:
+        try:
+            os.remove(partial)
+        except OSError:
+            pass
 
 
 def _drop_partial(dest):
