@@ -281,14 +281,13 @@ class DetectronCheckpointer(Checkpointer):
         return super()._load_file(f)
 
     def _load_model(self, checkpoint, path):
-        if "c2_pickle" not in checkpoint:
-            self._warn_if_torchvision_resnet(checkpoint, path)
         if "c2_pickle" in checkpoint:
             blobs = load_c2_weights(self._model(), checkpoint.pop("c2_pickle"), self.logger)[0]
             loaded = {c2_name_to_ours(b) for b in blobs}
             # a Detectron pickle's BN is its scale and bias (FrozenBatchNorm2d keeps mean 0, variance 1)
             return [k for k in self._model().state_dict() if k not in loaded and ".cell_anchors." not in k
                     and not k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
+        self._warn_if_torchvision_resnet(checkpoint, path)
         return super()._load_model(checkpoint, path)
 
     def _warn_if_torchvision_resnet(self, checkpoint, path):
