@@ -21,7 +21,7 @@ import traceback
 from dataclasses import dataclass
 
 from ..utils.errors import (BatchNotDivisible, DatasetMissing, EvaluationFailed, NoGPU, NonFiniteLossError, RankLost,
-                            RecipeRefused, TooFewGPUs, UserError, WeightsMissing)
+                            RecipeRefused, TooFewGPUs, UserError, WeightsMissing, exception_chain)
 from ..utils.logger import TRACEBACK_LOGGER
 from ..utils import signals
 from ..utils.signals import Stopped
@@ -140,18 +140,9 @@ def _where(exc):
     return f"{name}:{f.lineno} ({f.name})"
 
 
-def _chain(exc):
-    """``exc``, then the exception it was raised while handling, and so on (its context chain)."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__context__
-
-
 def _raised_while_handling(exc, kind):
-    """Whether ``exc`` was raised while an exception of ``kind`` was being handled (its context chain)."""
-    return any(isinstance(e, kind) for e in list(_chain(exc))[1:])
+    """Whether ``exc`` was raised while (or from) an exception of ``kind`` being handled (its chain)."""
+    return any(isinstance(e, kind) for e in list(exception_chain(exc))[1:])
 
 
 # torch's error when its SIGCHLD handler finds a loader worker ended by a signal (strsignal's name of the signal)
@@ -162,7 +153,7 @@ def _stop_signal_that_ended_a_loader_worker(exc):
     """The stop signal (SIGTERM, SIGINT, SIGHUP) that killed a data loader worker, as torch reports it in the
     chain of ``exc`` (the loader raises "exited unexpectedly" from it), or None."""
     names = {signal.strsignal(s): s for s in signals.STOP_SIGNALS}
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         match = _WORKER_KILLED.search(str(e))
         if match and match.group(1) in names:
             return names[match.group(1)]

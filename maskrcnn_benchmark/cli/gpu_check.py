@@ -169,8 +169,6 @@ def _stop(signum, frame):
         _kill_session(_STOP["proc"])
 
 
-
-
 def _text(b):
     return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
 

@@ -40,6 +40,7 @@ import torch
 from ..data import warm_up_batch
 from ..data.shapes import POLYGON_SLOTS
 from ..utils import comm, signals
+from ..utils.errors import exception_chain
 from ..utils.signals import Stopped
 
 logger = logging.getLogger(__name__)
@@ -267,7 +268,7 @@ def _raise_if_stopped(e):
     errors (BackendCompilerFailed, InternalTorchDynamoError, InductorError) as any other. Taken for a compile
     failure, the run would go on eagerly with its stop signals set aside. Also when the process took a stop signal
     whose Stopped did not survive (:func:`~maskrcnn_benchmark.utils.signals.received`)."""
-    for link in _chain(e):
+    for link in exception_chain(e):
         if isinstance(link, Stopped):
             raise link.with_traceback(None) from None
     if signals.received() is not None:
@@ -285,20 +286,7 @@ def _is_compile_error(e):
                                                           "triton")) or
                type(link).__name__ in ("BackendCompilerFailed", "InternalTorchDynamoError", "Unsupported") or
                (isinstance(link, RuntimeError) and any(m in str(link) for m in CAPTURE_ERRORS))
-               for link in _chain(e))
-
-
-def _chain(e):
-    """``e`` and every exception it wraps (a compiler's ``inner_exception``) or was raised from or while handling,
-    each once."""
-    pending, seen = [e], set()
-    while pending:
-        link = pending.pop()
-        if link is None or id(link) in seen:
-            continue
-        seen.add(id(link))
-        yield link
-        pending += [getattr(link, "inner_exception", None), link.__cause__, link.__context__]
+               for link in exception_chain(e))
 
 
 def graph_breaks(fn, *args):

@@ -71,3 +71,16 @@ class RankLost(RuntimeError):
 class EvaluationFailed(RuntimeError):
     """Work that only rank 0 does (turning detections into COCO results, scoring) failed; every rank stops
     (engine/mlperf_hooks.py)."""
+
+
+def exception_chain(exc):
+    """``exc`` and every exception it wraps (a compiler's ``inner_exception``) or was raised from or while
+    handling, each once, ``exc`` first."""
+    pending, seen = [exc], set()
+    while pending:
+        link = pending.pop()
+        if link is None or id(link) in seen:
+            continue
+        seen.add(id(link))
+        yield link
+        pending += [getattr(link, "inner_exception", None), link.__cause__, link.__context__]
