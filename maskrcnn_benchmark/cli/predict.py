@@ -5,6 +5,8 @@
 import argparse
 
 from ..config import load_config
+from ..engine.preflight import check_gpus
+from ..utils.errors import UserError
 from ..utils.logger import setup_logger
 from .common import parse_with_overrides, parser
 from .exit_codes import SUCCESS, run_program
@@ -32,10 +34,16 @@ def build_parser():
 
 def predict(args, opts):
     cfg = load_config(args.config_file, opts)  # a config error is one line before torch is loaded
+    try:
+        import matplotlib  # noqa: F401 (the drawing's, an extra: said now, not after the model ran)
+    except ImportError:
+        raise UserError("predict draws with matplotlib, which this Python lacks: pip install matplotlib") from None
+    check_gpus(cfg, 1)
     from ..engine.predictor import Predictor, class_names, read_image
 
     setup_logger(None)
-    predictor = Predictor(cfg, args.weights, class_names(args.ann_file), args.score_threshold)
+    predictor = Predictor(cfg, args.weights, class_names(args.ann_file), args.score_threshold,
+                          names_from=f"the categories of '{args.ann_file}'")
     image = read_image(args.image)
     found = predictor.predict(image)
     predictor.draw(image, found, args.out)

@@ -1,14 +1,12 @@
 """Run a trained model on one image and draw what it found (boxes, masks, labels) into a PNG (the library behind
 ``tools/predict.py``)."""
-import json
-
 import numpy as np
 import torch
 from PIL import Image, ImageOps
 
 from ..config import given_keys, merge_cfg_from_list
 from ..data.catalog import NUM_CLASSES_KEY
-from ..data.datasets import DatasetError
+from ..data.datasets import DatasetError, read_categories
 from ..data.transforms import build_transforms
 from ..evaluation import to_original
 from ..modeling import build_detection_model
@@ -38,15 +36,10 @@ def read_image(path):
 
 def class_names(ann_file):
     """The category names of a COCO json in the file's order (what labels 1..K stand for: COCODataset's
-    numbering), or None without a file."""
+    numbering), or None without a file. Only the category list is decoded (COCO train's file is 450 MB)."""
     if not ann_file:
         return None
-    try:
-        with open(ann_file) as f:
-            cats = json.load(f)["categories"]
-        return [str(c.get("name", c["id"])) for c in cats]  # a category without a name: its id (as the catalog)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise DatasetError(f"cannot read the categories of '{ann_file}': {type(e).__name__}: {e}") from None
+    return [name for _, name in read_categories(ann_file)]
 
 
 def with_num_classes(cfg, weights, class_names=None):
@@ -76,11 +69,22 @@ def with_num_classes(cfg, weights, class_names=None):
 
 
 class Predictor:
-    def __init__(self, cfg, weights="", class_names=None, score_threshold=0.5):
+    """``class_names`` (:func:`class_names`) name labels 1..K and must be as many as the model's classes;
+    ``score_threshold``: the detections kept, MODEL.ROI_HEADS.SCORE_THRESH lowered to it where above."""
+
+    def __init__(self, cfg, weights="", class_names=None, score_threshold=0.5, names_from="the class names"):
         cfg = with_num_classes(cfg, weights or cfg.MODEL.WEIGHT, class_names)
+        classes = cfg.MODEL.ROI_BOX_HEAD.NUM_CLASSES - 1
+        if class_names is not None and len(class_names) != classes:
+            raise DatasetError(f"{names_from} list {len(class_names)} categories but the model has {classes} "
+                               "classes: give the annotation file it was trained with")
+        if score_threshold < cfg.MODEL.ROI_HEADS.SCORE_THRESH:
+            cfg = cfg.clone()
+            cfg.defrost()
+            cfg.MODEL.ROI_HEADS.SCORE_THRESH = score_threshold
+            cfg.freeze()
         self.cfg = cfg
-        self.device = torch.device(cfg.MODEL.DEVICE if cfg.MODEL.DEVICE != "cuda" or torch.cuda.is_available()
-                                   else "cpu")
+        self.device = torch.device(cfg.MODEL.DEVICE)
         self.model = build_detection_model(cfg).to(self.device).eval()
         DetectronCheckpointer(cfg, self.model).load_weights(weights or cfg.MODEL.WEIGHT, complete=True)
         self.transforms = build_transforms(cfg, is_train=False)

@@ -366,3 +366,18 @@ def test_datasets_whose_categories_come_in_another_order_are_refused(tmp_path):
     with pytest.raises(DatasetError, match="different categories"):
         check_num_classes(3, train, [test])
     check_num_classes(3, train, [train])
+
+
+@pytest.mark.parametrize("categories", [[{}], {"id": 1, "name": "a"}, [1, 2], [{"id": [1], "name": "a"}],
+                                        [{"id": True}], [{"id": 1, "name": "a"}, {"id": 1, "name": "b"}]])
+def test_categories_that_are_not_cocos_are_one_line_naming_the_file(tmp_path, categories):
+    """A category without an integer id (COCO's format: a list of {"id": int, "name": str}) or one id twice: the
+    number of classes read from the file (engine/resolve.py, before any rank starts) raised KeyError or TypeError,
+    an internal error (exit 5) with a traceback instead of one line naming the file."""
+    from maskrcnn_benchmark.data.catalog import read_categories
+
+    ann = tmp_path / "instances_train.json"
+    ann.write_text(json.dumps({"images": [], "annotations": [], "categories": categories}))
+    with pytest.raises(DatasetError, match="instances_train.json") as e:
+        read_categories(str(ann))
+    assert "\n" not in str(e.value)

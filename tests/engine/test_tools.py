@@ -98,6 +98,41 @@ def test_predict_names_an_annotation_file_whose_categories_it_cannot_read(tmp_pa
         assert code == 1 and len(err) == 1 and "cats.json" in err[0], (categories, code, err)
 
 
+def test_predict_says_what_it_lacks_before_building_the_model(tmp_path, capsys, monkeypatch):
+    """Found after the work was done, as an internal error (exit 5): matplotlib (an extra, not in the image's
+    requirements) when drawing; and a cuda config on a node whose torch sees no GPU ran the model on the CPU
+    without a word, where the other programs stop with exit 15 (NoGPU)."""
+    from maskrcnn_benchmark.cli import predict
+
+    args = ["--config-file", CPU_YAML, "--image", "x.png", "--out", str(tmp_path / "o.png")]
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
+    code = predict.main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and "matplotlib" in err[0], (code, err)
+    monkeypatch.delitem(sys.modules, "matplotlib")
+    if not torch.cuda.is_available():
+        code = predict.main(args + ["MODEL.DEVICE", "cuda"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 15 and len(err) == 1 and "MODEL.DEVICE is cuda" in err[0], (code, err)
+
+
+@pytest.mark.slow  # builds the model (a few seconds)
+def test_predict_refuses_category_names_that_do_not_fit_the_models_classes(tmp_path, capsys):
+    """The names of --ann-file were drawn on the labels whatever the checkpoint: a 3-class model's labels named
+    after COCO's person, bicycle, car."""
+    from maskrcnn_benchmark.cli import predict
+
+    weights = _weights(tmp_path)  # 4 classes: 3 categories and the background
+    capsys.readouterr()  # what the save logged (through an earlier in-process program's handler, maybe closed)
+    cats = tmp_path / "instances_val2017.json"
+    cats.write_text(json.dumps({"categories": [{"id": i, "name": f"c{i}"} for i in range(1, 6)]}))
+    code = predict.main(["--config-file", CPU_YAML, "--weights", weights, "--image", "x.png", "--out",
+                         str(tmp_path / "o.png"), "--ann-file", str(cats)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, (code, err)
+    assert "instances_val2017.json" in err[0] and "5 categories" in err[0] and "3 classes" in err[0], err
+
+
 @pytest.mark.slow
 def test_predictor_draws_png_with_masks_of_image_size(tiny_data, tmp_path):
     weights = _weights(tmp_path)
@@ -118,6 +153,10 @@ def test_predictor_draws_png_with_masks_of_image_size(tiny_data, tmp_path):
     assert len(found_pasted) > 0
     assert found_pasted.get_field("mask").shape == (len(found_pasted), 1, image.size[1], image.size[0])
     pasted_pred.draw(image, found_pasted, str(tmp_path / "pasted.png"))
+    # a threshold under the model's MODEL.ROI_HEADS.SCORE_THRESH lowers it: --score-threshold 0.01 was 0.5 here
+    strict = cfg.clone()
+    merge_cfg_from_list(strict, ["MODEL.ROI_HEADS.SCORE_THRESH", "0.5"])
+    assert (Predictor(strict, weights, score_threshold=0.0).predict(image).get_field("scores") < 0.5).any()
     out = tmp_path / "found.png"
     pred.draw(image, found, str(out))
     drawn = Image.open(out)
