@@ -360,7 +360,8 @@ def test_the_projection_reaches_the_job_through_submit(tmp_path):
 
     projection = tmp_path / "results" / "gpu-check" / "projection.json"
     projection.parent.mkdir(parents=True)
-    projection.write_text(json.dumps({"system": "DGXH100", "nodes": {"1": {"minutes": 4.2}, "4": {"minutes": 2.0}}}))
+    projection.write_text(json.dumps({"system": "DGXH100", "nodes": {"1": {"minutes": 4.2, "global_batch": 96},
+                                                                     "4": {"minutes": 2.0, "global_batch": 128}}}))
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "sbatch").write_text(f'#!/bin/bash\necho "$* DGXRUNMINUTES=$DGXRUNMINUTES" > "{tmp_path}/sbatch"\n'
@@ -380,9 +381,16 @@ def test_the_projection_reaches_the_job_through_submit(tmp_path):
                                                  RESULTS_ROOT=tmp_path / "results",
                                                  PATH=f"{bindir}:{os.environ['PATH']}"))
     assert r.returncode == 0, r.stderr
-    assert (f"submit: make gpu-check's projection ({projection}) is of the DGXH100 recipes, not DGXA100's: "
-            "DGXRUNMINUTES from the config") in r.stderr
+    assert (f"submit: make gpu-check's projection ({projection}) is of global batch 96 on 1 node(s) (the DGXH100 "
+            "recipes), DGXA100's is 64: DGXRUNMINUTES from the config") in r.stderr
     assert "DGXRUNMINUTES=5" not in (tmp_path / "sbatch").read_text()
+    # the H200 configs hold the H100 recipes: an H200 job took the config's figure, as if of another recipe
+    r = subprocess.run([str(ROOT / "slurm/submit.sh"), "slurm/maskrcnn_1node.sbatch"], capture_output=True, text=True,
+                       timeout=60, env=clean_env(SITE_CONFIG=tmp_path / "no-site.sh", DGXSYSTEM="DGXH200",
+                                                 RESULTS_ROOT=tmp_path / "results",
+                                                 PATH=f"{bindir}:{os.environ['PATH']}"))
+    assert r.returncode == 0, r.stderr
+    assert f"submit: DGXRUNMINUTES=5 from make gpu-check's projection ({projection})" in r.stderr
 
     # a gpu-check job's projection replaces it
     python = _fake_gpu_check_python(tmp_path, 0, True)
