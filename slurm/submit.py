@@ -150,7 +150,7 @@ def preflight(system, nodes, gpus_per_node, env, python, task, allow_non_rcp=Fal
     is submitted, in the image when its runtime is installed here; returns its exit code (0: ready). ``gpus_here``
     False (Slurm: this host only submits, a login node as a rule): the GPUs are left to the job's nodes, where the
     trainer checks them before init_start."""
-    env = dict(env, DGXSYSTEM=system, PYTHON=python, PREFLIGHT_ONLY="1", SLURM_JOB_NUM_NODES=str(nodes))
+    env = dict(env, DGXSYSTEM=system, PYTHON=python, PREFLIGHT_ONLY="1", PREFLIGHT_NNODES=str(nodes))  # the job's
     if not gpus_here:
         env["PREFLIGHT_GPUS_ELSEWHERE"] = "1"
     env.pop("PREFLIGHT_DONE", None)

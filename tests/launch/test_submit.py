@@ -101,6 +101,11 @@ def test_a_login_node_without_gpus_submits_a_cuda_recipe(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "the GPUs are checked on the job's nodes" in r.stdout
     assert "run 0 -> job 4242" in r.stdout
+    # submitted from inside a 2-node srun step (srun --pty bash): the preflight judged the step's 2 nodes, not the
+    # job's 1 (run_and_time.sh reads SLURM_STEP_NUM_NODES first): 8 images on 16 GPUs, refused, nothing submitted
+    r = run_submit(tmp_path, *cuda_recipe, "--cluster", "slurm", "--no-wait",
+                   env=dict(env, SLURM_STEP_NUM_NODES="2", SLURM_JOB_NUM_NODES="2"))
+    assert r.returncode == 0 and "run 1 -> job 4242" in r.stdout, r.stdout + r.stderr  # the next index
     r = run_submit(tmp_path, *cuda_recipe, "--results", str(tmp_path / "local"), env=env)
     assert r.returncode == exit_codes.NO_GPU.code, r.stdout + r.stderr
     assert "nothing submitted" in r.stderr
