@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -132,6 +133,10 @@ class NodeTask:
                     emit(f"submit: error: {message}\n")
                     raise RuntimeError(message)
                 env["MLPERF_CACHE_CLEARED"] = "1"  # the trainer logs cache_clear true, once
+            # submitit asks Slurm for USR2 90 s before the time limit, sent to every process of the step: the
+            # trainer stops on it (run_stop aborted); submitit's own handler would raise here (or requeue the job)
+            # and the trainer's last lines would never reach the log. A handler, not SIG_IGN: the child's is reset.
+            signal.signal(signal.SIGUSR2, lambda signum, frame: None)
             p = subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True, bufsize=1)
             not_converged = False

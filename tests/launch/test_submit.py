@@ -226,3 +226,27 @@ def test_a_second_submission_before_the_first_runs_takes_the_next_indices(tmp_pa
     second = run_submit(tmp_path, *queued, env=env)
     assert second.returncode == 0, second.stdout + second.stderr
     assert re.findall(r"submit: run (\d+) -> job", second.stdout) == ["2", "3"]
+
+
+@pytest.mark.slow
+def test_the_signal_before_the_time_limit_does_not_cut_the_log(tmp_path):
+    """submitit asks Slurm for USR2 90 s before the time limit (--signal=USR2@90), to every process of the step: the
+    trainer stops on it and logs run_stop aborted, while submitit's handler raised UncompletedJobError in the task
+    reading the trainer's output, so those last lines never reached node0.log (result_<k>.txt: not compliant)."""
+    script = tmp_path / "trainer.sh"
+    script.write_text('trap \'echo "trainer: stopped, run_stop aborted"; exit 0\' USR2\necho "trainer: ready"\n'
+                      'kill -USR2 "$PPID"; sleep 0.3; kill -USR2 $$\nsleep 5 & wait\n')
+    code = f"""
+import runpy, signal
+submit = runpy.run_path({str(SUBMIT)!r}, run_name="slurm_submit")
+def submitits(signum, frame):  # what submitit's SignalHandler.checkpoint_and_try_requeue does on a timed-out job
+    raise RuntimeError("UncompletedJobError: Job not requeued because: timed-out and not checkpointable")
+signal.signal(signal.SIGUSR2, submitits)
+task = submit["NodeTask"](0, {str(tmp_path)!r}, "none", {{}}, None, None, False, "true")
+task.command = lambda: ["bash", {str(script)!r}]
+print(task())
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    log = (tmp_path / "run_0" / "node0.log").read_text()
+    assert "trainer: stopped, run_stop aborted" in log, log
