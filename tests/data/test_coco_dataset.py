@@ -295,6 +295,27 @@ def test_evaluation_loader_keeps_its_worker_between_evaluations(synthetic_dir):
     assert all(w.is_alive() for w in workers)
 
 
+@pytest.mark.parametrize("change,needle,scored", [
+    (lambda a: a.update(segmentation={"size": [30, 40]}), r"annotation 1 in '.*' has an RLE segmentation without "
+     r"'counts' and 'size'", False),
+    (lambda a: a.pop("area"), r"annotation 1 in '.*instances.json' has no 'area'", True),
+    (lambda a: a.pop("iscrowd"), r"annotation 1 in '.*instances.json' has no 'iscrowd'", True),
+])
+def test_what_the_coco_evaluation_reads_is_checked_when_the_dataset_is_built(tmp_path, change, needle, scored):
+    """pycocotools' COCOeval reads every ground-truth annotation's 'area' and 'iscrowd', and decodes an RLE by its
+    'counts' and 'size': an evaluation set without them trained a whole epoch, then scoring failed with "KeyError:
+    'iscrowd'", naming no file. A training set needs neither 'area' nor 'iscrowd' (crowd: 0 when absent)."""
+    path, root = _write(tmp_path, [_img(1)], [_ann(1, 1, 5, [2, 3, 10, 8])])
+    data = json.loads(open(path).read())
+    change(data["annotations"][0])
+    open(path, "w").write(json.dumps(data))
+    with pytest.raises(DatasetError, match=needle) as e:
+        COCODataset(path, root, False)  # an evaluation set (the reference's flag: False when not training)
+    assert "\n" not in str(e.value)
+    if scored:
+        assert len(COCODataset(path, root, True)) == 1  # a training set
+
+
 @pytest.mark.parametrize("change,needle", [
     (lambda d: d["images"].append("2.jpg"), r"has an entry of 'images' that is not an object: '2.jpg'"),
     (lambda d: d["annotations"].append(7), r"has an entry of 'annotations' that is not an object: 7"),

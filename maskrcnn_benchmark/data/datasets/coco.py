@@ -66,10 +66,12 @@ def _invalid_polygon(seg):
     return None
 
 
-def _check_annotations(data, ann_file, has_constants):
+def _check_annotations(data, ann_file, has_constants, scored=False):
     """Every image, annotation and category has an id, every image its size, every annotation a known image
-    and category, finite box coordinates and a segmentation; one line otherwise, when the dataset is built (not
-    as a KeyError in pycocotools' index, the loader's aspect grouping or a loader worker an epoch in).
+    and category, finite box coordinates and a segmentation (an RLE: its 'counts' and 'size'); and, in a ``scored``
+    set (evaluation), the 'area' and 'iscrowd' pycocotools' COCOeval reads from every annotation; one line
+    otherwise, when the dataset is built (not as a KeyError in pycocotools' index, the loader's aspect grouping, a
+    loader worker or the scoring an epoch in).
     Polygon coordinates are scanned only when the file holds a NaN/Infinity literal (the only way a JSON writer
     puts a non-finite number in a file): COCO train has 40 M of them."""
     if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
@@ -123,11 +125,20 @@ def _check_annotations(data, ann_file, has_constants):
         elif not isinstance(seg, dict):
             raise DatasetError(f"annotation {aid} in '{ann_file}' has no segmentation (polygons or RLE): "
                                f"{seg!r:.40}")
+        elif "counts" not in seg or "size" not in seg:
+            raise DatasetError(f"annotation {aid} in '{ann_file}' has an RLE segmentation without 'counts' and "
+                               f"'size': {seg!r:.60}")
+        if scored:
+            for key in ("area", "iscrowd"):
+                if not isinstance(a.get(key), _NUMBER):  # a bool iscrowd too (pycocotools: int())
+                    raise DatasetError(f"annotation {aid} in '{ann_file}' has no '{key}' (a number), which COCO's "
+                                       f"evaluation (pycocotools' COCOeval) reads from every annotation: "
+                                       f"{a.get(key)!r:.40}")
 
 
-def load_coco(ann_file):
+def load_coco(ann_file, scored=False):
     """pycocotools' COCO of ``ann_file``, after checking every annotation (NaN and Infinity parse as numbers in
-    Python's json: they would train on nothing, silently)."""
+    Python's json: they would train on nothing, silently); ``scored``: also what COCO's evaluation reads."""
     from pycocotools.coco import COCO
 
     constants = []
@@ -141,7 +152,7 @@ def load_coco(ann_file):
             data = json.load(f, parse_constant=constant)
     except (OSError, ValueError) as e:
         raise DatasetError(f"annotation file '{ann_file}' is not valid COCO json: {e}") from None
-    _check_annotations(data, ann_file, bool(constants))
+    _check_annotations(data, ann_file, bool(constants), scored)
     coco = COCO()
     coco.dataset = data
     with contextlib.redirect_stdout(io.StringIO()):
@@ -216,7 +227,8 @@ class COCODataset(torch.utils.data.Dataset):
             raise DatasetError(f"annotation file '{ann_file}' does not exist")
         if not os.path.isdir(root):
             raise DatasetError(f"image folder '{root}' does not exist")
-        self.coco = load_coco(ann_file)
+        # the reference's flag is is_train: a set that is not trained on is scored (the evaluation's keys checked)
+        self.coco = load_coco(ann_file, scored=not remove_images_without_annotations)
         self.ann_file = ann_file
         self.root = root
         self.transforms = transforms
