@@ -215,10 +215,16 @@ def _rcp_result(pkg: official.PackageCheck, summarizer: official.SummarizerResul
     where = ""
     if rec:
         kind = {"RCP found": "the RCP", "RCP Interpolation": "the RCP interpolated"}.get(
-            res.message, f"the RCP of the smallest batch size ({res.rcp_batch_size})")
+            res.message.replace(" passed using rcp_bypass", ""),
+            f"the RCP of the smallest batch size ({res.rcp_batch_size})")
         where = (f"{kind} for GBS {res.global_batch_size}: mean {res.rcp_mean_epochs:.2f} epochs, fastest mean "
                  f"allowed {res.min_mean_epochs:.2f} (max speedup {res.max_speedup:.3f})")
     sub = f"{res.submission_mean_epochs:.2f}" if res.submission_mean_epochs is not None else "?"
+    if res.passed and res.message.endswith("passed using rcp_bypass"):
+        res.explanation = (f"olympic mean of the epochs to converge {sub}, faster than the RCP allows ("
+                           f"{where or res.message}): passed by the rcp-bypass of "
+                           "package_checker_params, for the submission committee to review")
+        return res
     if res.passed:
         res.score_normalization = pkg.scaling_factor if pkg.scaling_factor is not None else 1.0
         res.explanation = f"olympic mean of the epochs to converge {sub} >= " + (where or res.message)

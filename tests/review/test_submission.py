@@ -399,6 +399,11 @@ def test_a_rebuild_keeps_no_stale_scaling_and_reads_the_systems_checker_params(t
 
     review = review_folder(out2 / "TESTORG" / "results" / "4xDGXH100" / "maskrcnn")
     assert review.verdict == "PASS", review.problems
+    # passed by the bypass, not by the RCP: the review said "olympic mean 8.00 >= ... fastest mean allowed 13.xx"
+    assert review.rcp.message.endswith("passed using rcp_bypass"), review.rcp.message
+    explained = review.rcp.explanation
+    assert "rcp-bypass" in explained and " >= " not in explained and "faster than the RCP allows" in explained, \
+        explained
 
 
 def test_without_mlperf_logging_the_submission_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch):
