@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import datetime as _dt
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -189,6 +190,23 @@ def majority(values: List[Optional[str]]) -> Optional[str]:
     return tied[-1]
 
 
+def _system_description(folder: Path):
+    """``(path, dict)`` of systems/<system>.json when ``folder`` is a submission's results/<system>/maskrcnn and
+    the file is there, else None; a file that is not a JSON object is a ReviewError naming it."""
+    if folder.name != rules.BENCHMARK or folder.parent.parent.name != "results":
+        return None
+    path = folder.parent.parent.parent / "systems" / f"{folder.parent.name}.json"
+    if not path.is_file():
+        return None
+    try:
+        desc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ReviewError(f"cannot read the system description {path}: {e}") from None
+    if not isinstance(desc, dict):
+        raise ReviewError(f"the system description {path} is not a JSON object")
+    return path, {k: desc.get(k) if isinstance(desc.get(k), str) else None for k in ("division", "status")}
+
+
 def _rcp_result(pkg: official.PackageCheck, summarizer: official.SummarizerResult, runs: List[RunSummary],
                 ruleset: str, division: Optional[str]) -> RcpResult:
     gbs_vals = [r.gbs for r in runs if r.gbs is not None]
@@ -310,6 +328,15 @@ def review_folder(folder, ruleset: Optional[str] = None, max_errors: int = 10) -
         if len({repr(getattr(r, attr)) for r in runs if getattr(r, attr) is not None}) > 1:
             warnings.append(f"runs report different {label}: " + ", ".join(
                 f"{r.name}={getattr(r, attr)}" for r in runs) + f"; the package is staged as {chosen[attr]}")
+    described = _system_description(folder)
+    if described is not None:  # a submission's results/<system>/maskrcnn: the package checker reads its system's
+        path, desc = described
+        for key, value in (("division", desc.get("division")), ("status", desc.get("status"))):
+            logged = division if key == "division" else status
+            if value is not None and value != logged:
+                warnings.append(f"{path} says {key} {value!r}, the logs {logged!r}: the package checker takes the "
+                                "system description's, and so does this review")
+        division, status = desc.get("division") or division, desc.get("status") or status
     if division is None:
         warnings.append("no submission_division logged: staged as a closed-division submission")
     zipped = [Path(r.path).name for r in runs if str(r.path).endswith(".gz")]

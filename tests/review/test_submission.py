@@ -418,3 +418,28 @@ def test_without_mlperf_logging_the_submission_is_one_line_and_writes_nothing(tm
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("error: mlperf-logging is not installed"), err
     assert not (tmp_path / "sub").exists()
+
+
+@pytest.mark.slow  # the official package checker
+def test_a_submissions_results_are_reviewed_under_its_system_descriptions_division(tmp_path):
+    """Reviewing results/<system>/maskrcnn of a submission staged the package by the logs' division, while the
+    package checker takes systems/<system>.json's: runs far faster than the RCP allows under an open system
+    description passed officially (no RCP check in the open division) and failed the review."""
+    from mlperf_review.core import review_folder
+
+    out = tmp_path / "s"
+    submission.assemble(five_runs(tmp_path / "fast", epochs=(8, 8, 8, 8, 8)), out, copy_code=False,
+                        write_review=False)
+    (system,) = (out / "TESTORG" / "systems").glob("*.json")
+    desc = json.loads(system.read_text())
+    assert desc["division"] == "closed"
+    system.write_text(json.dumps(dict(desc, division="open")))
+    official = subprocess.run([sys.executable, "-m", "mlperf_logging.package_checker", str(out / "TESTORG"),
+                               "training", "3.1.0"], capture_output=True, text=True, cwd=tmp_path)
+    says = "PACKAGE CHECKER FOUND NO ERRORS, SUCCESS" in official.stdout + official.stderr
+    review = review_folder(out / "TESTORG" / "results" / system.stem / "maskrcnn")
+    assert (review.verdict == "PASS") == says == True, (review.problems, official.stdout[-1500:])
+    assert any(f"{system} says division 'open', the logs 'closed'" in w for w in review.warnings), review.warnings
+    system.write_text("{not json")
+    with pytest.raises(Exception, match="cannot read the system description .*json"):
+        review_folder(out / "TESTORG" / "results" / system.stem / "maskrcnn")
