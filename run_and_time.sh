@@ -21,6 +21,11 @@ set -euo pipefail
 # bash before 4.4 (RHEL/CentOS 7's 4.2) calls an empty array unbound under set -u: there, without it
 ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 404)) || set +u
 LOGDIR="$(realpath -m "${LOGDIR:-results}")"  # relative to where it was started
+for path_var in DATADIR WEIGHTS; do  # the same for a data or weights path given relative (not a catalog:// name)
+  if [[ -n "${!path_var:-}" && "${!path_var}" != /* && "${!path_var}" != *://* ]]; then
+    printf -v "${path_var}" '%s' "$(realpath -m "${!path_var}")"
+  fi
+done
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 DGXSYSTEM="${DGXSYSTEM:-DGXA100}"
@@ -45,9 +50,10 @@ if [[ -n "${PATHS_CATALOG}" ]]; then train_args+=(PATHS_CATALOG "${PATHS_CATALOG
 if [[ -n "${WEIGHTS}" ]]; then train_args+=(MODEL.WEIGHT "${WEIGHTS}"); fi
 if [[ -n "${DATADIR:-}" ]]; then train_args+=(DATASETS.DATA_DIR "${DATADIR}"); fi
 train_args+=(DISABLE_REDUCED_LOGGING True)
-read -r -a extra_params <<< "${EXTRA_PARAMS:-}"
-read -r -a extra_config <<< "${EXTRA_CONFIG:-}"
-read -r -a bind_args <<< "${BIND_LAUNCH_ARGS:-}"
+# every word of every line (read -a alone stops at the first newline: a recipe written over two lines lost the rest)
+read -r -d '' -a extra_params <<< "${EXTRA_PARAMS:-}" || true
+read -r -d '' -a extra_config <<< "${EXTRA_CONFIG:-}" || true
+read -r -d '' -a bind_args <<< "${BIND_LAUNCH_ARGS:-}" || true
 
 launch=("${PYTHON}" -u -m bind_launch "--nproc_per_node=${NPROC_PER_NODE:-${DGXNGPU:-1}}")
 if [[ -n "${DGXNSOCKET:-}" ]]; then launch+=("--nsockets_per_node=${DGXNSOCKET}"); fi

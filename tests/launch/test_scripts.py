@@ -337,6 +337,27 @@ def test_run_and_time_passes_nvidia_fixed_args(tmp_path):
 
 
 @pytest.mark.slow
+def test_run_and_time_takes_every_line_and_paths_from_where_it_was_started(tmp_path):
+    """An EXTRA_CONFIG written over two lines (a site file's long recipe) lost every override after the first line:
+    the run trained the YAML's batch and steps under the recipe's learning rate. A relative DATADIR or WEIGHTS was
+    read from the checkout (the script changes into it), not from where the user started it, as LOGDIR is."""
+    stub = tmp_path / "stub.py"
+    stub.write_text("import os, sys\nopen(os.path.join(os.environ['STUB_OUT'], 'argv'), 'w')"
+                    ".write(' '.join(sys.argv[1:]))\n")
+    r = run_and_time(tmp_path, TRAIN_SCRIPT=stub, STUB_OUT=tmp_path, DATADIR="data/coco",
+                     WEIGHTS="models/R-50.pkl", EXTRA_CONFIG="SOLVER.BASE_LR 0.06\nSOLVER.MAX_ITER 7",
+                     EXTRA_PARAMS="--seed 3\n--timeout 60")
+    assert r.returncode == 0, r.stderr
+    argv = (tmp_path / "argv").read_text()
+    assert "SOLVER.BASE_LR 0.06 SOLVER.MAX_ITER 7" in argv and "--seed 3 --timeout 60" in argv, argv
+    assert f"DATASETS.DATA_DIR {tmp_path / 'data' / 'coco'} " in argv, argv
+    assert f"MODEL.WEIGHT {tmp_path / 'models' / 'R-50.pkl'} " in argv, argv
+    r = run_and_time(tmp_path, TRAIN_SCRIPT=stub, STUB_OUT=tmp_path, WEIGHTS="catalog://ImageNetPretrained/MSRA/R-50")
+    assert r.returncode == 0, r.stderr
+    assert "MODEL.WEIGHT catalog://ImageNetPretrained/MSRA/R-50 " in (tmp_path / "argv").read_text()
+
+
+@pytest.mark.slow
 def test_run_and_time_propagates_failure(tmp_path):
     r = run_and_time(tmp_path, FAKE_TRAIN_EXIT=7)
     assert r.returncode == 7, r.stdout + r.stderr
