@@ -6,12 +6,23 @@
 
 Exit codes: :mod:`maskrcnn_benchmark.cli.exit_codes` (0 target reached, 3 not reached, ...).
 """
+import argparse
 import os
 
 from .common import parse_with_overrides, parser
 
 # The run (torch, the model, the engine) is imported when training starts, not with the parser:
 # tools/check_recipe.py reads the same command line in a second.
+
+
+def _seconds(text):
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"invalid timeout '{text}' (need a whole number of seconds, at least 1)")
+    return v
 
 
 def build_parser():
@@ -33,7 +44,7 @@ def build_parser():
                       help="compile the training step (COMPILE True; default: off, the eager step measured fastest)")
     mode.add_argument("--no-compile", dest="compile", action="store_const", const=False,
                       help="train eagerly (COMPILE False)")
-    p.add_argument("--timeout", type=int, default=None,
+    p.add_argument("--timeout", type=_seconds, default=None,
                    help="seconds a collective may wait for the other ranks (default: DISTRIBUTED_TIMEOUT)")
     return p
 

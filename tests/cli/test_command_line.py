@@ -43,13 +43,15 @@ def test_an_unknown_option_is_refused_by_name(program, argv, unknown, capsys):
 
 
 @pytest.mark.parametrize("program,argv", [
-    ("train_mlperf", ["--seed", "abc"]), ("check_recipe", ["--world-size", "eight"]),
+    ("train_mlperf", ["--seed", "abc"]), ("train_mlperf", ["--timeout", "0"]), ("train_mlperf", ["--timeout", "-5"]),
+    ("check_recipe", ["--world-size", "eight"]),
     ("preflight", ["--nproc-per-node", "x"]), ("test_net", ["--coco-backend", "nope"]),
     ("predict", ["--score-threshold", "nan"]), ("download_coco", ["--parts", "trian"])])
 def test_a_bad_option_value_is_one_line(program, argv, capsys):
     """argparse printed its whole usage block (6 to 12 lines) above the error and exited 2, the code of a diverged
     run; the docstring of the shared parser promised one line. download_coco took a misspelled part and verified
-    nothing. predict drew with a threshold of nan."""
+    nothing. predict drew with a threshold of nan. The trainer's --timeout 0 was DISTRIBUTED_TIMEOUT, and a negative
+    one reached the process group after init_start (an internal error)."""
     import importlib
 
     module = importlib.import_module(f"maskrcnn_benchmark.cli.{program}")
