@@ -165,6 +165,37 @@ def test_handing_over_an_epoch_does_not_wait_for_the_previous_scoring(tmp_path):
         bg.shutdown()
 
 
+@pytest.mark.slow  # scoring processes
+def test_a_scoring_process_that_stops_answering_is_restarted_then_an_error(tmp_path, caplog):
+    """A scoring process alive but silent (a pool worker deadlocked, a stopped process) held rank 0 forever at the
+    wait for the last epochs' scores: only a dead one was noticed. Taken for hung after hang_after_s, it is
+    killed and restarted like one that died; silent again on the same epoch, that epoch's scoring fails."""
+    import logging
+    import time
+
+    from scorers import HangsOnceScorer, HeldScorer
+
+    bg = BackgroundScorer(HangsOnceScorer(str(tmp_path / "marker")), hang_after_s=2.0)
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert bg(b"abc", epoch=1).result() == {"size": 3}
+        assert bg.restarts == 1
+        assert "has not answered for 2 s while scoring epoch 1: taken for hung" in caplog.text, caplog.text
+    finally:
+        bg.shutdown()
+    bg = BackgroundScorer(HeldScorer(str(tmp_path / "never")), hang_after_s=1.0)
+    try:
+        start = time.monotonic()
+        future = bg(b"abc", epoch=2)
+        while not future.done():  # the training loop's polls notice it too, not only a blocking wait
+            time.sleep(0.05)
+        assert time.monotonic() - start < 30
+        with pytest.raises(ScoringError, match=r"hung \(no answer for 1 s\) again while scoring epoch 2"):
+            future.result()
+    finally:
+        bg.shutdown()
+
+
 @pytest.mark.slow
 def test_hand_over_failures_and_shutdown_leave_no_future_waiting_forever(tmp_path):
     """Detections that cannot be pickled (what running out of memory while pickling 150 MB looks like): one line,
