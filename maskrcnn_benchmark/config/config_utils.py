@@ -110,6 +110,8 @@ def _coerce(cfg, full_key, value, source):
         return type(original)(_coerce_items(original, value, full_key, source))
     if isinstance(original, float) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if value is None and _get(_C, full_key) is None:  # a key that is automatic by default: back to automatic
+        return None
     if original is not None and value is None:
         raise ConfigError(f"config key '{full_key}' in {source} expects {type(original).__name__}, got no value "
                           "(None)")
