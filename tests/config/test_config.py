@@ -259,13 +259,12 @@ def test_an_override_list_built_in_code_with_a_number_out_of_step_is_a_config_er
         load_config(R50_YAML, ["INPUT.MIN_SIZE_TEST", 96, 96, "TEST.IMS_PER_BATCH", 4])
 
 
-def test_a_key_whose_default_is_auto_can_be_set_back_to_auto(tmp_path):
+def test_a_key_whose_default_is_auto_can_be_set_back_to_auto():
     """COMPILE, DATALOADER.HYBRID and STATIC_POLYGON_SLOTS default to None (resolved per device): a config file
     that set one could not be put back to None on the command line ("expects bool, got no value"); yacs takes it."""
-    path = tmp_path / "c.yaml"
-    path.write_text("COMPILE: True\nDATALOADER:\n  HYBRID: False\n  STATIC_POLYGON_SLOTS: (256, 8)\n")
-    cfg = load_config(str(path), ["COMPILE", "None", "DATALOADER.HYBRID", "None",
-                                  "DATALOADER.STATIC_POLYGON_SLOTS", "None"])
+    set_first = ["COMPILE", "True", "DATALOADER.HYBRID", "False", "DATALOADER.STATIC_POLYGON_SLOTS", "(256, 8)"]
+    cfg = load_config(R50_YAML, set_first + ["COMPILE", "None", "DATALOADER.HYBRID", "None",
+                                             "DATALOADER.STATIC_POLYGON_SLOTS", "None"])
     assert cfg.COMPILE is None and cfg.DATALOADER.HYBRID is None and cfg.DATALOADER.STATIC_POLYGON_SLOTS is None
     with pytest.raises(ConfigError, match="expects float, got no value"):  # a key with a value by default
-        load_config(str(path), ["SOLVER.BASE_LR", "None"])
+        load_config(R50_YAML, ["SOLVER.BASE_LR", "None"])
