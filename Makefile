@@ -11,23 +11,10 @@ comma := ,
 
 venv: $(STAMP)
 
-# The Pythons torch 2.12.1 and torchvision 0.27.1 have wheels for (torchvision excludes 3.14.1).
-PYTHON_IN_RANGE := 'import sys; v = sys.version_info; sys.exit(not ((3, 10) <= v[:2] <= (3, 14) and v[:3] != (3, 14, 1)))'
-
-# --no-compile: Python compiles a module's bytecode when it is first imported, not every file of torch and its
-# CUDA libraries at install time (2026-11-28, 2 cores, pip's cache warm: the install 68 -> 36 s; the first import
-# of torch, torchvision and the package then about 4 s more, once).
-# A venv without a working pip (Debian's python3 without python3-venv makes bin/python, then fails for want of
-# ensurepip) is made again, not kept: it would fail at 'No module named pip' until make clean.
+# tools/make_venv.sh: made with PYTHON when missing, broken or of a Python outside torch's range; the pinned
+# requirements and the package; under a lock, so that two makes at once do not build it over each other.
 $(STAMP): requirements.txt pyproject.toml
-	@command -v $(PYTHON) > /dev/null || { echo "make: $(PYTHON) is not installed: install Python 3.10-3.14, or name one (PYTHON=python3.11 make ...)" >&2; exit 1; }
-	@$(PYTHON) -c $(PYTHON_IN_RANGE) || { echo "make: $(PYTHON) is Python $$($(PYTHON) -c 'import platform; print(platform.python_version())' 2> /dev/null): torch 2.12.1 and torchvision 0.27.1 need Python 3.10 or newer, up to 3.14 (torchvision excludes 3.14.1) (PYTHON=python3.11 make ...)" >&2; exit 1; }
-	@if [ -e $(PY) ] && ! $(PY) -c $(PYTHON_IN_RANGE) > /dev/null 2>&1; then echo "make: the venv's Python ($(PY)) is Python $$($(PY) -c 'import platform; print(platform.python_version())' 2> /dev/null), outside 3.10-3.14: making the venv again with $(PYTHON)"; rm -rf $(VENV); fi
-	@$(PY) -m pip --version > /dev/null 2>&1 || { rm -rf $(VENV); $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); echo "make: '$(PYTHON) -m venv' failed: on Debian/Ubuntu install python3-venv (apt-get install python3-venv), then run make again" >&2; exit 1; }; }
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q --no-compile -r requirements.txt
-	$(PY) -m pip install -q --no-compile --no-deps -e .
-	touch $(STAMP)
+	@bash tools/make_venv.sh "$(PYTHON)" "$(VENV)"
 
 # Everything (what CI runs): needs root for the system packages of the 4-node Slurm and launch tests.
 test: venv

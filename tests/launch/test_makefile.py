@@ -12,9 +12,14 @@ from .test_scripts import ROOT
 pytestmark = pytest.mark.slow  # starts make
 
 
-def _python(tmp_path, version="3.11", venv_fails=False):
+def _python(tmp_path, version="3.11", venv_fails=False, venv_package=None):
     """A stand-in for python3: ``-m venv DIR`` makes DIR/bin/python (which takes any command and logs it), or, as
-    Debian's python3 without python3-venv does, makes it and then fails (ensurepip missing)."""
+    Debian's python3 without python3-venv does, makes it and then fails (ensurepip missing); with ``venv_package``
+    (a path), fails until that file exists (the package installed)."""
+    if venv_package is not None:
+        venv_fails = f'[[ ! -e {venv_package} ]]'
+    else:
+        venv_fails = "true" if venv_fails else "false"
     fake = tmp_path / f"python{version}"
     parts = [int(p) for p in version.split(".")] + [0]
     version_tuple = (*parts[:3], "final", 0)
@@ -29,7 +34,11 @@ def _python(tmp_path, version="3.11", venv_fails=False):
           mkdir -p "$dir/bin"
           printf '#!/bin/bash\\necho "$*" >> {tmp_path}/venv-python.log\\n' > "$dir/bin/python"
           chmod +x "$dir/bin/python"
-          {'echo "The virtual environment was not created successfully because ensurepip is not available." >&2; exit 1' if venv_fails else 'exit 0'}
+          if {venv_fails}; then
+            echo "The virtual environment was not created successfully because ensurepip is not available." >&2
+            exit 1
+          fi
+          exit 0
         fi
         exit 0
         """))
@@ -37,8 +46,10 @@ def _python(tmp_path, version="3.11", venv_fails=False):
     return fake
 
 
-def _make(tmp_path, *args):
+def _make(tmp_path, *args, path=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+    if path is not None:
+        env["PATH"] = path
     return subprocess.run(["make", "--no-print-directory", *args, f"VENV={tmp_path / 'venv'}"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
 
@@ -53,6 +64,54 @@ def test_a_venv_that_could_not_be_made_is_made_again(tmp_path):
     r = _make(tmp_path, "venv", f"PYTHON={_python(tmp_path)}")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "-m pip install" in (tmp_path / "venv-python.log").read_text()
+
+
+def test_as_root_a_python_without_venv_support_gets_its_venv_package(tmp_path):
+    """A fresh Debian/Ubuntu CI image as root: make test stopped at the venv ("install python3-venv"), one step
+    before tests/cluster/install_deps.sh would have apt-installed everything else itself."""
+    if os.geteuid() != 0:
+        pytest.skip("the apt-get path is root's")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    marker = tmp_path / "installed"
+    (bindir / "apt-get").write_text(f'#!/bin/bash\necho "$*" >> {tmp_path}/apt.log\ntouch {marker}\n')
+    (bindir / "apt-get").chmod(0o755)
+    python = _python(tmp_path, venv_package=marker)
+    env_path = f"{bindir}:{os.environ['PATH']}"
+    r = _make(tmp_path, "venv", f"PYTHON={python}", path=env_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "install -y -q python3.11-venv" in (tmp_path / "apt.log").read_text()
+    assert "-m pip install" in (tmp_path / "venv-python.log").read_text()
+
+
+def test_a_made_venv_is_kept_whatever_python_make_is_given_later(tmp_path):
+    """make demo PYTHON=python3.11 on a host whose python3 is 3.9, then a plain make after a change to
+    requirements.txt: refused ("python3 is Python 3.9") although the venv's own Python is in range."""
+    r = _make(tmp_path, "venv", f"PYTHON={_python(tmp_path)}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (tmp_path / "venv" / ".installed").unlink()  # the requirements changed
+    r = _make(tmp_path, "venv", f"PYTHON={_python(tmp_path, version='3.9')}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "venv-python.log").read_text().count("-m pip install -q --no-compile -r requirements.txt") == 2
+
+
+def test_a_second_make_waits_for_the_venv_the_first_is_making(tmp_path):
+    """make demo in one shell and make test in another on a fresh clone: both removed and made the venv, each
+    installing into a folder the other deleted."""
+    import fcntl
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+    with open(tmp_path / "venv.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # the first make, making the venv
+        second = subprocess.Popen(["make", "--no-print-directory", "venv", f"VENV={tmp_path / 'venv'}",
+                                   f"PYTHON={_python(tmp_path)}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        time.sleep(2)
+        waited = second.poll() is None and not (tmp_path / "venv").exists()
+    out = second.communicate(timeout=60)[0]
+    assert waited, out
+    assert second.returncode == 0 and (tmp_path / "venv" / ".installed").exists(), out
 
 
 def test_a_python_older_than_torchs_is_refused_in_one_line(tmp_path):
