@@ -227,3 +227,19 @@ def test_the_package_metadata_never_lets_pip_pick_torch_2_13_0():
     deps = {Requirement(d).name: Requirement(d).specifier
             for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
     assert "2.13.0" not in deps["torch"] and {"2.12.1", "2.11.0"} <= set(deps["torch"].filter(["2.12.1", "2.11.0"]))
+
+
+@pytest.mark.parametrize("runner_ci", [None, "1", "True", "false"])
+def test_ci_run_holds_the_suite_to_ci_whatever_the_runner_exports(tmp_path, runner_ci):
+    """.ci/run kept a CI the runner exported (CI=1; AppVeyor's True): install_deps.sh and the ../shared checks
+    compare it with "true", so a missing system package or ../shared skipped tests instead of failing the run."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "make").write_text('#!/bin/bash\necho "make $* CI=$CI"\n')
+    (bindir / "make").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PATH"] = f"{bindir}:{env['PATH']}"
+    if runner_ci is not None:
+        env["CI"] = runner_ci
+    r = subprocess.run([str(ROOT / ".ci" / "run")], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "make test CI=true", r.stdout + r.stderr
