@@ -204,15 +204,19 @@ def test_make_gpu_check_in_a_checkout_whose_path_has_a_space(tmp_path):
     assert words[words.index("--out") + 1] == f"{checkout}/results/gpu-check", words
 
 
-def test_ci_entry_fails_rather_than_skips_the_system_tests(tmp_path):
+@pytest.mark.parametrize("runner_ci", [None, "1", "True"])
+def test_ci_entry_fails_rather_than_skips_the_system_tests(tmp_path, runner_ci):
     """install_deps.sh only fails (instead of skipping the Slurm, container and launch tests) when CI=true: a
-    runner that does not export CI (Jenkins, cron, .ci/run by hand) passed with those tests skipped."""
+    runner that does not export CI (Jenkins, cron, .ci/run by hand) passed with those tests skipped, and one that
+    exports another value (CI=1; AppVeyor's True) kept it: the checks compare it with "true"."""
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "make").write_text(f'#!/bin/bash\necho "CI=${{CI:-unset}} $*" > {tmp_path}/make.log\n')
     (fake / "make").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     env["PATH"] = f"{fake}:{env['PATH']}"
+    if runner_ci is not None:
+        env["CI"] = runner_ci
     r = subprocess.run([str(ROOT / ".ci" / "run")], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "make.log").read_text().split() == ["CI=true", "test"]
@@ -229,17 +233,15 @@ def test_the_package_metadata_never_lets_pip_pick_torch_2_13_0():
     assert "2.13.0" not in deps["torch"] and {"2.12.1", "2.11.0"} <= set(deps["torch"].filter(["2.12.1", "2.11.0"]))
 
 
-@pytest.mark.parametrize("runner_ci", [None, "1", "True", "false"])
-def test_ci_run_holds_the_suite_to_ci_whatever_the_runner_exports(tmp_path, runner_ci):
-    """.ci/run kept a CI the runner exported (CI=1; AppVeyor's True): install_deps.sh and the ../shared checks
-    compare it with "true", so a missing system package or ../shared skipped tests instead of failing the run."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "make").write_text('#!/bin/bash\necho "make $* CI=$CI"\n')
-    (bindir / "make").chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
-    env["PATH"] = f"{bindir}:{env['PATH']}"
-    if runner_ci is not None:
-        env["CI"] = runner_ci
-    r = subprocess.run([str(ROOT / ".ci" / "run")], env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and r.stdout.strip() == "make test CI=true", r.stdout + r.stderr
+def test_the_dev_extra_installs_what_the_suite_needs():
+    """pip install -e .[dev] lacked pytest-xdist (make test's -n 2), scipy and spython (imported by tests): every
+    package of the venv's requirements.txt is a dependency of the package or of its dev extra."""
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.10 has no tomllib (3.11 and newer read the metadata)")
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    given = {Requirement(d).name.lower() for d in project["dependencies"] + project["optional-dependencies"]["dev"]}
+    lines = [ln.split("#")[0].strip() for ln in (ROOT / "requirements.txt").read_text().splitlines()]
+    wanted = {Requirement(ln).name.lower() for ln in lines if ln}
+    assert sorted(wanted - given) == []
+
