@@ -101,6 +101,33 @@ def test_install_deps_fails_under_ci_where_the_root_only_tests_would_skip(tmp_pa
     assert local.returncode == 0, local.stdout + local.stderr
 
 
+@pytest.mark.slow  # starts a process
+@pytest.mark.skipif(os.geteuid() != 0, reason="the apt-get path is root's")
+def test_an_apt_get_that_fails_is_one_line_naming_its_log(tmp_path):
+    """No network, a broken third-party repository or unattended-upgrades holding dpkg's lock: apt-get's pages of
+    output ended make test before any test ran, with no line saying what failed. One line (its last error, the
+    log's path); under CI=true exit 1, elsewhere exit 0 as without root (the tests that need them then skip)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, body in (("dpkg-query", "exit 1"), ("dpkg", "exit 0"),
+                       ("apt-get", 'if [[ "$*" == *install* ]]; then echo "Reading package lists..."; '
+                                   'echo "E: Unable to locate package slurm-wlm" >&2; exit 100; fi')):
+        (fake / name).write_text(f"#!/bin/bash\n{body}\n")
+        (fake / name).chmod(0o755)
+    env = {k: v for k, v in clean_env(PATH=f"{fake}:{os.environ['PATH']}", POLICY_RC_D=str(tmp_path / "policy"),
+                                      TMPDIR=str(tmp_path)).items() if k != "CI"}
+    script = str(ROOT / "tests" / "cluster" / "install_deps.sh")
+    for ci, code in (("true", 1), (None, 0)):
+        r = subprocess.run(["bash", script], env=dict(env, **({"CI": ci} if ci else {})), capture_output=True,
+                           text=True, cwd=tmp_path)
+        err = r.stderr.strip().splitlines()
+        assert r.returncode == code and len(err) == 1, (ci, r.returncode, r.stdout, r.stderr)
+        assert "apt-get could not install" in err[0] and "E: Unable to locate package slurm-wlm" in err[0], err
+        log = err[0].rsplit("output in ", 1)[1].split(")")[0]
+        assert "Reading package lists" in open(log).read(), log
+        assert not (tmp_path / "policy").exists()
+
+
 @pytest.mark.slow  # starts a process as another user
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs the script as an unprivileged user: needs root to switch")
 def test_install_deps_asks_for_the_headers_of_a_python_without_them():
@@ -154,7 +181,8 @@ def test_install_deps_repairs_what_a_killed_run_left(tmp_path, leftover):
     r = subprocess.run(["bash", script], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     calls = log.read_text().splitlines()
-    assert calls[0] == "dpkg --configure -a" and calls[-1].startswith("apt-get install"), calls
+    assert calls[0] == "dpkg --configure -a" and calls[-1].startswith("apt-get -o DPkg::Lock::Timeout=300 install"), \
+        calls
     assert policy.exists() == (leftover == "the site's")
 
 
