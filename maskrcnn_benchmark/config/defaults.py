@@ -283,7 +283,8 @@ _C.COMPILE_BACKEND = "inductor"
 _C.DISABLE_REDUCED_LOGGING = False
 # Seconds a collective (all-reduce, barrier, gather) waits for the other ranks before the run fails and names
 # the rank that stopped answering. Long enough for a COCO evaluation's gather, short enough not to hold a
-# cluster allocation for half an hour when a rank hangs. (added)
+# cluster allocation for half an hour when a rank hangs. Waits for the background scorer are not bounded by it:
+# rank 0 waits in slices and every rank agrees after each (EvaluationHook._wait). (added)
 _C.DISTRIBUTED_TIMEOUT = 300
 
 # ---------------------------------------------------------------------------

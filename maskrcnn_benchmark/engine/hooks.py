@@ -80,9 +80,9 @@ class CheckpointHook(HookBase):
     def _save(self, name, settle=True):
         self.trainer.check_finite()  # every rank: no checkpoint of weights a non-finite step corrupted
         extra = {}
-        if self.evaluation is not None and comm.is_main_process():
+        if self.evaluation is not None:
             # the final checkpoint (after run_stop) keeps the scores known: waiting for later epochs' would log
-            # their eval_accuracy after run_stop, and a run over is not resumed
+            # their eval_accuracy after run_stop, and a run over is not resumed (settle: every rank, it agrees)
             known = self.evaluation.settle() if settle else self.evaluation.scores
             extra["scores"] = [[e.epoch, e.bbox, e.segm] for e in known]
         states = comm.all_gather(get_rng_state())

@@ -17,7 +17,9 @@ interval includes the scoring), and the epoch cut short by a met target has no `
 The stop decision: scores arrive on rank 0 only, but every rank must stop at the same iteration. Rank 0's state
 (scores pending, target met, its own work failed) travels to all ranks in a non-blocking all-reduce that is read one
 iteration later (:class:`StopDecision`), and only while a score is pending; epoch ends, which synchronize anyway
-(the gather of the detections), agree at once.
+(the gather of the detections), agree at once. Where the scores must be in (MAX_ITER, a checkpoint, a non-finite
+step), every rank waits together (:meth:`EvaluationHook._wait`): rank 0 for the scorer in slices, each followed by
+an agreement, so no rank waits in one collective past DISTRIBUTED_TIMEOUT however long the scoring takes.
 """
 import logging
 import time
@@ -32,6 +34,9 @@ from .trainer import HookBase
 logger = logging.getLogger(__name__)
 
 PENDING, FAILED, EPOCH, BBOX, SEGM = "eval/pending", "eval/failed", "eval/epoch", "eval/bbox_AP", "eval/segm_AP"
+# the longest rank 0 waits for scores before every rank agrees whether it still waits (a quarter of the collectives'
+# timeout when that is shorter)
+WAIT_SLICE_S = 30.0
 
 
 def meets_targets(targets, bbox, segm):
@@ -133,6 +138,7 @@ class EvaluationHook(HookBase):
 
     def before_train(self):
         s = self.trainer.storage
+        self._flag = comm.AsyncFlag()  # every rank: the agreement of the waits for scores (_wait)
         # resumed from an epoch end's checkpoint: written after that epoch's evaluation started, before its scores
         # could arrive; the weights are that epoch's, so it is evaluated again here
         if self.per_epoch and s.resumed_at_epoch_end:
@@ -147,34 +153,49 @@ class EvaluationHook(HookBase):
             self._evaluate(s.epoch)
         if comm.is_main_process():
             self._guarded(self._collect)
-            if last:  # MAX_ITER: the scores still pending decide the run; wait for them
-                self._guarded(self._wait)
+        if last:  # MAX_ITER: the scores still pending decide the run; wait for them
+            self._wait()
 
     def settle_before_abort(self):
-        if comm.is_main_process():
-            self._guarded(self._wait)
+        self._wait()
 
     def _wait(self, keep=None):
-        """Record the scores of every pending epoch but ``keep``, waiting for them."""
-        kept = []
-        for future in self.pending:
-            if future.epoch == keep:
-                kept.append(future)
-            else:
-                self._record(future.epoch, future.result())
-        self.pending = kept
-        self.trainer.storage.put_scalars(**{PENDING: float(len(kept))})
+        """Every rank: the scores of every pending epoch but ``keep`` recorded, rank 0 waiting for them in slices
+        (:data:`WAIT_SLICE_S`), after each of which every rank agrees whether it still waits. The other ranks wait
+        for rank 0 in those agreements, never in one collective longer than a slice: a scorer slower than the
+        collectives' timeout (pycocotools on COCO val: minutes an epoch) does not end the run as a lost rank."""
+        timeout = comm.collective_timeout() or 300
+        slice_s = min(WAIT_SLICE_S, timeout / 4)
+        while True:
+            waiting = 0
+            if comm.is_main_process():
+                self._guarded(self._wait_for_a_while, keep, slice_s)
+                waiting = int(self.failure is None and any(f.epoch != keep for f in self.pending))
+            if not self._flag.agree(waiting):
+                return
+
+    def _wait_for_a_while(self, keep, seconds):
+        """Rank 0: record the pending epochs' scores (but ``keep``'s), oldest first, as they arrive within
+        ``seconds``."""
+        deadline = time.monotonic() + seconds
+        for future in [f for f in self.pending if f.epoch != keep]:
+            wait = getattr(future, "wait", None)  # a future without it (tests' stand-ins): result() waits
+            if wait is not None and not wait(max(0.0, deadline - time.monotonic())):
+                break
+            result = future.result()
+            self.pending.remove(future)
+            self._record(future.epoch, result)
+        self.trainer.storage.put_scalars(**{PENDING: float(len(self.pending))})
 
     def settle(self):
-        """Rank 0, before a checkpoint is written: waits for the scores of the epochs before the one that ends at
-        this iteration (if one does), and returns every score known: those a run resumed from the checkpoint
-        cannot compute again (an earlier epoch's weights are gone, so its scores must be known, and kept in the
-        checkpoint, before it is written), and the current epoch's if they are in already (a resumed run evaluates
-        that epoch again from its weights, but one that met the targets means the run converged: nothing to
-        resume)."""
+        """Every rank, before a checkpoint is written: waits (:meth:`_wait`) for the scores of the epochs before
+        the one that ends at this iteration (if one does), and returns every score known (rank 0; elsewhere none):
+        those a run resumed from the checkpoint cannot compute again (an earlier epoch's weights are gone, so its
+        scores must be known, and kept in the checkpoint, before it is written), and the current epoch's if they
+        are in already (a resumed run evaluates that epoch again from its weights, but one that met the targets
+        means the run converged: nothing to resume)."""
         s = self.trainer.storage
-        current = s.epoch if s.is_epoch_end() else None
-        self._guarded(self._wait, current)
+        self._wait(s.epoch if s.is_epoch_end() else None)
         return list(self.scores)
 
 

@@ -72,8 +72,8 @@ def _serve(conn, parent_pid, scorer, niceness=0):
 
 
 class ScoresFuture:
-    """The scores of one epoch, to come. ``done()`` never waits; ``result()`` waits and returns the scores dict
-    (raises :class:`ScoringError` when scoring failed)."""
+    """The scores of one epoch, to come. ``done()`` never waits; ``wait(timeout)`` waits at most that long;
+    ``result()`` waits and returns the scores dict (raises :class:`ScoringError` when scoring failed)."""
 
     def __init__(self, owner, epoch):
         self.epoch = epoch
@@ -88,6 +88,13 @@ class ScoresFuture:
         if self._scores is None and self._error is None:
             self._owner.poll()
         return self._scores is not None or self._error is not None
+
+    def wait(self, timeout):
+        """Wait at most ``timeout`` seconds for the scores; whether they are in (or the scoring failed)."""
+        deadline = time.monotonic() + timeout
+        while not self.done() and time.monotonic() < deadline:
+            self._owner.poll(block=True, timeout=max(0.0, deadline - time.monotonic()))
+        return self.done()
 
     def result(self):
         while not self.done():
@@ -237,9 +244,11 @@ class BackgroundScorer:
         self._start()
         self._send_next()
 
-    def poll(self, block=False):
+    def poll(self, block=False, timeout=None):
         """Collect finished scores into their futures; notice and restart a dead scoring process. Rank 0 only
-        (elsewhere nothing is ever pending). ``block``: wait for the next result (when one is pending)."""
+        (elsewhere nothing is ever pending). ``block``: wait for the next result (when one is pending), at most
+        ``timeout`` seconds when given."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if not self.asynchronous or self._proc is None:  # (a second death while scoring an epoch: none now)
                 return
@@ -249,8 +258,11 @@ class BackgroundScorer:
             wait = 0.0
             if block and self._waiting:  # until the answer, or until the process is taken for hung
                 wait = max(0.0, self.hang_after_s - self._silent_s()) if self._sent else None
+                if deadline is not None:
+                    left = max(0.0, deadline - time.monotonic())
+                    wait = left if wait is None else min(wait, left)
             if not self._conn.poll(wait):
-                if block and self._waiting:
+                if block and self._waiting and (deadline is None or time.monotonic() < deadline):
                     continue  # the hang check above
                 return
             try:

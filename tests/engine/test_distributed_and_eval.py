@@ -45,6 +45,38 @@ def test_two_process_gloo_run_trains_evaluates_and_stops_together(tiny_data, tmp
     assert accuracy[0]["value"] == {"BBOX": one["bbox"]["stats"]["AP"], "SEGM": one["segm"]["stats"]["AP"]}
 
 
+@pytest.mark.slow
+def test_scoring_slower_than_the_collective_timeout_keeps_every_rank(tiny_data, tmp_path):
+    """Rank 0 waited alone for the scores still pending (at MAX_ITER, and for the earlier epochs' before an epoch
+    end's checkpoint) while the other ranks sat in a collective (the stop agreement, the checkpoint's gather of the
+    random states) that gives up after DISTRIBUTED_TIMEOUT: pycocotools scoring COCO val for minutes, and the
+    other ranks failed with 'another rank stopped answering'. Rank 0 waits in slices, every rank agreeing after
+    each whether it still waits. Here scoring takes 2.5 times the 8 s timeout; the run converges as it would."""
+    out = str(tmp_path / "run")
+    os.makedirs(out)
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text(
+        "import os, time\n"
+        "if os.environ.get('SLOW_SCORING_S'):\n"
+        "    from maskrcnn_benchmark.evaluation import scoring\n"
+        "    _score = scoring.score_coco\n"
+        "    def score_coco(*a, **k):\n"
+        "        time.sleep(float(os.environ['SLOW_SCORING_S']))\n"
+        "        return _score(*a, **k)\n"
+        "    scoring.score_coco = score_coco\n")
+    env = {"SLOW_SCORING_S": "20", "PYTHONPATH": os.pathsep.join(filter(None, [str(slow),
+                                                                           os.environ.get("PYTHONPATH")]))}
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29637"]
+    # 16 training images at a global batch of 4: epochs end at iterations 4 and 8 (MAX_ITER), each checkpointed
+    r = run_train(tiny_data, out, "SOLVER.MAX_ITER", 8, "SOLVER.IMS_PER_BATCH", 4, "TEST.IMS_PER_BATCH", 4,
+                  "SAVE_CHECKPOINTS", True, "SOLVER.CHECKPOINT_PERIOD", 4, "DISTRIBUTED_TIMEOUT", 8, *LOW_TARGET,
+                  launcher=launcher, timeout=900, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    stops = [e for e in mllog_events(r.stdout) if e["key"] == "run_stop"]
+    assert len(stops) == 1 and stops[0]["metadata"]["status"] == "success", r.stdout[-3000:]
+
+
 def test_evaluation_of_a_checkpoint_waits_as_long_as_the_config_says(monkeypatch):
     """tools/test_net.py's ranks wait for each other (rank 0 scores and writes 150 MB of results while the others
     wait in the next dataset's gather) under the config's DISTRIBUTED_TIMEOUT, not a fixed 300 s."""
