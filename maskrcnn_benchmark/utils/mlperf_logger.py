@@ -125,6 +125,7 @@ class MLPerfLogger:
         self._mllog = mllog.MLLogger(logger=logger, default_stack_offset=2, root_dir=os.getcwd())
         self.constants = constants
         self.logged = set()
+        self.run_stop_status = None  # what run_stop said, once logged
 
     def close(self):
         for h in list(self._logger.handlers):
@@ -161,7 +162,8 @@ class MLPerfLogger:
                                                                             int(resumed_from)})
 
     def run_stop(self, success):
-        self.end("run_stop", metadata={"status": "success" if success else "aborted"})
+        self.run_stop_status = "success" if success else "aborted"
+        self.end("run_stop", metadata={"status": self.run_stop_status})
 
     def seed(self, seed):
         self.event("seed", int(seed))

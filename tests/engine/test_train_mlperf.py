@@ -239,6 +239,26 @@ def test_a_stop_says_whether_the_mlperf_log_has_run_stop(tiny_data, tmp_path, mo
     assert stops == ([] if note.startswith("before") else ["aborted"])
 
 
+@pytest.mark.slow  # the scoring process
+def test_a_stop_after_run_stop_success_does_not_say_aborted(tiny_data, tmp_path, monkeypatch):
+    """A SIGTERM while the ranks close their last stop agreement, the targets met: run_stop success is logged on
+    the way out, and the error line said "run_stop logged as aborted" over that log."""
+    import signal
+
+    from maskrcnn_benchmark.engine import mlperf_hooks
+    from maskrcnn_benchmark.utils.signals import Stopped
+
+    def stopped(self):
+        raise Stopped(signal.SIGTERM)
+
+    monkeypatch.setattr(mlperf_hooks.StopDecision, "close", stopped)
+    r = run_in_process(tiny_data, str(tmp_path), "SOLVER.MAX_ITER", 40, "SOLVER.IMS_PER_BATCH", 4, *LOW_TARGET)
+    assert r.returncode == 128 + signal.SIGTERM, r.stdout[-2000:]
+    assert [e["metadata"]["status"] for e in mllog_events(r.stdout) if e["key"] == "run_stop"] == ["success"]
+    assert r.stdout.strip().splitlines()[-1] == ("error: stopped by SIGTERM; after run_stop success (the MLPerf "
+                                                 "log's outcome stands)"), r.stdout[-2000:]
+
+
 @pytest.mark.slow
 def test_corrupt_training_image_is_named(tiny_data, tmp_path):
     import shutil
