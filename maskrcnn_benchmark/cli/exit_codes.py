@@ -54,7 +54,7 @@ INTERNAL = ExitCode(5, "internal error", "an unexpected exception (a bug, or a b
                     "the shm size where it says so, else report it")
 STOPPED = ExitCode(128, "stopped (128 + signal)", "SIGTERM (Slurm time limit, scancel, a sibling rank died), "
                    "SIGINT, SIGHUP, or SIGUSR1/SIGUSR2 (a Slurm `--signal` warning); the trainer's line says whether run_stop "
-                   "was logged as aborted (not before run_start)",
+                   "was logged as aborted (not before run_start; after a run_stop success it says that outcome stands)",
                    "rerun; --resume from the last checkpoint")
 
 # Found before the run starts (engine/preflight.py, tools/check_recipe.py), by tools/preflight.py on the batch host
