@@ -298,6 +298,9 @@ def test_evaluation_loader_keeps_its_worker_between_evaluations(synthetic_dir):
 @pytest.mark.parametrize("change,needle,scored", [
     (lambda a: a.update(segmentation={"size": [30, 40]}), r"annotation 1 in '.*' has an RLE segmentation without "
      r"'counts' and 'size'", False),
+    # a loader worker an epoch in: "mask shape ... does not match image size", naming neither file nor annotation
+    (lambda a: a.update(segmentation={"size": [40, 30], "counts": "PPYo0"}), r"annotation 1 in '.*' has an RLE "
+     r"segmentation of size \[40, 30\], not its image's \[30, 40\] \(height, width\)", False),
     (lambda a: a.pop("area"), r"annotation 1 in '.*instances.json' has no 'area'", True),
     (lambda a: a.pop("iscrowd"), r"annotation 1 in '.*instances.json' has no 'iscrowd'", True),
 ])

@@ -96,7 +96,7 @@ def _check_annotations(data, ann_file, has_constants, scored=False):
         if not _has_id(c):
             raise DatasetError(f"category {c.get('name')!r} in '{ann_file}' has no integer id")
     cats = {c["id"] for c in data["categories"]}
-    images = {i["id"] for i in data["images"]}
+    images = {i["id"]: i for i in data["images"]}
     for a in data.get("annotations", []):
         aid = a.get("id")
         if type(aid) is not int:
@@ -128,6 +128,11 @@ def _check_annotations(data, ann_file, has_constants, scored=False):
         elif "counts" not in seg or "size" not in seg:
             raise DatasetError(f"annotation {aid} in '{ann_file}' has an RLE segmentation without 'counts' and "
                                f"'size': {seg!r:.60}")
+        else:
+            image, size = images[a["image_id"]], seg["size"]
+            if not isinstance(size, (list, tuple)) or list(size) != [image["height"], image["width"]]:
+                raise DatasetError(f"annotation {aid} in '{ann_file}' has an RLE segmentation of size {size!r:.40}, "
+                                   f"not its image's [{image['height']}, {image['width']}] (height, width)")
         if scored:
             for key in ("area", "iscrowd"):
                 if not isinstance(a.get(key), _NUMBER):  # a bool iscrowd too (pycocotools: int())
