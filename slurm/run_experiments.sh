@@ -102,6 +102,8 @@ if [[ "${CONTAINER_RUNTIME}" != none ]]; then
   WEIGHTS_DIR="${WEIGHTS_DIR:-/coco/models}"
   binds=("${REPO}:/workspace/object_detection:ro" "${DATADIR}:/data:ro" "${LOGDIR}:/results")
   if [[ -n "${WEIGHTS-/coco/models/R-50.pkl}" ]]; then binds+=("${WEIGHTS_DIR}:/coco/models:ro"); fi
+  # gpu-check's parity stage: the golden outputs beside the checkout, where they are (as make gpu-check IMAGE=...)
+  if [[ "${GPU_CHECK:-0}" == 1 && -d "${REPO}/../shared" ]]; then binds+=("$(realpath "${REPO}/../shared"):/workspace/shared:ro"); fi
   if [[ -n "${CONTAINER_MOUNTS:-}" ]]; then IFS=, read -r -a extra_mounts <<< "${CONTAINER_MOUNTS}"; binds+=("${extra_mounts[@]}"); fi
   for b in "${binds[@]}"; do
     src="${b%%:*}"

@@ -619,3 +619,25 @@ def test_a_job_cancelled_mid_trial_keeps_the_trainers_last_lines_in_its_result_f
     assert job.returncode == 143 and "run_experiments: stopped (SIGTERM) during trial 1 of 2: no further trial" \
         in out, out[-3000:]
     assert not (tmp_path / "logs" / "result_1.txt").exists()
+
+
+def test_the_gpu_check_job_binds_the_golden_outputs_beside_the_checkout(tmp_path):
+    """make gpu-check IMAGE=... binds ../shared (the parity stage's golden outputs) into the image; the same checks
+    through slurm/gpu_check.sbatch did not, and their parity stage said NOT RUN (or ran against the CPU only)."""
+    shared = (ROOT / ".." / "shared").resolve()
+    if not shared.is_dir():
+        pytest.skip(f"no ../shared beside the checkout ({shared})")
+    bindir = tmp_path / "rt"
+    bindir.mkdir()
+    (bindir / "singularity").write_text(f'#!/bin/bash\necho "$*" >> {tmp_path}/singularity.log\n')
+    (bindir / "singularity").chmod(0o755)
+    image = tmp_path / "img.sif"
+    image.write_text("")
+    run_job(tmp_path, [bindir], CONTAINER=image, CONTAINER_RUNTIME="singularity", WEIGHTS="", NEXP=0, GPU_CHECK=1)
+    calls = (tmp_path / "singularity.log").read_text().splitlines()
+    gpu_check = [c for c in calls if "gpu_check" in c]
+    assert gpu_check and all(f"{shared}:/workspace/shared:ro" in c for c in gpu_check), calls
+    (tmp_path / "singularity.log").unlink()
+    run_job(tmp_path, [bindir], CONTAINER=image, CONTAINER_RUNTIME="singularity", WEIGHTS="", NEXP=1)
+    trials = (tmp_path / "singularity.log").read_text()
+    assert "run_and_time.sh" in trials and "/workspace/shared" not in trials, trials  # the trials' binds: theirs
