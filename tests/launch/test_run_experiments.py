@@ -367,28 +367,26 @@ def test_the_projection_reaches_the_job_through_submit(tmp_path):
     (bindir / "sbatch").write_text(f'#!/bin/bash\necho "$* DGXRUNMINUTES=$DGXRUNMINUTES" > "{tmp_path}/sbatch"\n'
                                    'cat > /dev/null\necho 1\n')
     (bindir / "sbatch").chmod(0o755)
-    r = subprocess.run([str(ROOT / "slurm/submit.sh"), "slurm/maskrcnn_1node.sbatch"], capture_output=True, text=True,
-                       timeout=60, env=clean_env(SITE_CONFIG=tmp_path / "no-site.sh", DGXSYSTEM="DGXH100",
-                                                 RESULTS_ROOT=tmp_path / "results",
-                                                 PATH=f"{bindir}:{os.environ['PATH']}"))
+
+    def submit(system):
+        return subprocess.run([str(ROOT / "slurm/submit.sh"), "slurm/maskrcnn_1node.sbatch"], capture_output=True,
+                              text=True, timeout=60, env=clean_env(SITE_CONFIG=tmp_path / "no-site.sh",
+                                                                   DGXSYSTEM=system, RESULTS_ROOT=tmp_path / "results",
+                                                                   PATH=f"{bindir}:{os.environ['PATH']}"))
+
+    r = submit("DGXH100")
     assert r.returncode == 0, r.stderr
     assert f"submit: DGXRUNMINUTES=5 from make gpu-check's projection ({projection})" in r.stderr
     # (5 + 10 init) x 1.25 = 18 min a trial, 5 trials + 15 min
     assert (tmp_path / "sbatch").read_text().split()[3:] == ["--time=01:45:00", "--gpus-per-node=8", "DGXRUNMINUTES=5"]
     # the projection is of the DGXH100 recipes (GBS 96 epochs, 12 images per GPU): an A100 job (GBS 64) took it too
-    r = subprocess.run([str(ROOT / "slurm/submit.sh"), "slurm/maskrcnn_1node.sbatch"], capture_output=True, text=True,
-                       timeout=60, env=clean_env(SITE_CONFIG=tmp_path / "no-site.sh", DGXSYSTEM="DGXA100",
-                                                 RESULTS_ROOT=tmp_path / "results",
-                                                 PATH=f"{bindir}:{os.environ['PATH']}"))
+    r = submit("DGXA100")
     assert r.returncode == 0, r.stderr
     assert (f"submit: make gpu-check's projection ({projection}) is of global batch 96 on 1 node(s) (the DGXH100 "
             "recipes), DGXA100's is 64: DGXRUNMINUTES from the config") in r.stderr
     assert "DGXRUNMINUTES=5" not in (tmp_path / "sbatch").read_text()
     # the H200 configs hold the H100 recipes: an H200 job took the config's figure, as if of another recipe
-    r = subprocess.run([str(ROOT / "slurm/submit.sh"), "slurm/maskrcnn_1node.sbatch"], capture_output=True, text=True,
-                       timeout=60, env=clean_env(SITE_CONFIG=tmp_path / "no-site.sh", DGXSYSTEM="DGXH200",
-                                                 RESULTS_ROOT=tmp_path / "results",
-                                                 PATH=f"{bindir}:{os.environ['PATH']}"))
+    r = submit("DGXH200")
     assert r.returncode == 0, r.stderr
     assert f"submit: DGXRUNMINUTES=5 from make gpu-check's projection ({projection})" in r.stderr
 
