@@ -532,7 +532,8 @@ def append_across_nodes(out_dir, checks):
 
 # ---------------------------------------------------------------------------------------------------- projection
 # The system whose recipes (config_<system>*.sh: global batches, 12 images per GPU) the projection is of; recorded
-# in projection.json, and a job of another DGXSYSTEM does not take it (slurm/projection.sh)
+# in projection.json, and a job of another DGXSYSTEM does not take it unless its configs hold the same recipes
+# (DGXH200's: slurm/projection.sh)
 PROJECTED_SYSTEM = "DGXH100"
 
 

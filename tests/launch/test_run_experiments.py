@@ -382,9 +382,13 @@ def test_the_projection_reaches_the_job_through_submit(tmp_path):
     # the projection is of the DGXH100 recipes (GBS 96 epochs, 12 images per GPU): an A100 job (GBS 64) took it too
     r = submit("DGXA100")
     assert r.returncode == 0, r.stderr
-    assert (f"submit: make gpu-check's projection ({projection}) is of global batch 96 on 1 node(s) (the DGXH100 "
-            "recipes), DGXA100's is 64: DGXRUNMINUTES from the config") in r.stderr
+    assert (f"submit: make gpu-check's projection ({projection}) is of the DGXH100 recipes, not DGXA100's: "
+            "DGXRUNMINUTES from the config") in r.stderr
     assert "DGXRUNMINUTES=5" not in (tmp_path / "sbatch").read_text()
+    # nor on 4 nodes, where the A100 config's global batch (128) happens to be the H100 one's
+    r = submit("DGXA100_4x8x4")
+    assert r.returncode == 0 and "is of the DGXH100 recipes, not DGXA100's" in r.stderr, r.stderr
+    assert "DGXRUNMINUTES=2" not in (tmp_path / "sbatch").read_text()
     # the H200 configs hold the H100 recipes: an H200 job took the config's figure, as if of another recipe
     r = submit("DGXH200")
     assert r.returncode == 0, r.stderr
