@@ -228,16 +228,17 @@ class BackgroundScorer:
             epoch = self._waiting[0][0].epoch
             if self._restarts.get(epoch, 0) >= RESTARTS_PER_EPOCH:
                 future, _ = self._waiting.pop(0)
-                future._set(error=f"the COCO scoring process {cause} again while scoring epoch {epoch}" if cause
-                            else f"the COCO scoring process died again (exit code {code}) while scoring epoch "
-                                 f"{epoch}; it is killed from outside (out of memory?)")
+                future._set(error=f"the COCO scoring process {cause} while scoring epoch {epoch}, after a restart for "
+                                  "that epoch" if cause else
+                            f"the COCO scoring process died again (exit code {code}) while scoring epoch {epoch}; it "
+                            "is killed from outside (out of memory?)")
                 if self._waiting:  # the epochs queued behind it get a fresh process (and their own restarts)
                     self._start()
                     self._send_next()
                 return
             self._restarts[epoch] = self._restarts.get(epoch, 0) + 1
-            logger.warning("the COCO scoring process died (exit code %s) while scoring epoch %s: restarted, "
-                           "scoring that epoch's detections again", code, epoch)
+            logger.warning("the COCO scoring process %s while scoring epoch %s: restarted, scoring that epoch's "
+                           "detections again", cause or f"died (exit code {code})", epoch)
         else:
             logger.warning("the COCO scoring process died (exit code %s) while idle: restarted", code)
         self.restarts += 1
@@ -252,7 +253,9 @@ class BackgroundScorer:
         while True:
             if not self.asynchronous or self._proc is None:  # (a second death while scoring an epoch: none now)
                 return
-            if self._sent and self._silent_s() >= self.hang_after_s:
+            # an answer already in the pipe is read first: a poll late by more than hang_after_s (a suspended job)
+            # does not take a scorer that has finished for hung
+            if self._sent and self._silent_s() >= self.hang_after_s and not self._conn.poll(0):
                 self._hung()
                 continue
             wait = 0.0

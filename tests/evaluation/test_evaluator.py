@@ -181,6 +181,15 @@ def test_a_scoring_process_that_stops_answering_is_restarted_then_an_error(tmp_p
             assert bg(b"abc", epoch=1).result() == {"size": 3}
         assert bg.restarts == 1
         assert "has not answered for 2 s while scoring epoch 1: taken for hung" in caplog.text, caplog.text
+        assert "hung (no answer for 2 s) while scoring epoch 1: restarted" in caplog.text, caplog.text
+    finally:
+        bg.shutdown()
+    bg = BackgroundScorer(HeldScorer(str(tmp_path / "released")), hang_after_s=1.0)
+    try:
+        (tmp_path / "released").touch()
+        future = bg(b"ab", epoch=5)
+        time.sleep(2.0)  # scored long ago; polled after hang_after_s (a job suspended meanwhile)
+        assert future.result() == {"size": 2} and bg.restarts == 0
     finally:
         bg.shutdown()
     bg = BackgroundScorer(HeldScorer(str(tmp_path / "never")), hang_after_s=1.0)
@@ -190,7 +199,8 @@ def test_a_scoring_process_that_stops_answering_is_restarted_then_an_error(tmp_p
         while not future.done():  # the training loop's polls notice it too, not only a blocking wait
             time.sleep(0.05)
         assert time.monotonic() - start < 30
-        with pytest.raises(ScoringError, match=r"hung \(no answer for 1 s\) again while scoring epoch 2"):
+        with pytest.raises(ScoringError, match=r"hung \(no answer for 1 s\) while scoring epoch 2, after a restart "
+                                               r"for that epoch"):
             future.result()
     finally:
         bg.shutdown()
