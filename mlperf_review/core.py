@@ -190,9 +190,10 @@ def majority(values: List[Optional[str]]) -> Optional[str]:
     return tied[-1]
 
 
-def _system_description(folder: Path):
-    """``(path, dict)`` of systems/<system>.json when ``folder`` is a submission's results/<system>/maskrcnn and
-    the file is there, else None; a file that is not a JSON object is a ReviewError naming it."""
+def _system_division(folder: Path):
+    """``(path, division)`` of systems/<system>.json when ``folder`` is a submission's results/<system>/maskrcnn
+    and the file names a division (what the package checker reads from it: closed runs the seed and RCP checks),
+    else None; a file that is not a JSON object is a ReviewError naming it."""
     if folder.name != rules.BENCHMARK or folder.parent.parent.name != "results":
         return None
     path = folder.parent.parent.parent / "systems" / f"{folder.parent.name}.json"
@@ -204,7 +205,7 @@ def _system_description(folder: Path):
         raise ReviewError(f"cannot read the system description {path}: {e}") from None
     if not isinstance(desc, dict):
         raise ReviewError(f"the system description {path} is not a JSON object")
-    return path, {k: desc.get(k) if isinstance(desc.get(k), str) else None for k in ("division", "status")}
+    return (path, desc["division"]) if isinstance(desc.get("division"), str) else None
 
 
 def _rcp_result(pkg: official.PackageCheck, summarizer: official.SummarizerResult, runs: List[RunSummary],
@@ -239,9 +240,11 @@ def _rcp_result(pkg: official.PackageCheck, summarizer: official.SummarizerResul
                  f"allowed {res.min_mean_epochs:.2f} (max speedup {res.max_speedup:.3f})")
     sub = f"{res.submission_mean_epochs:.2f}" if res.submission_mean_epochs is not None else "?"
     if res.passed and res.message.endswith("passed using rcp_bypass"):
-        res.explanation = (f"olympic mean of the epochs to converge {sub}, faster than the RCP allows ("
-                           f"{where or res.message}): passed by the rcp-bypass of "
-                           "package_checker_params, for the submission committee to review")
+        res.score_normalization = pkg.scaling_factor if pkg.scaling_factor is not None else 1.0
+        why = (f"no RCP for GBS {res.global_batch_size}" if res.message.startswith("Missing RCP") else
+               f"olympic mean of the epochs to converge {sub}, faster than the RCP allows ({where or res.message})")
+        res.explanation = f"{why}: passed by the rcp-bypass of package_checker_params, for the submission committee " \
+                          "to review"
         return res
     if res.passed:
         res.score_normalization = pkg.scaling_factor if pkg.scaling_factor is not None else 1.0
@@ -328,15 +331,13 @@ def review_folder(folder, ruleset: Optional[str] = None, max_errors: int = 10) -
         if len({repr(getattr(r, attr)) for r in runs if getattr(r, attr) is not None}) > 1:
             warnings.append(f"runs report different {label}: " + ", ".join(
                 f"{r.name}={getattr(r, attr)}" for r in runs) + f"; the package is staged as {chosen[attr]}")
-    described = _system_description(folder)
+    described = _system_division(folder.resolve())
     if described is not None:  # a submission's results/<system>/maskrcnn: the package checker reads its system's
-        path, desc = described
-        for key, value in (("division", desc.get("division")), ("status", desc.get("status"))):
-            logged = division if key == "division" else status
-            if value is not None and value != logged:
-                warnings.append(f"{path} says {key} {value!r}, the logs {logged!r}: the package checker takes the "
-                                "system description's, and so does this review")
-        division, status = desc.get("division") or division, desc.get("status") or status
+        path, described_division = described
+        if described_division != division:
+            warnings.append(f"{path} says division {described_division!r}, the logs {division!r}: the package "
+                            "checker takes the system description's, and so does this review")
+        division = described_division
     if division is None:
         warnings.append("no submission_division logged: staged as a closed-division submission")
     zipped = [Path(r.path).name for r in runs if str(r.path).endswith(".gz")]

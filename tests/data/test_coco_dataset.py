@@ -317,6 +317,13 @@ def test_what_the_coco_evaluation_reads_is_checked_when_the_dataset_is_built(tmp
     assert "\n" not in str(e.value)
     if scored:
         assert len(COCODataset(path, root, True)) == 1  # a training set
+    if "RLE segmentation of size" in needle:  # a crowd region, which training skips: a training set keeps it
+        data["annotations"][0]["iscrowd"] = 1
+        data["annotations"].append(_ann(2, 1, 5, [2, 3, 10, 8]))
+        open(path, "w").write(json.dumps(data))
+        assert len(COCODataset(path, root, True)) == 1
+        with pytest.raises(DatasetError, match=needle):
+            COCODataset(path, root, False)
 
 
 @pytest.mark.parametrize("change,needle", [

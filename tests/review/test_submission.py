@@ -2,6 +2,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -421,7 +422,7 @@ def test_without_mlperf_logging_the_submission_is_one_line_and_writes_nothing(tm
 
 
 @pytest.mark.slow  # the official package checker
-def test_a_submissions_results_are_reviewed_under_its_system_descriptions_division(tmp_path):
+def test_a_submissions_results_are_reviewed_under_its_system_descriptions_division(tmp_path, monkeypatch):
     """Reviewing results/<system>/maskrcnn of a submission staged the package by the logs' division, while the
     package checker takes systems/<system>.json's: runs far faster than the RCP allows under an open system
     description passed officially (no RCP check in the open division) and failed the review."""
@@ -440,6 +441,8 @@ def test_a_submissions_results_are_reviewed_under_its_system_descriptions_divisi
     review = review_folder(out / "TESTORG" / "results" / system.stem / "maskrcnn")
     assert (review.verdict == "PASS") == says == True, (review.problems, official.stdout[-1500:])
     assert any(f"{system} says division 'open', the logs 'closed'" in w for w in review.warnings), review.warnings
+    monkeypatch.chdir(out / "TESTORG" / "results" / system.stem / "maskrcnn")  # reviewed as "."
+    assert review_folder(Path(".")).verdict == "PASS"
     system.write_text("{not json")
     with pytest.raises(Exception, match="cannot read the system description .*json"):
         review_folder(out / "TESTORG" / "results" / system.stem / "maskrcnn")

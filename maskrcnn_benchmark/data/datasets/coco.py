@@ -128,7 +128,7 @@ def _check_annotations(data, ann_file, has_constants, scored=False):
         elif "counts" not in seg or "size" not in seg:
             raise DatasetError(f"annotation {aid} in '{ann_file}' has an RLE segmentation without 'counts' and "
                                f"'size': {seg!r:.60}")
-        else:
+        elif scored or not a.get("iscrowd", 0):  # decoded (training skips crowd regions) or scored
             image, size = images[a["image_id"]], seg["size"]
             if not isinstance(size, (list, tuple)) or list(size) != [image["height"], image["width"]]:
                 raise DatasetError(f"annotation {aid} in '{ann_file}' has an RLE segmentation of size {size!r:.40}, "
