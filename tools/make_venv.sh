@@ -43,8 +43,11 @@ if ! "${PY}" -m pip --version > /dev/null 2>&1; then  # none, or a broken one: m
     if [[ "$(id -u)" == 0 ]] && command -v apt-get > /dev/null; then
       minor="$("${PYTHON}" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
       echo "make: '${PYTHON} -m venv' failed: installing python${minor}-venv (apt-get)"
-      if DEBIAN_FRONTEND=noninteractive apt-get install -y -q "python${minor}-venv" > /dev/null 2>&1 ||
-         DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv > /dev/null 2>&1; then
+      apt=(apt-get -o DPkg::Lock::Timeout=300)
+      # a fresh image's package lists are empty: updated first
+      if "${apt[@]}" update -q > /dev/null 2>&1 &&
+         { DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -q "python${minor}-venv" > /dev/null 2>&1 ||
+           DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -q python3-venv > /dev/null 2>&1; }; then
         if "${PYTHON}" -m venv "${VENV}"; then made=1; else rm -rf "${VENV}"; fi
       fi
     fi

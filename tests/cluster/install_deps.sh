@@ -50,8 +50,20 @@ echo "install_deps: installing ${missing[*]} with apt-get (Slurm and munge for t
 # unattended-upgrades) is one line naming its last error and the log
 log="$(mktemp "${TMPDIR:-/tmp}/install_deps.XXXXXX.log")"
 wait_lock=(-o DPkg::Lock::Timeout=300)
-# a run killed inside dpkg left packages half-configured: apt-get refuses until this is done
-if ! { DEBIAN_FRONTEND=noninteractive dpkg --configure -a && apt-get "${wait_lock[@]}" update -q &&
+# a run killed inside dpkg left packages half-configured: apt-get refuses until this is done. dpkg has no lock
+# timeout of its own: retried while another apt or dpkg holds the lock, for as long as apt-get waits
+configure_dpkg() {
+  local tries
+  for ((tries = 0; tries < 300 / ${DPKG_LOCK_RETRY_S:-5}; tries++)); do
+    DEBIAN_FRONTEND=noninteractive dpkg --configure -a > "${log}.dpkg" 2>&1 && { cat "${log}.dpkg"; return 0; }
+    cat "${log}.dpkg"
+    grep -qi 'lock' "${log}.dpkg" || return 1
+    sleep "${DPKG_LOCK_RETRY_S:-5}"
+  done
+  return 1
+}
+trap 'rm -f "${log}.dpkg"; if [ "$created_policy" = 1 ]; then rm -f "${policy}"; fi' EXIT
+if ! { configure_dpkg && apt-get "${wait_lock[@]}" update -q &&
        DEBIAN_FRONTEND=noninteractive apt-get "${wait_lock[@]}" install -y -q --no-install-recommends "${missing[@]}"
      } >> "${log}" 2>&1; then
   last="$(grep -E '^(E|W|dpkg): ' "${log}" | tail -n 1 || true)"

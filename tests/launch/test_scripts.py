@@ -128,6 +128,27 @@ def test_an_apt_get_that_fails_is_one_line_naming_its_log(tmp_path):
         assert not (tmp_path / "policy").exists()
 
 
+@pytest.mark.slow  # starts a process
+@pytest.mark.skipif(os.geteuid() != 0, reason="the apt-get path is root's")
+def test_install_deps_waits_for_dpkgs_lock(tmp_path):
+    """unattended-upgrades holding dpkg's lock on a fresh VM: apt-get waits for it (DPkg::Lock::Timeout), but dpkg
+    --configure -a, run first, has no such option and failed at once ("dpkg frontend lock was locked")."""
+    fake, calls = tmp_path / "bin", tmp_path / "calls"
+    fake.mkdir()
+    for name, body in (("dpkg-query", "exit 1"), ("apt-get", "exit 0"),
+                       ("dpkg", f'echo dpkg >> {calls}; if [[ $(wc -l < {calls}) -le 2 ]]; then '
+                                'echo "dpkg: error: dpkg frontend lock was locked by another process with pid 7" >&2; '
+                                "exit 2; fi")):
+        (fake / name).write_text(f"#!/bin/bash\n{body}\n")
+        (fake / name).chmod(0o755)
+    env = {k: v for k, v in clean_env(PATH=f"{fake}:{os.environ['PATH']}", POLICY_RC_D=str(tmp_path / "policy"),
+                                      TMPDIR=str(tmp_path), DPKG_LOCK_RETRY_S="1").items() if k != "CI"}
+    r = subprocess.run(["bash", str(ROOT / "tests" / "cluster" / "install_deps.sh")], env=dict(env, CI="true"),
+                       capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert r.returncode == 0 and calls.read_text().split() == ["dpkg"] * 3, (r.stdout, r.stderr)
+    assert not list(tmp_path.glob("install_deps.*"))  # its log, and the log of dpkg's tries, removed
+
+
 @pytest.mark.slow  # starts a process as another user
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs the script as an unprivileged user: needs root to switch")
 def test_install_deps_asks_for_the_headers_of_a_python_without_them():
