@@ -6,6 +6,8 @@
 #   started meanwhile (make demo beside make test) waits, then finds the venv made instead of removing it half-way.
 #   As root with apt-get (a fresh Debian/Ubuntu CI image), a python without venv support gets python3.X-venv.
 set -euo pipefail
+# bash before 4.4 (RHEL/CentOS 7's 4.2) calls an empty array unbound under set -u: there, without it
+((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 404)) || set +u
 PYTHON="$1" VENV="$2"
 PY="${VENV}/bin/python"
 STAMP="${VENV}/.installed"
