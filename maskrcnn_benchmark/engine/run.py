@@ -116,7 +116,9 @@ class MLPerfRun:
         lock, rotated, removed = claim_output_folder(cfg.OUTPUT_DIR, fresh=not self.options.resume,
                                                      reads=[cfg.MODEL.WEIGHT]) if self.rank == 0 else (None, [], [])
         try:
-            setup_logger(cfg.OUTPUT_DIR, self.rank)
+            # the other ranks' log files in OUTPUT_DIR are opened once the process group exists (_run), when rank 0
+            # has claimed the folder: a refused run's other ranks write nothing into the running run's folder
+            setup_logger(cfg.OUTPUT_DIR if self.rank == 0 else None, self.rank)
             if rotated:
                 logger.info("an earlier run's files moved aside: %s", ", ".join(rotated))
             if removed:
@@ -161,6 +163,8 @@ class MLPerfRun:
         ml.init_start()
         rank, world, _, device = comm.init_distributed(opts.local_rank, self.cfg.MODEL.DEVICE,
                                                        opts.timeout or self.cfg.DISTRIBUTED_TIMEOUT, side_group=True)
+        if rank != 0:
+            setup_logger(self.cfg.OUTPUT_DIR, rank)  # rank 0 has claimed the folder: its rank log there
         if device.type == "cpu" and keep_freed_blocks():  # no page faults for each large tensor (utils/host_memory)
             logger.info("host allocator: glibc %s malloc serves large blocks from its heap and keeps freed ones",
                         glibc_version())

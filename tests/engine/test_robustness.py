@@ -344,3 +344,30 @@ def test_forked_helpers_still_end_on_sigterm():
     at the end of its evaluation this way."""
     r = subprocess.run([sys.executable, "-c", _FORKED_HELPER], capture_output=True, text=True, timeout=40)
     assert r.stdout.strip() == f"ended -{int(signal.SIGTERM)}", r.stdout + r.stderr
+
+
+@pytest.mark.slow
+def test_the_other_ranks_of_a_refused_run_write_nothing_into_the_folder(tiny_data, tmp_path):
+    """A second job on a running job's OUTPUT_DIR, started by plain srun (which does not end the other tasks when
+    one fails): rank 0 was refused in one line, while rank 1 had already opened log.rank1.txt in that folder,
+    waited DISTRIBUTED_TIMEOUT for a process group that never came, and wrote its traceback into the running
+    job's files. A rank other than 0 opens its log there only once the process group exists (rank 0 has then
+    claimed the folder)."""
+    from train_runs import train_cmd
+    from maskrcnn_benchmark.utils.run_folder import claim_output_folder
+
+    out = tmp_path / "running"
+    lock, _, _ = claim_output_folder(str(out))  # the running job's
+    before = sorted(p.name for p in out.iterdir())
+    env = dict(os.environ, OMP_NUM_THREADS="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="29641",
+               LOCAL_WORLD_SIZE="2")
+    cmd = train_cmd(tiny_data, str(out), "SOLVER.MAX_ITER", 4, "DISTRIBUTED_TIMEOUT", 8)
+    try:
+        ranks = [subprocess.Popen(cmd, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), cwd=tmp_path,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+        outputs = [p.communicate(timeout=120) for p in ranks]
+    finally:
+        lock.close()
+    assert ranks[0].returncode == 1 and "is in use by another run" in outputs[0][1], outputs[0]
+    assert ranks[1].returncode != 0, outputs[1]
+    assert sorted(p.name for p in out.iterdir()) == before, outputs[1][1][-2000:]
