@@ -149,13 +149,19 @@ def test_across_nodes_verdicts_against_the_floor(tmp_path, capsys):
 
 
 def test_a_check_that_did_not_run_is_not_a_pass(tmp_path, monkeypatch):
-    """A check squeezed out by its time cap or the budget is NOT RUN, and the verdict is a failure."""
+    """A check squeezed out by its time cap or the budget is NOT RUN, and the verdict is a failure. An earlier
+    run's <check>.log of a check that did not run this time stayed beside the new report ("each program's output
+    is in <check>.log"), its figures another run's."""
     checks = [gpu_check.Check("parity", "p", [], 1, status="passed"),
               gpu_check.Check("allreduce", "a", [], 1, status="NOT RUN (no time left in the budget)")]
     monkeypatch.setattr(gpu_check, "plan", lambda args, out_dir: checks)
     monkeypatch.setattr(gpu_check, "run", lambda check, out_dir, deadline: check)
     monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
+    (tmp_path / "gc").mkdir()
+    for name in ("allreduce", "evaluation"):
+        (tmp_path / "gc" / f"{name}.log").write_text("an earlier run's figures\n")
     assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path / "gc")]) == 1
+    assert sorted(p.name for p in (tmp_path / "gc").glob("*.log")) == []
 
 
 def test_training_check_counts_skipped_float16_steps():
