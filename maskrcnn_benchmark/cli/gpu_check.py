@@ -279,12 +279,20 @@ def read_model_step(c):
             c.figures.append((f"training step img/s, {model}",
                               f"{batch / statistics.median(seconds):.3f} (median of the {len(seconds)} rounds "
                               f"printed before the cap{'' if model in rounds else ', before compiling'})"))
+    # cut by its cap in the peak-memory runs that follow the summaries: every rate is in, the memory figures not
+    rates_in = bool(summarized - {None}) and (set(rounds) | set(early)) <= summarized | failed
+    memory_cut = c.status.startswith("NOT RUN (did not finish") and rates_in
+    if memory_cut:
+        c.status = "passed"
+        c.figures.append(("peak GPU memory", "not all measured: the cap ran out during the memory runs"))
     if failed and c.status == "passed":  # a step asked for that failed: the others' figures stay
         c.status = f"FAILED (the step of {', '.join(sorted(failed))} failed: see its figure)"
     if c.status == "passed" and not any(name.startswith("training step img/s") for name, _ in c.figures):
         c.status = "FAILED (no step timed: no round or summary line in its output)"
     if memory_failed and c.status == "passed":  # a peak-memory run asked for that failed (out of memory)
         c.status = f"FAILED (the peak memory run of {', '.join(memory_failed)} failed: see its figure)"
+    if memory_cut and c.status == "passed":
+        c.status = "passed (every rate measured; the peak-memory runs after them did not finish in its cap)"
 
 
 def read_host_syncs(c):
