@@ -33,11 +33,11 @@ def recipes(name):
     return out
 
 
-override = re.search(r"SOLVER\.IMS_PER_BATCH (\d+)", os.environ.get("EXTRA_CONFIG", ""))
+override = re.findall(r"SOLVER\.IMS_PER_BATCH\s+(\d+)", os.environ.get("EXTRA_CONFIG", ""))  # the last counts
 if projected and projected != system and recipes(system) != recipes(projected):
     print(f"for:the {projected} recipes, not {system}'s")
-elif override and entry.get("global_batch") and int(override.group(1)) != int(entry["global_batch"]):
-    print(f"for:global batch {entry['global_batch']} on {nodes} node(s), not EXTRA_CONFIG's {override.group(1)}")
+elif override and entry.get("global_batch") and int(override[-1]) != int(entry["global_batch"]):
+    print(f"for:global batch {entry['global_batch']} on {nodes} node(s), not EXTRA_CONFIG's {override[-1]}")
 elif entry.get("minutes"):
     print(math.ceil(float(entry["minutes"])))
 PY

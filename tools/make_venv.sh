@@ -41,20 +41,24 @@ if ! "${PY}" -m pip --version > /dev/null 2>&1; then  # none, or a broken one: m
   rm -rf "${VENV}"
   if ! "${PYTHON}" -m venv "${VENV}"; then
     rm -rf "${VENV}"
-    made=0
+    made=0 why="on Debian/Ubuntu install python3-venv (apt-get install python3-venv)"
     if [[ "$(id -u)" == 0 ]] && command -v apt-get > /dev/null; then
       minor="$("${PYTHON}" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
       echo "make: '${PYTHON} -m venv' failed: installing python${minor}-venv (apt-get)"
       apt=(apt-get -o DPkg::Lock::Timeout=300)
+      log="$(mktemp "${TMPDIR:-/tmp}/make_venv.XXXXXX.log")"
       # a fresh image's package lists are empty: updated first
-      if "${apt[@]}" update -q > /dev/null 2>&1 &&
-         { DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -q "python${minor}-venv" > /dev/null 2>&1 ||
-           DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -q python3-venv > /dev/null 2>&1; }; then
+      if { "${apt[@]}" update -q && { DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -q "python${minor}-venv" ||
+           DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -q python3-venv; }; } > "${log}" 2>&1; then
+        rm -f "${log}"
         if "${PYTHON}" -m venv "${VENV}"; then made=1; else rm -rf "${VENV}"; fi
+      else
+        last="$(grep -E '^(E|W): ' "${log}" | tail -n 1 || true)"
+        why="apt-get could not install python${minor}-venv (${last:-$(tail -n 1 "${log}")}; its output in ${log}): install it"
       fi
     fi
     if [[ "${made}" != 1 ]]; then
-      echo "make: '${PYTHON} -m venv' failed: on Debian/Ubuntu install python3-venv (apt-get install python3-venv), then run make again" >&2
+      echo "make: '${PYTHON} -m venv' failed: ${why}, then run make again" >&2
       exit 1
     fi
   fi

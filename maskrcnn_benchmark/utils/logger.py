@@ -1,8 +1,10 @@
 """The text log of a run: rank 0 logs INFO to stdout and ``OUTPUT_DIR/log.txt``; the other ranks log warnings to
-stderr and, only if they have something to say, to ``OUTPUT_DIR/log.rank<R>.txt``.
+stderr and, only if they have something to say, to ``OUTPUT_DIR/log.rank<R>.txt`` (opened once the process group
+exists, when rank 0 has claimed the folder: engine/run.py).
 
 Tracebacks never reach the terminal: the programs print one ``error:`` line and write the traceback to the log
-file through the ``maskrcnn_benchmark.traceback`` logger, whose only handler is that file.
+file through the ``maskrcnn_benchmark.traceback`` logger, whose only handler is that file; before there is one (a
+rank other than 0 that fails to join the process group), to a temporary file the line names.
 """
 import logging
 import os

@@ -57,7 +57,7 @@ configure_dpkg() {
   for ((tries = 0; tries < 300 / ${DPKG_LOCK_RETRY_S:-5}; tries++)); do
     DEBIAN_FRONTEND=noninteractive dpkg --configure -a > "${log}.dpkg" 2>&1 && { cat "${log}.dpkg"; return 0; }
     cat "${log}.dpkg"
-    grep -qi 'lock' "${log}.dpkg" || return 1
+    grep -qE 'frontend lock|Could not get lock|locked by another process' "${log}.dpkg" || return 1
     sleep "${DPKG_LOCK_RETRY_S:-5}"
   done
   return 1

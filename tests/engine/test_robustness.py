@@ -360,7 +360,7 @@ def test_the_other_ranks_of_a_refused_run_write_nothing_into_the_folder(tiny_dat
     lock, _, _ = claim_output_folder(str(out))  # the running job's
     before = sorted(p.name for p in out.iterdir())
     env = dict(os.environ, OMP_NUM_THREADS="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="29641",
-               LOCAL_WORLD_SIZE="2")
+               LOCAL_WORLD_SIZE="2", TMPDIR=str(tmp_path))  # rank 1's traceback: a temporary file, here
     cmd = train_cmd(tiny_data, str(out), "SOLVER.MAX_ITER", 4, "DISTRIBUTED_TIMEOUT", 8)
     try:
         ranks = [subprocess.Popen(cmd, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), cwd=tmp_path,

@@ -46,10 +46,12 @@ def _python(tmp_path, version="3.11", venv_fails=False, venv_package=None):
     return fake
 
 
-def _make(tmp_path, *args, path=None):
+def _make(tmp_path, *args, path=None, tmpdir=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
     if path is not None:
         env["PATH"] = path
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
     return subprocess.run(["make", "--no-print-directory", *args, f"VENV={tmp_path / 'venv'}"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
 
@@ -57,10 +59,20 @@ def _make(tmp_path, *args, path=None):
 def test_a_venv_that_could_not_be_made_is_made_again(tmp_path):
     """Debian's python3 without python3-venv makes .venv/bin/python, then fails (no ensurepip): the next make, after
     the user installed python3-venv, found bin/python, kept the broken venv and failed at 'No module named pip' until
-    make clean. The half-made venv is removed with one line saying what to install."""
-    r = _make(tmp_path, "venv", f"PYTHON={_python(tmp_path, venv_fails=True)}")
-    assert r.returncode != 0
-    assert "python3-venv" in r.stderr and not (tmp_path / "venv").exists(), r.stdout + r.stderr
+    make clean. The half-made venv is removed with one line saying what to install (as root, after apt-get failed
+    to: a stand-in here, that says why; the real one would change this machine)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "apt-get").write_text('#!/bin/bash\necho "E: Unable to locate package python3.11-venv"\nexit 100\n')
+    (bindir / "apt-get").chmod(0o755)
+    r = _make(tmp_path, "venv", f"PYTHON={_python(tmp_path, venv_fails=True)}",
+              path=f"{bindir}:{os.environ['PATH']}", tmpdir=tmp_path)
+    assert r.returncode != 0 and not (tmp_path / "venv").exists(), r.stdout + r.stderr
+    if os.geteuid() == 0:
+        assert "apt-get could not install python3.11-venv (E: Unable to locate package python3.11-venv; its output" \
+            in r.stderr, r.stderr
+    else:
+        assert "install python3-venv (apt-get install python3-venv)" in r.stderr, r.stderr
     r = _make(tmp_path, "venv", f"PYTHON={_python(tmp_path)}")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "-m pip install" in (tmp_path / "venv-python.log").read_text()

@@ -126,8 +126,9 @@ def _check_annotations(data, ann_file, has_constants, scored=False):
             raise DatasetError(f"annotation {aid} in '{ann_file}' has no segmentation (polygons or RLE): "
                                f"{seg!r:.40}")
         elif "counts" not in seg or "size" not in seg:
-            raise DatasetError(f"annotation {aid} in '{ann_file}' has an RLE segmentation without 'counts' and "
-                               f"'size': {seg!r:.60}")
+            missing = " and ".join(f"'{k}'" for k in ("counts", "size") if k not in seg)
+            raise DatasetError(f"annotation {aid} in '{ann_file}' has an RLE segmentation without {missing}: "
+                               f"{seg!r:.60}")
         elif scored or not a.get("iscrowd", 0):  # decoded (training skips crowd regions) or scored
             image, size = images[a["image_id"]], seg["size"]
             if not isinstance(size, (list, tuple)) or list(size) != [image["height"], image["width"]]:
