@@ -35,8 +35,15 @@ class WriteError(UserError, OSError):
 
 
 def _file_mode():
-    umask = os.umask(0)
-    os.umask(umask)
+    """The mode a plain ``open()`` would give a new file (0o666 less the umask). The umask is read from
+    /proc/self/status where the kernel shows it: setting it to read it back (the fallback) changes it for the whole
+    process for a moment, and a file another thread creates then (inductor's compile workers) gets 0o666."""
+    try:
+        with open("/proc/self/status") as f:
+            umask = next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        umask = os.umask(0)
+        os.umask(umask)
     return 0o666 & ~umask
 
 

@@ -34,3 +34,24 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path):
             f.write("half")
             raise RuntimeError("killed")
     assert path.read_text() == "old" and os.listdir(tmp_path) == ["bbox.json"]
+
+
+def test_the_file_mode_is_read_without_changing_the_umask(monkeypatch):
+    """Reading the umask by setting it (os.umask(0), then back) left every other thread a moment with umask 0: a file
+    it created then got mode 0o666. Where the kernel shows the umask (/proc/self/status), it is read there."""
+    import os
+
+    from maskrcnn_benchmark.utils import fileio
+
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("no /proc/self/status here")
+    current = os.umask(0o027)
+    try:
+        def changed(*args):
+            raise AssertionError("the umask was changed to be read")
+
+        monkeypatch.setattr(fileio.os, "umask", changed)
+        assert fileio._file_mode() == 0o640
+    finally:
+        monkeypatch.undo()
+        os.umask(current)
