@@ -35,10 +35,17 @@ def _worker_init(worker_id, parent=None):
     quiet_when_requests_are_left()
 
 
-def _worker_parent():
-    """The pid a loader worker's parent has: this process's where the default start method makes it the parent
-    (fork, spawn); None (no check) under forkserver (Python 3.14's default on Linux), whose server forks them."""
-    method = multiprocessing.get_context().get_start_method()  # the default context, not fixed by asking
+def _worker_context():
+    """Loader workers are forked where the platform forks (Linux: as torch's loaders were before Python 3.14, whose
+    default there, forkserver, pickles the dataset to every worker: COCO train's parsed annotations, a gigabyte or
+    more, per worker and rank, after run_start); elsewhere the default."""
+    return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+
+
+def _worker_parent(context=None):
+    """The pid a loader worker's parent has: this process's where the start method makes it the parent (fork,
+    spawn); None (no check) under forkserver, whose server forks them."""
+    method = (context or multiprocessing.get_context()).get_start_method()  # the default, not fixed by asking
     return os.getpid() if method in ("fork", "spawn") else None
 
 
@@ -178,6 +185,7 @@ def make_data_loader(cfg, is_train=True, is_distributed=False, start_iter=0, num
             batch_sampler = IterationBasedBatchSampler(batch_sampler, max_iter or cfg.SOLVER.MAX_ITER, start_iter,
                                                        seed=seed, rank=rank)
         workers = cfg.DATALOADER.NUM_WORKERS
+        context = _worker_context() if workers > 0 else None
         loaders.append(torch.utils.data.DataLoader(
             dataset, num_workers=workers, batch_sampler=batch_sampler,
             collate_fn=_collator(cfg, static and is_train),
@@ -187,6 +195,7 @@ def make_data_loader(cfg, is_train=True, is_distributed=False, start_iter=0, num
             persistent_workers=workers > 0,
             # its own generator: creating the loader must not draw from the global RNG a resumed run restores
             generator=torch.Generator().manual_seed(derived_seed(LOADER, seed, rank)),
-            worker_init_fn=functools.partial(_worker_init, parent=_worker_parent()) if workers > 0 else None,
+            worker_init_fn=functools.partial(_worker_init, parent=_worker_parent(context)) if workers > 0 else None,
+            multiprocessing_context=context,
         ))
     return loaders[0] if is_train else loaders

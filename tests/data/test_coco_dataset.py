@@ -279,6 +279,24 @@ def test_evaluation_batches_group_orientations_as_the_reference(tmp_path):
         [[0, 1], [2, 3], [4, 5]]
 
 
+def test_loader_workers_are_forked_whatever_pythons_default(tmp_path):
+    """Python 3.14 starts processes by forkserver by default on Linux: the loader's workers then got the dataset
+    pickled to each of them (COCO train's parsed annotations, a gigabyte or more, per worker and rank, after
+    run_start). They are forked, as torch's loaders always were on Linux before 3.14."""
+    import multiprocessing
+
+    ann, root = _write(tmp_path, [_img(1)], [_ann(1, 1, 5, [2, 2, 9, 9])])
+    cfg = small_cfg("TEST.IMS_PER_BATCH", 1, "DATALOADER.NUM_WORKERS", 1)
+    ds = COCODataset(ann, root, False, transforms=build_transforms(cfg, False))
+    default = multiprocessing.get_start_method(allow_none=True)
+    multiprocessing.set_start_method("forkserver", force=True)  # 3.14's default, here
+    try:
+        loader = make_data_loader(cfg, is_train=False, datasets=[ds], num_replicas=1, rank=0)[0]
+    finally:
+        multiprocessing.set_start_method(default, force=True)
+    assert loader.multiprocessing_context.get_start_method() == "fork"
+
+
 @pytest.mark.slow  # starts a loader worker process
 def test_evaluation_loader_keeps_its_worker_between_evaluations(synthetic_dir):
     """Every epoch's evaluation iterates the test loader again: its worker process stays (forking one for each
