@@ -847,6 +847,19 @@ def test_a_one_gpu_node_passes_with_the_all_reduce_skipped_not_measured(tmp_path
                     "node)")
 
 
+def test_a_parity_stage_whose_pytest_died_names_the_test_it_was_running():
+    """pytest killed by a crash in a kernel (a segfault: exit -11) prints no summary line: the figure read "0
+    passed, 0 failed, 0 skipped" beside the FAILED status, whatever had run."""
+    out = ("collected 30 items\n\ntests/parity/test_device_against_the_cpu.py::test_nms_keep_sets_equal_the_cpus[0] "
+           "PASSED [  3%]\ntests/parity/test_device_against_the_cpu.py::test_roi_align_equals_the_cpus ")
+    c = gpu_check.Check("parity", "p", [], 60, status="FAILED (exit -11)", output=out)
+    gpu_check.read_parity(c)
+    assert c.status == "FAILED (exit -11)"
+    assert c.figures == [("parity tests (pytest ended without its summary)", "1 passed, 0 failed, 0 skipped before "
+                          "the end; running at the end: test_device_against_the_cpu.py::"
+                          "test_roi_align_equals_the_cpus")], c.figures
+
+
 def test_a_parity_stage_cut_by_its_cap_counts_the_tests_it_ran_and_names_the_one_it_was_running():
     """Cut by its cap, the parity stage has no summary line: it reported "0 passed, 0 failed", whatever ran. On an
     H100 (2026-11-27) it was cut at 131 s after 10 of its 30 tests, where an H200 had run 20 in 100 s; pytest -q's

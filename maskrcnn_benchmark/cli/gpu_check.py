@@ -183,28 +183,38 @@ SUMMARY = re.compile(r"^=*\s*(\d+ [a-z]+(?:, \d+ [a-z]+)*) in [\d.]+s\b", re.M)
 WORST = {"PASSED": 0, "XFAIL": 0, "XPASS": 0, "SKIPPED": 0, "ERROR": 1, "FAILED": 1}
 
 
+def _verbose_outcomes(output):
+    """``(passed, failed, skipped, running)`` from pytest -v's lines of the tests that ended, and the test that
+    was running when the output ends (None between two tests)."""
+    outcome, running = {}, None
+    for line in output.splitlines():
+        done = VERBOSE_DONE.match(line)
+        if done:  # a teardown error is a second line for the same test: the worse outcome counts
+            test, word = done.groups()
+            if WORST[word] >= WORST.get(outcome.get(test), -1):
+                outcome[test] = word
+            running = None
+        elif VERBOSE_STARTED.match(line):
+            running = line.strip()
+    words = list(outcome.values())
+    passed = sum(words.count(o) for o in ("PASSED", "XFAIL", "XPASS"))
+    return passed, words.count("FAILED") + words.count("ERROR"), words.count("SKIPPED"), running
+
+
 def read_parity(c):
-    if c.status.startswith("NOT RUN (did not finish"):  # cut: no summary line, only the lines of the tests run
-        outcome, running = {}, None
-        for line in c.output.splitlines():
-            done = VERBOSE_DONE.match(line)
-            if done:  # a teardown error is a second line for the same test: the worse outcome counts
-                test, word = done.groups()
-                if WORST[word] >= WORST.get(outcome.get(test), -1):
-                    outcome[test] = word
-                running = None
-            elif VERBOSE_STARTED.match(line):
-                running = line.strip()
-        words = list(outcome.values())
-        passed = sum(words.count(o) for o in ("PASSED", "XFAIL", "XPASS"))
-        failed, skipped = words.count("FAILED") + words.count("ERROR"), words.count("SKIPPED")
-        c.figures.append(("parity tests (cut by the cap)",
-                          f"{passed} passed, {failed} failed, {skipped} skipped before the cap"
-                          + (f"; running at the cap: {running.removeprefix('tests/parity/')}" if running else "")))
-        if failed:
+    last = SUMMARY.findall(c.output)
+    if c.status.startswith(("NOT RUN (did not finish", "FAILED (exit")) and not last:
+        # cut by the cap, or pytest itself died (a crash in a kernel): no summary line, the lines of the tests run
+        passed, failed, skipped, running = _verbose_outcomes(c.output)
+        cut = c.status.startswith("NOT RUN")
+        c.figures.append((f"parity tests ({'cut by the cap' if cut else 'pytest ended without its summary'})",
+                          f"{passed} passed, {failed} failed, {skipped} skipped before the "
+                          f"{'cap' if cut else 'end'}"
+                          + (f"; running at the {'cap' if cut else 'end'}: {running.removeprefix('tests/parity/')}"
+                             if running else "")))
+        if failed and cut:
             c.status = f"FAILED ({failed} failed before the cap: see parity.log)"
         return
-    last = SUMMARY.findall(c.output)
     counts = {word: int(n) for n, word in (item.split(" ", 1) for item in last[-1].split(", "))} if last else {}
     passed, skipped = counts.get("passed", 0), counts.get("skipped", 0)
     failed = counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0)
