@@ -72,23 +72,23 @@ def read_categories(ann_file):
             cats = json.loads(data).get("categories", [])
         except (ValueError, AttributeError) as e:
             raise DatasetError(f"annotation file '{ann_file}' is not valid COCO json: {e}") from None
-    return _checked_categories(cats, ann_file)
+    check_categories(cats, ann_file)
+    return [(c["id"], str(c.get("name", c["id"]))) for c in cats]
 
 
-def _checked_categories(cats, ann_file):
-    """COCO's categories: a list of ``{"id": int, "name": str}``, each id once (pycocotools indexes them by id)."""
+def check_categories(cats, ann_file):
+    """COCO's categories: a list of ``{"id": int, "name": str}``, each id once (pycocotools indexes them by id);
+    one DatasetError line naming the file otherwise (the preflight's read and the dataset's check alike)."""
     if not isinstance(cats, list):
         raise DatasetError(f"annotation file '{ann_file}': \"categories\" is a {type(cats).__name__}, not a list")
     seen = set()
-    for k, c in enumerate(cats):
-        cid = c.get("id") if isinstance(c, dict) else None
-        if not isinstance(cid, int) or isinstance(cid, bool):
-            raise DatasetError(f"annotation file '{ann_file}': category {k} ({json.dumps(c)[:80]}) has no integer "
-                               "\"id\"")
-        if cid in seen:
-            raise DatasetError(f"annotation file '{ann_file}': category id {cid} is listed twice")
-        seen.add(cid)
-    return [(c["id"], str(c.get("name", c["id"]))) for c in cats]
+    for c in cats:
+        if not (isinstance(c, dict) and type(c.get("id")) is int):
+            name = c.get("name") if isinstance(c, dict) else c
+            raise DatasetError(f"category {name!r:.60} in '{ann_file}' has no integer id")
+        if c["id"] in seen:
+            raise DatasetError(f"category id {c['id']} is listed twice in '{ann_file}'")
+        seen.add(c["id"])
 
 
 def describe_categories(cats):

@@ -16,7 +16,7 @@ from ...structures.bounding_box import BoxList
 from ...structures.image_list import RawImage
 from ...utils.errors import DatasetError
 from ...structures.segmentation_mask import SegmentationMask
-from ..catalog import read_categories  # noqa: F401 (the datasets' name for it)
+from ..catalog import check_categories, read_categories  # noqa: F401 (read_categories: the datasets' name for it)
 
 logger = logging.getLogger(__name__)
 
@@ -92,9 +92,7 @@ def _check_annotations(data, ann_file, has_constants, scored=False):
         if type(w) not in _NUMBER or type(h) not in _NUMBER or not (w >= 1 and h >= 1):
             raise DatasetError(f"image {i['id']} in '{ann_file}' has no width and height of at least 1 pixel: "
                                f"{w}x{h}")
-    for c in data["categories"]:
-        if not _has_id(c):
-            raise DatasetError(f"category {c.get('name')!r} in '{ann_file}' has no integer id")
+    check_categories(data["categories"], ann_file)
     cats = {c["id"] for c in data["categories"]}
     images = {i["id"]: i for i in data["images"]}
     for a in data.get("annotations", []):
