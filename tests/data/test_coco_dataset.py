@@ -354,6 +354,8 @@ def test_what_the_coco_evaluation_reads_is_checked_when_the_dataset_is_built(tmp
     (lambda d: d["images"][0].pop("id"), r"image '1.jpg' in '.*instances.json' has no integer id"),
     (lambda d: d["annotations"][0].pop("id"), r"an annotation of image 1 in '.*instances.json' has no integer id"),
     (lambda d: d["categories"][0].pop("id"), r"category 'a' in '.*instances.json' has no integer id"),
+    # pycocotools indexes categories by id: the second one replaced the first, and labels counted both
+    (lambda d: d["categories"].append({"id": 5, "name": "again"}), r"category id 5 is listed twice in '.*instances"),
     (lambda d: d.pop("categories"), r"is not COCO instances json"),
     (lambda d: d["images"][0].pop("width"), r"image 1 in '.*instances.json' has no width and height"),
     (lambda d: d["images"][0].update(height=0), r"image 1 in '.*instances.json' has no width and height .*: 40x0"),
